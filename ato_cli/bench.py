@@ -1,0 +1,193 @@
+"""``ato bench`` (GPU): ato_torch, ato_jax and the peers timed side by side in one process
+on the same inputs. Prints a table (time, ratio to the named baseline, GB/s or TFLOP/s),
+and writes <out>/<gpu>-linear_attention.{csv,png,txt}. Never a pass/fail test.
+
+Torch-side times: triton.testing.do_bench (CUDA events, median). JAX-side times: the same
+median of event-free wall clock over jitted calls, each blocked until ready.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import statistics
+import sys
+import time
+
+
+def _median_jax(fn, *args, reps: int = 50) -> float:
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def _bench_torch(fn, quick: bool) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25 if quick else 100, rep=100 if quick else 500, return_mode="median")
+
+
+def linear_attention_rows(quick: bool):
+    import jax
+    import jax.numpy as jnp
+    import torch
+    import torch.nn.functional as F
+
+    import ato_jax
+    import ato_torch
+
+    B, N, H, D = 8, 4096, 16, 64
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+    q, k, v = (torch.randn(B, H, N, D, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(3))
+    do = torch.randn_like(v)
+    rows = []
+    shape = f"B{B} N{N} H{H} D{D} bf16"
+
+    # memory-copy ceiling, measured in this run
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    ms = _bench_torch(lambda: dst.copy_(src), quick)
+    copy_gbs = 2 * src.numel() / ms / 1e6
+    rows.append(("copy 1 GiB", "torch", "", ms, None, f"{copy_gbs:.0f} GB/s"))
+
+    def fwd_bwd(fn):
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+
+        def run():
+            for t in leaves:
+                t.grad = None
+            fn(*leaves).backward(do)
+
+        return run
+
+    ato = lambda a, b, c, causal: ato_torch.linear_attention(a, b, c, causal=causal, feature_map="elu")  # noqa
+    peers = {}
+    try:
+        from fla.ops.linear_attn import chunk_linear_attn, fused_chunk_linear_attn
+
+        # fla: [B, T, H, D] layout, ELU+1 applied outside (not timed), scale 1 and its own normaliser.
+        qf, kf = ((F.elu(t.float()) + 1).to(t.dtype).transpose(1, 2).contiguous() for t in (q, k))
+        vt = v.transpose(1, 2).contiguous()
+        dot = do.transpose(1, 2).contiguous()
+        for name, fn in (("fla fused_chunk", fused_chunk_linear_attn), ("fla chunk", chunk_linear_attn)):
+            def f_fwd(fn=fn):
+                return fn(qf, kf, vt, scale=1.0, normalize=True)[0]
+
+            def f_fb(fn=fn):
+                leaves = [t.detach().requires_grad_() for t in (qf, kf, vt)]
+                fn(*leaves, scale=1.0, normalize=True)[0].backward(dot)
+
+            peers[name] = (f_fwd, f_fb)
+    except Exception as exc:  # report, don't hide
+        rows.append(("fla unavailable", type(exc).__name__, str(exc)[:60], None, None, ""))
+
+    def torch_plain(a, b, c):
+        fa, fb = F.elu(a) + 1, F.elu(b) + 1
+        A = (fa @ fb.transpose(-1, -2)).tril()
+        return (A @ c) / (A.sum(-1, keepdim=True) + 1e-6)
+
+    results = {}
+    results["ato_torch fwd"] = _bench_torch(lambda: ato(q, k, v, True), quick)
+    results["ato_torch fwd+bwd"] = _bench_torch(fwd_bwd(lambda a, b, c: ato(a, b, c, True)), quick)
+    for name, (ff, fb) in peers.items():
+        results[f"{name} fwd"] = _bench_torch(ff, quick)
+        results[f"{name} fwd+bwd"] = _bench_torch(fb, quick)
+    results["torch plain fwd"] = _bench_torch(lambda: torch_plain(q, k, v), quick)
+
+    qj, kj, vj, doj = (jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16) for t in (q, k, v, do))
+    jf = jax.jit(lambda a, b, c: ato_jax.linear_attention(a, b, c, causal=True, feature_map="elu"))
+    jfb = jax.jit(jax.grad(lambda a, b, c: jnp.sum(
+        ato_jax.linear_attention(a, b, c, causal=True, feature_map="elu").astype(jnp.float32) * doj), argnums=(0, 1, 2)))
+    reps = 20 if quick else 50
+    results["ato_jax fwd"] = _median_jax(jf, qj, kj, vj, reps=reps)
+    results["ato_jax fwd+bwd"] = _median_jax(jfb, qj, kj, vj, reps=reps)
+
+    for mode in ("fwd", "fwd+bwd"):
+        fastest_peer = min((results[f"{p} {mode}"] for p in peers), default=None)
+        for name in [n for n in results if n.endswith(" " + mode)]:
+            ms = results[name]
+            ratio = ms / fastest_peer if fastest_peer else None
+            rows.append((f"causal {name}", shape, "x fastest fla", ms, ratio, ""))
+    jt = results["ato_jax fwd+bwd"] / results["ato_torch fwd+bwd"]
+    rows.append(("causal ato_jax / ato_torch fwd+bwd", shape, "", None, jt, ""))
+    rows.append(("causal ato_jax / ato_torch fwd", shape, "", None, results["ato_jax fwd"] / results["ato_torch fwd"], ""))
+
+    # bidirectional: bytes of q, k, v, o at the copy ceiling
+    ms = _bench_torch(lambda: ato(q, k, v, False), quick)
+    gbs = 4 * q.numel() * 2 / ms / 1e6
+    rows.append(("bidir ato_torch fwd", shape, "of copy GB/s", ms, gbs / copy_gbs, f"{gbs:.0f} GB/s"))
+    jb = jax.jit(lambda a, b, c: ato_jax.linear_attention(a, b, c, causal=False, feature_map="elu"))
+    ms = _median_jax(jb, qj, kj, vj, reps=reps)
+    gbs = 4 * q.numel() * 2 / ms / 1e6
+    rows.append(("bidir ato_jax fwd", shape, "of copy GB/s", ms, gbs / copy_gbs, f"{gbs:.0f} GB/s"))
+    ms = _bench_torch(fwd_bwd(lambda a, b, c: ato(a, b, c, False)), quick)
+    rows.append(("bidir ato_torch fwd+bwd", shape, "", ms, None, ""))
+    return rows
+
+
+def run(out: str = "benchmarks/results", quick: bool = False) -> int:
+    import torch
+    import triton
+
+    if not torch.cuda.is_available():
+        print("ato bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    gpu = torch.cuda.get_device_name()
+    import jax
+
+    versions = f"torch {torch.__version__}, triton {triton.__version__}, jax {jax.__version__}"
+    try:
+        from ato_jax.launcher import import_jax_triton  # never a bare import: it blanks TRITON_CACHE_DIR
+
+        versions += f", jax-triton {import_jax_triton().__version__}"
+    except Exception:
+        pass
+    try:
+        import fla
+
+        versions += f", fla {fla.__version__}"
+    except Exception:
+        pass
+    rows = linear_attention_rows(quick)
+    os.makedirs(out, exist_ok=True)
+    tag = gpu.replace(" ", "_")
+    header = ("benchmark", "shape", "ratio means", "time (us)", "ratio", "rate")
+    fmt = lambda r: (r[0], r[1], r[2], "" if r[3] is None else f"{r[3] * 1e3:.1f}",  # noqa: E731
+                     "" if r[4] is None else f"{r[4]:.2f}", r[5])
+    table = [fmt(r) for r in rows]
+    widths = [max(len(x[c]) for x in table + [header]) for c in range(len(header))]
+    lines = [f"GPU {gpu}; {versions}", "command: ato bench" + (" --quick" if quick else ""),
+             "  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(x.ljust(w) for x, w in zip(r, widths)) for r in table]
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(out, f"{tag}-linear_attention.txt"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(out, f"{tag}-linear_attention.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(table)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        timed = [r for r in rows if r[3] is not None and r[0].startswith("causal")]
+        fig, ax = plt.subplots(figsize=(8, 0.4 * len(timed) + 1))
+        ax.barh([r[0] for r in timed], [r[3] * 1e3 for r in timed])
+        ax.set_xlabel("time (us), lower is better")
+        ax.set_title(f"causal linear attention, {rows[1][1] if len(rows) > 1 else ''}, {gpu}", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, f"{tag}-linear_attention.png"), dpi=100)
+    except Exception as exc:
+        print(f"(no plot: {exc})", file=sys.stderr)
+    return 0

@@ -1,0 +1,227 @@
+"""Runs one op case in ato_torch, in ato_jax and in the reference, on the same inputs.
+
+Used by ``ato check`` and by the tests: a Case names an op, its keyword arguments, the
+input shapes and dtype; ``run_*`` return the op's outputs and the gradients of
+sum(outputs * cotangents) as float64 NumPy arrays, so every comparison is done the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Dict, Tuple
+
+import numpy as np
+
+# Relative Frobenius-norm error allowed against the float64 reference, by input dtype.
+# fp32: the kernels use IEEE fp32 dots and fp32 accumulation; errors are a few ulps of
+#   the reductions (N <= 4096 terms), far under 1e-4 (a dropped term or a shifted mask
+#   costs >= 1e-2 at the tested lengths).
+# fp16: dots run in tf32 (10-bit mantissa, unit roundoff 4.9e-4) on fp16-rounded inputs,
+#   the output is rounded to fp16 (another 4.9e-4): a few units of 1e-3.
+# bf16: operands and the output are bf16 (unit roundoff 3.9e-3): about 1e-2.
+TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    op: str
+    shapes: Tuple[Tuple[str, Tuple[int, ...]], ...]
+    dtype: str = "float32"
+    kwargs: Tuple[Tuple[str, object], ...] = ()
+    seed: int = 0
+    # inputs that are not differentiated / cast to dtype (states stay fp32)
+    fp32_inputs: Tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        kw = ",".join(f"{k}={v}" for k, v in self.kwargs)
+        dims = " ".join(f"{n}{list(s)}" for n, s in self.shapes)
+        return f"{self.op}({kw}) {dims} {self.dtype}"
+
+
+def la_case(B, H, N, Dk, Dv, dtype="float32", causal=False, feature_map="elu", state=False, final=False, seed=0):
+    shapes = [("q", (B, H, N, Dk)), ("k", (B, H, N, Dk)), ("v", (B, H, N, Dv))]
+    if state:
+        shapes += [("S0", (B, H, Dk, Dv)), ("z0", (B, H, Dk))]
+    kwargs = (("causal", causal), ("feature_map", feature_map), ("final", final))
+    return Case("linear_attention", tuple(shapes), dtype, kwargs, seed, ("S0", "z0"))
+
+
+def step_case(B, H, Dk, Dv, dtype="float32", feature_map="elu", seed=0):
+    shapes = (("q", (B, H, Dk)), ("k", (B, H, Dk)), ("v", (B, H, Dv)), ("S0", (B, H, Dk, Dv)), ("z0", (B, H, Dk)))
+    return Case("linear_attention_step", shapes, dtype, (("feature_map", feature_map),), seed, ("S0", "z0"))
+
+
+def elu_case(shape, dtype="float32", seed=0):
+    return Case("elu_plus_one", (("x", tuple(shape)),), dtype, (), seed)
+
+
+def _round(a: np.ndarray, dtype: str) -> np.ndarray:
+    import ml_dtypes
+
+    np_dtype = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[dtype]
+    return a.astype(np_dtype)
+
+
+def make_inputs(case: Case) -> Dict[str, np.ndarray]:
+    """Random inputs in the case's dtype (states fp32 and non-negative). Without a
+    feature map, q and k must already be non-negative features."""
+    rng = np.random.default_rng(case.seed)
+    kw = dict(case.kwargs)
+    out = {}
+    for name, shape in case.shapes:
+        a = rng.standard_normal(shape).astype(np.float32)
+        if name in ("q", "k") and kw.get("feature_map", "elu") is None:
+            a = np.abs(a)
+        if name in ("S0", "z0"):
+            a = np.abs(a) * 4.0
+        out[name] = a if name in case.fp32_inputs else _round(a, case.dtype)
+    return out
+
+
+def _call(case: Case, ops, a: Dict[str, object]):
+    """Calls the op of ``ops`` (ato_torch, ato_jax or a reference adapter); returns a tuple."""
+    kw = dict(case.kwargs)
+    if case.op == "elu_plus_one":
+        return (ops.elu_plus_one(a["x"]),)
+    if case.op == "linear_attention":
+        init = (a["S0"], a["z0"]) if "S0" in a else None
+        res = ops.linear_attention(a["q"], a["k"], a["v"], causal=kw["causal"], feature_map=kw["feature_map"],
+                                   initial_state=init, output_final_state=kw["final"])
+        return (res[0], *res[1]) if kw["final"] else (res,)
+    if case.op == "linear_attention_step":
+        o, (S, z) = ops.linear_attention_step(a["q"], a["k"], a["v"], (a["S0"], a["z0"]),
+                                              feature_map=kw["feature_map"])
+        return (o, S, z)
+    raise ValueError(case.op)
+
+
+def cotangents(case: Case, outputs) -> list:
+    rng = np.random.default_rng(case.seed + 1000)
+    return [rng.standard_normal(tuple(o.shape)).astype(np.float32) for o in outputs]
+
+
+@dataclasses.dataclass
+class Result:
+    outputs: list
+    grads: Dict[str, np.ndarray]
+    seconds: float
+
+
+def _f64(x) -> np.ndarray:
+    try:
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            return x.detach().double().cpu().numpy()
+    except ImportError:
+        pass
+    return np.asarray(x).astype(np.float64)
+
+
+def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", reference: bool = False) -> Result:
+    """ato_torch (or, with reference=True, the float64 reference under torch autograd)."""
+    import torch
+
+    import ato_torch
+    from ato_core import reference as ref
+
+    def to_t(a):
+        a = np.asarray(a)
+        t = torch.from_numpy(a.astype(np.float32)) if a.dtype.name == "bfloat16" else torch.from_numpy(a.copy())
+        if a.dtype.name == "bfloat16":
+            t = t.to(torch.bfloat16)
+        if reference:
+            t = t.double()
+        return t.to(device).requires_grad_(True)
+
+    ops = ref if reference else ato_torch
+    t_in = {n: to_t(a) for n, a in inputs.items()}
+    start = time.perf_counter()
+    outs = _call(case, ops, t_in)
+    cts = cotangents(case, outs)
+    loss = sum((o.double() * torch.from_numpy(c).double().to(device)).sum() for o, c in zip(outs, cts))
+    loss.backward()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    secs = time.perf_counter() - start
+    return Result([_f64(o) for o in outs], {n: _f64(t.grad) for n, t in t_in.items()}, secs)
+
+
+def run_jax(case: Case, inputs: Dict[str, np.ndarray], jit: bool = True) -> Result:
+    """ato_jax under jax.jit(jax.value_and_grad)."""
+    import jax
+    import jax.numpy as jnp
+
+    import ato_jax
+
+    names = list(inputs)
+    probe = _call(case, _ShapeOnly(), {n: inputs[n] for n in names})
+    cts = cotangents(case, probe)
+
+    def loss(*arrays):
+        outs = _call(case, ato_jax, dict(zip(names, arrays)))
+        total = sum(jnp.sum(o.astype(jnp.float32) * c) for o, c in zip(outs, cts))
+        return total, outs
+
+    fn = jax.value_and_grad(loss, argnums=tuple(range(len(names))), has_aux=True)
+    fn = jax.jit(fn) if jit else fn
+    args = [jnp.asarray(inputs[n]) for n in names]
+    start = time.perf_counter()
+    (_, outs), grads = fn(*args)
+    jax.block_until_ready((outs, grads))
+    secs = time.perf_counter() - start
+    return Result([_f64(o) for o in outs], {n: _f64(g) for n, g in zip(names, grads)}, secs)
+
+
+class _ShapeOnly:
+    """Stands in for an op module to learn the output shapes (for the cotangents)."""
+
+    def elu_plus_one(self, x):
+        return np.empty(np.shape(x))
+
+    def linear_attention(self, q, k, v, *, causal, feature_map, initial_state, output_final_state):
+        B, H, N, Dk = np.shape(q)
+        Dv = np.shape(v)[3]
+        o = np.empty((B, H, N, Dv))
+        return (o, (np.empty((B, H, Dk, Dv)), np.empty((B, H, Dk)))) if output_final_state else o
+
+    def linear_attention_step(self, q, k, v, state, *, feature_map):
+        B, H, Dk = np.shape(q)
+        Dv = np.shape(v)[2]
+        return np.empty((B, H, Dv)), (np.empty((B, H, Dk, Dv)), np.empty((B, H, Dk)))
+
+
+# RMS below which a quantity is compared on an absolute scale. Some true gradients are
+# pure cancellation: with one row, o_0 = v_0 whatever q_0 is, so dq is ~1e-8 of rounding
+# noise in the reference and the kernel alike, and a relative error there means nothing.
+# Below this floor the check becomes ||a - ref|| < tol * FLOOR_RMS * sqrt(n).
+FLOOR_RMS = 1e-3
+
+
+def rel_err(a: np.ndarray, ref: np.ndarray) -> float:
+    """||a - ref|| / max(||ref||, FLOOR_RMS * sqrt(n)); inf if a has a NaN or inf."""
+    if not np.all(np.isfinite(a)):
+        return float("inf")
+    denom = max(float(np.linalg.norm(ref)), FLOOR_RMS * np.sqrt(max(ref.size, 1)))
+    return float(np.linalg.norm(a - ref) / denom)
+
+
+def max_rel_err(res: Result, ref: Result) -> float:
+    errs = [rel_err(a, b) for a, b in zip(res.outputs, ref.outputs)]
+    errs += [rel_err(res.grads[n], ref.grads[n]) for n in ref.grads]
+    return max(errs)
+
+
+def bitwise_equal(a: Result, b: Result) -> bool:
+    same = all(np.array_equal(x, y) for x, y in zip(a.outputs, b.outputs))
+    return same and all(np.array_equal(a.grads[n], b.grads[n]) for n in a.grads)
+
+
+def run_all(case: Case, device: str = "cpu") -> Tuple[Result, Result, Result]:
+    inputs = make_inputs(case)
+    return run_torch(case, inputs, device), run_jax(case, inputs), run_torch(case, inputs, device, reference=True)
+
+
+RUNNERS: Dict[str, Callable] = {"torch": run_torch, "jax": run_jax}

@@ -1,0 +1,28 @@
+"""``ato check`` and ``ato bench``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="ato", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="run every op in both frameworks against the reference and each other")
+    c.add_argument("--quick", action="store_true", help="fewer cases")
+    b = sub.add_parser("bench", help="GPU timings against peers (table, CSV, PNG)")
+    b.add_argument("--out", default="benchmarks/results", help="folder for the CSV, PNG and table")
+    b.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        from .check import run
+
+        return run(quick=args.quick)
+    from .bench import run
+
+    return run(out=args.out, quick=args.quick)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Argument checks shared by every op. Each raises ValueError or TypeError naming the
+argument, what was expected and what was given; they read only ArraySpecs."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .launch import FLOAT_DTYPES, ArraySpec
+
+
+def check_float(name: str, spec: ArraySpec) -> None:
+    if spec.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected a floating dtype in {FLOAT_DTYPES}, got {spec.dtype}")
+
+
+def check_rank(name: str, spec: ArraySpec, rank: int, layout: str) -> None:
+    if spec.ndim != rank:
+        raise ValueError(f"{name}: expected rank {rank} ({layout}), got shape {tuple(spec.shape)}")
+
+
+def check_same_dtype(names: Sequence[str], specs: Sequence[ArraySpec]) -> None:
+    first = specs[0].dtype
+    for name, spec in zip(names[1:], specs[1:]):
+        if spec.dtype != first:
+            raise TypeError(f"{name}: expected dtype {first} (the dtype of {names[0]}), got {spec.dtype}")
+
+
+def check_same_device(names: Sequence[str], specs: Sequence[ArraySpec]) -> None:
+    first = specs[0].device
+    for name, spec in zip(names[1:], specs[1:]):
+        if spec.device != first:
+            raise ValueError(f"{name}: expected device {first} (the device of {names[0]}), got {spec.device}")
+
+
+def check_dim(name: str, spec: ArraySpec, axis: int, expected: int, what: str) -> None:
+    if spec.shape[axis] != expected:
+        raise ValueError(f"{name}: expected size {expected} on axis {axis} ({what}), got shape {tuple(spec.shape)}")
+
+
+def check_shape(name: str, spec: ArraySpec, expected: Sequence[int], layout: str) -> None:
+    if tuple(spec.shape) != tuple(expected):
+        raise ValueError(f"{name}: expected shape {tuple(expected)} ({layout}), got {tuple(spec.shape)}")
+
+
+def check_range(name: str, value: int, lo: int, hi: int | None = None) -> None:
+    if value < lo or (hi is not None and value > hi):
+        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name}: expected {bound}, got {value}")
+
+
+def check_choice(name: str, value, choices: Sequence) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {tuple(choices)}, got {value!r}")

@@ -1,0 +1,115 @@
+"""Running @triton.jit kernels under Triton's interpreter, without TRITON_INTERPRET.
+
+``interpreted(kernel)`` returns a cached ``InterpretedFunction`` for the kernel, launched
+like the compiled one (``fn[grid](*args, **constexprs)``) on CPU torch tensors.
+
+Triton's interpreter (3.6 to 3.9 at least) stores bfloat16 as uint16 and hands those bit
+patterns straight to ``np.matmul`` in ``tl.dot``, so a bf16 dot returns garbage. We
+widen bf16 operands to fp32 first (exact), which is what the tensor cores compute: bf16
+products accumulated in fp32. The patch is idempotent and only touches the interpreter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import types
+
+import numpy as np
+
+
+def _patch_bf16_dot() -> None:
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    if getattr(builder.create_dot, "_ato_bf16_fix", False):
+        return
+    original = builder.create_dot
+
+    def create_dot(self, a, b, d, *args, **kwargs):
+        if a.dtype.scalar == tl.bfloat16 or b.dtype.scalar == tl.bfloat16:
+            a = self.cast_impl(a, tl.float32) if a.dtype.scalar == tl.bfloat16 else a
+            b = self.cast_impl(b, tl.float32) if b.dtype.scalar == tl.bfloat16 else b
+            return interp.TensorHandle(np.matmul(a.data, b.data, dtype=np.float32) + d.data, d.dtype.scalar)
+        return original(self, a, b, d, *args, **kwargs)
+
+    create_dot._ato_bf16_fix = True
+    builder.create_dot = create_dot
+
+
+_TWINS: dict = {}
+_LANG_LOCK = threading.Lock()
+
+
+def _twin(kernel):
+    """An InterpretedFunction for one of *our* JITFunctions.
+
+    Without TRITON_INTERPRET, the @triton.jit helpers a kernel calls stay JITFunctions,
+    which refuse to be called outside a compiled kernel. So the kernel's Python function
+    is rebuilt over a *copy* of its module globals in which every JITFunction is replaced
+    by its interpreted twin (recursively). The module itself is left untouched, so the
+    compiled path keeps working in the same process.
+    """
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    if kernel in _TWINS:
+        return _TWINS[kernel]
+    fn = kernel.fn
+    scope = dict(fn.__globals__)
+    twin = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    twin.__qualname__, twin.__module__ = fn.__qualname__, fn.__module__
+    _TWINS[kernel] = result = InterpretedFunction(twin)
+    for name, value in fn.__globals__.items():
+        if isinstance(value, JITFunction):
+            scope[name] = _twin(value)
+    return result
+
+
+@contextlib.contextmanager
+def _interpretable_language():
+    """Within the block, the public @jit functions of triton.language (tl.zeros, tl.sum,
+    tl.cdiv, ...) are interpreted functions, as they would be under TRITON_INTERPRET=1.
+    Private combine functions stay as they are: the interpreter recognises them by identity."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    try:  # imported lazily by the interpreter; it must see the real JITFunctions
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:
+        pass
+    saved = []
+    with _LANG_LOCK:
+        try:
+            for mod in (tl, tl.core, tl.standard, tl.math):
+                for name, value in list(vars(mod).items()):
+                    if isinstance(value, JITFunction) and not name.startswith("_"):
+                        saved.append((mod, name, value))
+                        setattr(mod, name, InterpretedFunction(value.fn))
+            yield
+        finally:
+            for mod, name, value in reversed(saved):
+                setattr(mod, name, value)
+
+
+class _Interpreted:
+    def __init__(self, kernel):
+        self.fn = _twin(kernel)
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            with _interpretable_language():
+                return self.fn[grid](*args, **kwargs)
+
+        return launch
+
+
+@functools.lru_cache(maxsize=None)
+def interpreted(kernel) -> _Interpreted:
+    """``interpreted(kernel)[grid](*args, **constexprs)`` runs a JITFunction under Triton's
+    interpreter, on CPU torch tensors (or CUDA ones, copied through the host)."""
+    _patch_bf16_dot()
+    return _Interpreted(kernel)

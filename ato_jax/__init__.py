@@ -1,0 +1,10 @@
+"""ato for JAX: the ato_core Triton kernels as differentiable, jittable JAX ops.
+
+On a GPU the kernels run compiled through jax-triton (the ``gpu`` extra); on a CPU they
+run under Triton's interpreter through ``jax.pure_callback`` (this path needs torch).
+``import ato_jax`` never imports jax_triton; the first GPU launch does.
+"""
+
+from .linear_attention import elu_plus_one, linear_attention, linear_attention_step  # noqa: F401
+
+__all__ = ["elu_plus_one", "linear_attention", "linear_attention_step"]

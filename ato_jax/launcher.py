@@ -1,0 +1,116 @@
+"""Executes ato_core launch plans on JAX arrays.
+
+On a GPU each launch is a ``jax_triton.triton_call`` (compiled kernel). On a CPU (or
+with ATO_INTERPRET=1) the whole plan runs in one ``jax.pure_callback`` through the torch
+launcher under Triton's interpreter, which needs torch CPU tensors: the identical
+kernels and plan as ``ato_torch``, so the two frameworks agree bit for bit there.
+No launch decision is made here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ato_core.launch import ArraySpec, Plan, row_major_strides
+from ato_core.target import INTERPRETER, Target, cuda_target, force_interpret
+
+
+def spec(x) -> ArraySpec:
+    """The ArraySpec of a JAX array: row-major strides (JAX has no other layout)."""
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise TypeError(f"expected a jax.Array, got {type(x).__name__}")
+    return ArraySpec(tuple(x.shape), str(jnp.dtype(x.dtype)), row_major_strides(x.shape), "jax")
+
+
+def _platform(arrays) -> str:
+    for x in arrays:
+        if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+            return next(iter(x.devices())).platform
+    return jax.default_backend()
+
+
+def target_for(*arrays) -> Target:
+    if force_interpret() or _platform(arrays) != "gpu":
+        return INTERPRETER
+    return cuda_target(0)
+
+
+_jax_triton = None
+
+
+def import_jax_triton():
+    """Imports jax_triton, leaving TRITON_CACHE_DIR as it was: jax-triton 0.2.0 to 0.3.1
+    set it to "" at import (breaking every later Triton compile in the process, torch's
+    included) and 0.4.x deletes it."""
+    global _jax_triton
+    if _jax_triton is None:
+        saved = os.environ.get("TRITON_CACHE_DIR")
+        try:
+            import jax_triton
+        finally:
+            if saved is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = saved
+        _jax_triton = jax_triton
+    return _jax_triton
+
+
+def _shape_dtype(buffer) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(buffer.shape, jnp.dtype(buffer.dtype))
+
+
+def _run_compiled(plan: Plan, env: dict) -> tuple:
+    jt = import_jax_triton()
+    for launch in plan.launches:
+        outs = jt.triton_call(
+            *[env[name] for name in launch.inputs], *launch.scalars,
+            kernel=launch.kernel, out_shape=[_shape_dtype(b) for b in launch.outputs], grid=launch.grid,
+            num_warps=launch.num_warps, num_stages=launch.num_stages,
+            zeroed_outputs=tuple(i for i, b in enumerate(launch.outputs) if b.zeroed), **launch.constexprs,
+        )
+        env.update((b.name, out) for b, out in zip(launch.outputs, outs))
+    return tuple(env[name] for name in plan.results)
+
+
+def _to_torch(a):
+    import torch
+
+    a = np.array(a, copy=True)
+    if a.dtype == jnp.bfloat16:
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def _to_numpy(t):
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.uint16).numpy().view(jnp.bfloat16)
+    return t.numpy()
+
+
+def _run_interpreted(plan: Plan, env: dict, target: Target) -> tuple:
+    names = tuple(env)
+    result_specs = tuple(_shape_dtype(plan.buffer(name)) for name in plan.results)
+
+    def host(*arrays):
+        from ato_torch.launcher import run_plan
+
+        outs = run_plan(plan, {n: _to_torch(a) for n, a in zip(names, arrays)}, target)
+        return tuple(_to_numpy(o.cpu()) for o in outs)
+
+    return tuple(jax.pure_callback(host, result_specs, *[env[n] for n in names]))
+
+
+def run_plan(plan: Plan, arrays: Mapping[str, jax.Array | None], target: Target) -> tuple:
+    """Runs ``plan`` on JAX arrays (None for an absent optional input); returns its results."""
+    env = {name: x for name, x in arrays.items() if x is not None}
+    if target.interpret:
+        return _run_interpreted(plan, env, target)
+    return _run_compiled(plan, env)

@@ -1,0 +1,9 @@
+"""ato for PyTorch: the ato_core Triton kernels as differentiable torch ops.
+
+CUDA tensors run compiled kernels; CPU tensors run the same kernels under Triton's
+interpreter (set ATO_INTERPRET=1 to interpret on a GPU too).
+"""
+
+from .linear_attention import elu_plus_one, linear_attention, linear_attention_step  # noqa: F401
+
+__all__ = ["elu_plus_one", "linear_attention", "linear_attention_step"]

@@ -1,0 +1,301 @@
+"""linear_attention, linear_attention_step, elu_plus_one: CPU tier (Triton's interpreter).
+
+Every case runs in ato_torch and ato_jax (under jax.jit(jax.value_and_grad)) on the same
+inputs and is compared with the float64 reference (outputs and every gradient, with the
+per-dtype tolerances of ato_cli.harness.TOLERANCE); on the CPU both frameworks run the
+identical interpreted kernels, so they must agree bit for bit.
+"""
+
+import os
+import sys
+import types
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import ato_jax
+import ato_torch
+import ato_torch.launcher
+from ato_cli import harness as h
+from ato_core import linear_attention as la_core
+from ato_core import reference as ref
+from ato_core.target import INTERPRETER
+
+LA_CASES = [
+    # (B, H, N, Dk, Dv): one row; lengths that are no multiple of any block; several
+    # segments and several chunks per segment (N=300); odd head dims; Dk > 128 (chunk
+    # 32, several Dv tiles in the forward and several Dk tiles in the backward).
+    (1, 1, 1, 16, 16),
+    (1, 2, 37, 8, 12),
+    (2, 2, 300, 48, 40),
+    (1, 2, 70, 3, 5),
+    (1, 1, 45, 130, 72),
+]
+
+
+def check(case, inputs=None):
+    inputs = h.make_inputs(case) if inputs is None else inputs
+    t = h.run_torch(case, inputs)
+    j = h.run_jax(case, inputs)
+    r = h.run_torch(case, inputs, reference=True)
+    tol = h.TOLERANCE[case.dtype]
+    for name, res in (("torch", t), ("jax", j)):
+        for i, (a, b) in enumerate(zip(res.outputs, r.outputs)):
+            assert h.rel_err(a, b) < tol, f"{name} output {i}: {h.rel_err(a, b):.3g} >= {tol}"
+        for n in r.grads:
+            assert h.rel_err(res.grads[n], r.grads[n]) < tol, f"{name} d{n}: {h.rel_err(res.grads[n], r.grads[n]):.3g}"
+    # Same interpreter, same plan: identical bits (chex for the JAX-side comparison).
+    chex.assert_trees_all_equal(t.outputs, j.outputs)
+    chex.assert_trees_all_equal(t.grads, j.grads)
+    return t, j, r
+
+
+@pytest.mark.parametrize("shape", LA_CASES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
+@pytest.mark.parametrize("feature_map", [None, "elu"])
+def test_linear_attention_fp32(shape, causal, feature_map):
+    check(h.la_case(*shape, causal=causal, feature_map=feature_map, seed=sum(shape)))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
+def test_linear_attention_half(dtype, causal):
+    check(h.la_case(2, 2, 150, 32, 24, dtype=dtype, causal=causal, seed=3))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_initial_and_final_state(dtype):
+    """Gradients flow to the initial state and from the final state."""
+    check(h.la_case(2, 1, 90, 16, 24, dtype=dtype, causal=True, state=True, final=True, seed=5))
+
+
+def test_final_state_bidirectional():
+    check(h.la_case(1, 2, 77, 16, 8, causal=False, final=True, seed=6))
+
+
+def test_step():
+    check(h.step_case(2, 3, 20, 12, seed=7))
+    check(h.step_case(1, 2, 16, 16, dtype="bfloat16", feature_map=None, seed=8))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_elu_plus_one(dtype):
+    check(h.elu_case((3, 1000), dtype))
+    check(h.elu_case((4097,), dtype, seed=1))
+
+
+def test_reference_forms_agree():
+    """The quadratic form and the recurrence are two independent references."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.random((2, 2, 33, n)) for n in (6, 6, 5))
+    S0, z0 = rng.random((2, 2, 6, 5)), rng.random((2, 2, 6))
+    a, (Sa, za) = ref.linear_attention(q, k, v, causal=True, feature_map="elu", initial_state=(S0, z0),
+                                       output_final_state=True)
+    b, (Sb, zb) = ref.linear_attention_recurrent(q, k, v, feature_map="elu", initial_state=(S0, z0))
+    for x, y in ((a, b), (Sa, Sb), (za, zb)):
+        np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
+
+
+def test_reference_grad_in_jax_matches_torch():
+    """The one reference yields the same gradients under jax.grad and torch autograd."""
+    case = h.la_case(1, 2, 20, 4, 3, causal=True)
+    inputs = h.make_inputs(case)
+    r = h.run_torch(case, inputs, reference=True)
+    do = h.cotangents(case, r.outputs)[0]
+
+    def loss(q, k, v):
+        return jnp.sum(ref.linear_attention(q, k, v, causal=True, feature_map="elu") * do)
+
+    grads = jax.grad(loss, argnums=(0, 1, 2))(*(jnp.asarray(inputs[n]) for n in "qkv"))
+    chex.assert_trees_all_close([np.asarray(g, np.float64) for g in grads], [r.grads[n] for n in "qkv"],
+                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_state_continuation(framework):
+    """Running a sequence in two pieces, carrying the state, equals running it whole."""
+    case = h.la_case(2, 2, 150, 16, 12, causal=True)
+    x = h.make_inputs(case)
+    ops, arr = (ato_torch, torch.from_numpy) if framework == "torch" else (ato_jax, jnp.asarray)
+    q, k, v = (arr(x[n]) for n in "qkv")
+    o, (S, z) = ops.linear_attention(q, k, v, causal=True, feature_map="elu", output_final_state=True)
+    cut = 61
+    o1, st = ops.linear_attention(q[:, :, :cut], k[:, :, :cut], v[:, :, :cut], causal=True, feature_map="elu",
+                                  output_final_state=True)
+    o2, (S2, z2) = ops.linear_attention(q[:, :, cut:], k[:, :, cut:], v[:, :, cut:], causal=True,
+                                        feature_map="elu", initial_state=st, output_final_state=True)
+    whole = np.asarray(o)
+    pieces = np.concatenate([np.asarray(o1), np.asarray(o2)], axis=2)
+    assert h.rel_err(pieces, whole) < 1e-5
+    assert h.rel_err(np.asarray(S2), np.asarray(S)) < 1e-5
+    assert h.rel_err(np.asarray(z2), np.asarray(z)) < 1e-5
+
+    # ...and a decoding step continues it: step(row N) == last row of the whole run on N+1.
+    n = 149
+    _, st = ops.linear_attention(q[:, :, :n], k[:, :, :n], v[:, :, :n], causal=True, feature_map="elu",
+                                 output_final_state=True)
+    o_step, (S3, z3) = ops.linear_attention_step(q[:, :, n], k[:, :, n], v[:, :, n], st, feature_map="elu")
+    assert h.rel_err(np.asarray(o_step), whole[:, :, n]) < 1e-5
+    assert h.rel_err(np.asarray(S3), np.asarray(S)) < 1e-5
+    assert h.rel_err(np.asarray(z3), np.asarray(z)) < 1e-5
+
+
+def test_non_contiguous_torch_inputs():
+    """A [B, N, H, D] tensor transposed to [B, H, N, D] is read in place, same bits."""
+    g = torch.Generator().manual_seed(0)
+    base = [torch.randn(2, 70, 3, d, generator=g) for d in (16, 16, 24)]
+    views = [t.transpose(1, 2) for t in base]
+    assert not views[0].is_contiguous()
+    for causal in (False, True):
+        leaves_a = [t.clone().requires_grad_() for t in views]
+        leaves_b = [t.contiguous().requires_grad_() for t in views]
+        oa = ato_torch.linear_attention(*leaves_a, causal=causal, feature_map="elu")
+        ob = ato_torch.linear_attention(*leaves_b, causal=causal, feature_map="elu")
+        do = torch.randn(oa.shape, generator=g).transpose(2, 3).contiguous().transpose(2, 3)  # strided cotangent
+        oa.backward(do)
+        ob.backward(do)
+        assert torch.equal(oa, ob)
+        for a, b in zip(leaves_a, leaves_b):
+            assert torch.equal(a.grad, b.grad)
+
+
+def test_fp16_long_sequence_does_not_overflow():
+    """N = 65536 in fp16 with ELU+1 features: z . phi(q) reaches ~1e6, far past fp16's
+    65504; states and normaliser stay fp32, so o is finite and right."""
+    N, D = 65536, 16
+    rng = np.random.default_rng(1)
+    q, k = (rng.standard_normal((1, 1, N, D)).astype(np.float16) + np.float16(2.0) for _ in range(2))
+    v = rng.standard_normal((1, 1, N, D)).astype(np.float16)
+    o = ato_torch.linear_attention(*(torch.from_numpy(a) for a in (q, k, v)), causal=True, feature_map="elu")
+    o = o.double().numpy()[0, 0]
+    fq, fk = (ref.elu_plus_one(a.astype(np.float64))[0, 0] for a in (q, k))
+    v64 = v.astype(np.float64)[0, 0]
+    den = np.einsum("nd,nd->n", fq, np.cumsum(fk, axis=0))
+    assert den.max() > 1e6  # the normaliser really does pass fp16's range
+    rows = np.r_[0:64, N - 4096:N]  # check a prefix and the long tail against the recurrence
+    S = np.zeros((D, D))
+    expect = {}
+    kv = fk[:, :, None] * v64[:, None, :]
+    S_tail = kv[: N - 4096].sum(axis=0)
+    for i in range(N - 4096, N):
+        S_tail = S_tail + kv[i]
+        expect[i] = fq[i] @ S_tail / (den[i] + 1e-6)
+    for i in range(64):
+        S = S + kv[i]
+        expect[i] = fq[i] @ S / (den[i] + 1e-6)
+    got = np.stack([o[i] for i in rows])
+    want = np.stack([expect[i] for i in rows])
+    assert np.all(np.isfinite(o))
+    assert h.rel_err(got, want) < h.TOLERANCE["float16"]
+
+
+BAD_INPUTS = [
+    # (description, builder of kwargs from good inputs, exception, fragment of the message)
+    ("q rank 3", lambda x: dict(x, q=x["q"][0]), ValueError, "q: expected rank 4"),
+    ("B mismatch", lambda x: dict(x, k=x["k"][:1]), ValueError, "k: expected size 2 on axis 0"),
+    ("N mismatch", lambda x: dict(x, v=x["v"][:, :, :5]), ValueError, "v: expected size 9 on axis 2"),
+    ("Dk mismatch", lambda x: dict(x, k=x["k"][..., :3]), ValueError, "k: expected size 4 on axis 3"),
+    ("integer q", lambda x: dict(x, q=x["q_int"]), TypeError, "q: expected a floating dtype"),
+    ("mixed dtypes", lambda x: dict(x, v=x["v_half"]), TypeError, "v: expected dtype float32"),
+    ("bad feature map", lambda x: dict(x, feature_map="relu"), ValueError, "feature_map: expected one of"),
+    ("state when bidirectional", lambda x: dict(x, causal=False, initial_state=x["state"]), ValueError,
+     "initial_state: expected None when causal=False"),
+    ("state S shape", lambda x: dict(x, initial_state=(x["state"][0][..., :2], x["state"][1])), ValueError,
+     "initial_state[0] (S): expected shape (2, 3, 4, 5)"),
+    ("state dtype", lambda x: dict(x, initial_state=(x["state"][0], x["state"][1].astype("float16")
+                                                     if hasattr(x["state"][1], "astype") else x["state"][1].half())),
+     TypeError, "initial_state[1] (z): expected dtype float32"),
+    ("state not a pair", lambda x: dict(x, initial_state=x["state"][0]), TypeError, "initial_state: expected a pair"),
+    ("head dim too large", lambda x: dict(x, q=x["q_wide"], k=x["q_wide"]), ValueError, "(Dk): expected in [1, 256]"),
+]
+
+
+def _bad_input_args(framework):
+    rng = np.random.default_rng(0)
+    a = {n: rng.random(s).astype(np.float32) for n, s in
+         (("q", (2, 3, 9, 4)), ("k", (2, 3, 9, 4)), ("v", (2, 3, 9, 5)), ("S", (2, 3, 4, 5)), ("z", (2, 3, 4)),
+          ("q_wide", (2, 3, 9, 257)))}
+    arr = torch.from_numpy if framework == "torch" else jnp.asarray
+    x = {n: arr(a[n]) for n in ("q", "k", "v", "q_wide")}
+    x["q_int"] = arr(np.ones((2, 3, 9, 4), np.int32))
+    x["v_half"] = arr(a["v"].astype(np.float16))
+    x["state"] = (arr(a["S"]), arr(a["z"]))
+    x["causal"], x["feature_map"] = True, "elu"
+    return x
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("desc,mutate,exc,fragment", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_inputs(framework, desc, mutate, exc, fragment):
+    ops = ato_torch if framework == "torch" else ato_jax
+    kw = mutate(_bad_input_args(framework))
+    with pytest.raises(exc) as info:
+        ops.linear_attention(kw["q"], kw["k"], kw["v"], causal=kw["causal"], feature_map=kw["feature_map"],
+                             initial_state=kw.get("initial_state"))
+    assert fragment in str(info.value)
+
+
+@pytest.mark.skipif(not hasattr(torch, "device") or torch.cuda.device_count() > 0, reason="needs no second device")
+def test_torch_inputs_on_different_devices():
+    q = torch.rand(1, 1, 4, 4)
+    k = torch.rand(1, 1, 4, 4, device="meta")
+    with pytest.raises(ValueError, match="k: expected device cpu"):
+        ato_torch.linear_attention(q, k, q)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_step_bad_state(framework):
+    arr = torch.from_numpy if framework == "torch" else jnp.asarray
+    ops = ato_torch if framework == "torch" else ato_jax
+    q = arr(np.ones((2, 3, 4), np.float32))
+    v = arr(np.ones((2, 3, 5), np.float32))
+    S, z = arr(np.ones((2, 3, 4, 6), np.float32)), arr(np.ones((2, 3, 4), np.float32))
+    with pytest.raises(ValueError, match=r"state\[0\] \(S\): expected shape \(2, 3, 4, 5\)"):
+        ops.linear_attention_step(q, q, v, (S, z))
+    with pytest.raises(ValueError, match="q: expected rank 3"):
+        ops.linear_attention_step(q[None], q, v, (S, z))
+
+
+def test_causal_state_memory_does_not_grow_with_n():
+    """Segment count is bounded by the GPU size, not N: state buffers are O(B*H*D^2)."""
+    from ato_core.target import Target
+
+    gpu = Target(interpret=False, num_sms=132)
+    for N in (4096, 65536, 1 << 20):
+        cfg = la_core.config(8, 16, N, 64, 64, "bfloat16", True, gpu)
+        assert cfg.nseg <= 3, (N, cfg.nseg)
+        assert cfg.nseg * cfg.seg_len >= N
+
+
+def test_jax_triton_import_leaves_triton_cache_dir(monkeypatch, tmp_path):
+    """jax-triton <= 0.3.1 sets TRITON_CACHE_DIR="" at import (0.4 deletes it); ato restores it."""
+    from ato_jax import launcher
+
+    fake = types.ModuleType("jax_triton")
+    monkeypatch.setitem(sys.modules, "jax_triton", fake)
+    # Simulate the import side effect by running it where the real import would.
+    real_import = __builtins__["__import__"] if isinstance(__builtins__, dict) else __builtins__.__import__
+
+    def importer(name, *args, **kwargs):
+        if name == "jax_triton":
+            os.environ["TRITON_CACHE_DIR"] = ""
+            return fake
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.__import__", importer)
+    monkeypatch.setattr(launcher, "_jax_triton", None)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    assert launcher.import_jax_triton() is fake
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path)
+    monkeypatch.setattr(launcher, "_jax_triton", None)
+    monkeypatch.delenv("TRITON_CACHE_DIR")
+    launcher.import_jax_triton()
+    assert "TRITON_CACHE_DIR" not in os.environ
+
+
+def test_interpreter_target_is_used_on_cpu():
+    assert ato_torch.launcher.target_for(torch.zeros(1)) == INTERPRETER
