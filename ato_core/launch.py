@@ -7,16 +7,28 @@ name), its runtime scalars, the buffers it writes and its constexprs. The adapte
 or a dtype, so the two frameworks cannot drift apart.
 
 Kernel signature convention (what jax-triton passes): input pointers, then runtime
-scalars, then output pointers, then ``tl.constexpr`` s.
+scalars, then output pointers, then ``tl.constexpr`` s. A float scalar is an fp32 kernel
+argument in both frameworks (ato_jax.launcher.kernel_scalars).
+
+Specialisation. Both frameworks must compile one kernel into the same binary, so they must
+specialise its arguments alike. jax-triton declares every pointer 16-byte aligned, turns
+integers equal to 1 into constants, and says nothing of other integers; torch's Triton
+launcher would also mark integers divisible by 16. A Launch therefore switches that last
+marking off for its scalar arguments, and a kernel learns what it may assume of its sizes
+and strides from an ``ALIGN`` constexpr that the plan computes (:func:`alignment`; applied
+in the kernel by ato_core.kernels.common.aligned).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Mapping, Sequence
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+# Default of Launch.fp_fusion.
+FP_FUSION = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,11 +93,43 @@ class Launch:
     constexprs: Mapping[str, Any]
     num_warps: int = 4
     num_stages: int = 2
+    # Let the compiler contract a*b+c into FMAs (Triton's enable_fp_fusion).
+    fp_fusion: bool = dataclasses.field(default_factory=lambda: FP_FUSION)
+
+    def __post_init__(self):
+        _no_alignment_specialisation(self.kernel, len(self.inputs), len(self.scalars))
 
     @property
     def name(self) -> str:
         fn = getattr(self.kernel, "fn", self.kernel)
         return getattr(fn, "__name__", repr(fn))
+
+
+def _no_alignment_specialisation(kernel, first: int, count: int) -> None:
+    """Marks a JITFunction's scalar parameters [first, first + count) as not specialised on
+    divisibility by 16 (as jax-triton compiles them). Idempotent; drops the compiled-kernel
+    caches the first time, so no binary compiled under the old rule is reused."""
+    params = getattr(kernel, "params", None)
+    if params is None:
+        return
+    changed = False
+    for p in params[first:first + count]:
+        if not p.do_not_specialize_on_alignment:
+            p.do_not_specialize_on_alignment = True
+            changed = True
+    if changed and hasattr(kernel, "device_caches"):
+        kernel.device_caches.clear()
+
+
+def alignment(*values: int, limit: int = 16) -> int:
+    """The largest power of two <= ``limit`` that divides every value (0 divides by
+    anything): the ALIGN constexpr that lets a kernel vectorise over these sizes/strides."""
+    a = limit
+    for v in values:
+        v = abs(int(v))
+        if v:
+            a = min(a, v & -v)
+    return a
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +150,28 @@ class Plan:
                 if out.name == name:
                     return out
         raise KeyError(name)
+
+
+def cached_plan(fn):
+    """Memoises a plan constructor on its (hashable) arguments: specs, flags, the Target.
+
+    A plan depends on nothing else, and building one (argument checks, configuration,
+    launch descriptions) costs tens of microseconds of Python per call, as much as a short
+    kernel. Unhashable arguments skip the cache; errors are raised afresh every call.
+    ``cache_clear()`` empties it (after changing a module-level tuning constant).
+    """
+    cache = functools.lru_cache(maxsize=1024)(fn)
+
+    @functools.wraps(fn)
+    def plan(*args, **kwargs):
+        try:
+            hash((args, tuple(kwargs.items())))
+        except TypeError:
+            return fn(*args, **kwargs)
+        return cache(*args, **kwargs)
+
+    plan.cache_clear = cache.cache_clear
+    return plan
 
 
 def next_pow2(n: int) -> int:

@@ -13,24 +13,28 @@ from typing import Optional, Tuple
 from . import checks
 from .feature_maps import feature_map_code
 from .kernels import linear_attention as kern
-from .launch import ArraySpec, Buffer, Launch, Plan, cdiv, next_pow2, row_major_strides
+from .launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, row_major_strides
 from .target import Target
 
 MAX_HEAD_DIM = 256
 # fp32 elements of one program's [Dk-tile, Dv-tile] state held in registers.
 STATE_TILE_ELEMS = 8192
 # Programs per SM that the segment split aims for (causal parallelism over the sequence).
-WAVES = 2
-# Rows per program in the bidirectional output kernels, in chunks.
+# Measured on an H200 (B8 N4096 H16 D64 bf16, causal fwd / fwd+bwd, us): WAVES 2: 288 /
+# 1117; 4: 283 / 1168; 8: 253 / 960; 16: 287 / 1028; 32: 349 / 1156.
+WAVES = 8
+# Rows per program in the bidirectional output kernels, in chunks (4 and 8 measured alike).
 OUT_CHUNKS = 4
 # Software-pipelining depth of the kernels that walk a segment backwards (dk, dv). With
 # 2 or 3 stages, Triton 3.6 compiled la_bwd_dk_kernel (bf16, Dk=16, Dv=128, N=129) on an
 # H200 into an out-of-range shared-memory access; with 1 it runs clean.
 REVERSE_STAGES = 1
-# Smallest padded head-dim tile. tl.dot accepts 16; 32 is what the GPU tier has run
-# clean with (it was raised while chasing the fault above, which turned out to be the
-# pipelining). Loads are masked, so it costs idle lanes at Dk or Dv <= 16, no traffic.
-MIN_TILE = 32
+# Smallest padded head-dim tile. tl.dot accepts 16, but on an H200 Triton 3.6 compiles the
+# bf16 backward with a 32-wide Dk tile (Dk=16, Dv=128) into wrong results (dq off by 76%,
+# la_bwd_dq_kernel, any num_stages) and, with fp32 operands, into an illegal memory access
+# (benchmarks/diagnose.py bisect); with 64-wide tiles both are right. Loads are masked, so
+# padding costs idle MMA lanes at Dk or Dv < 64, not memory traffic.
+MIN_TILE = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,9 +147,15 @@ def _scan(cfg: Config, partial: str, init: Optional[str], out: Tuple[str, str, s
         (cfg.nseg, cfg.Dk, cfg.Dv),
         (_f32(ss, cfg.B, cfg.H, cfg.nseg, cfg.Dk, cfg.Dv), _f32(zs, cfg.B, cfg.H, cfg.nseg, cfg.Dk),
          _f32(sf, cfg.B, cfg.H, cfg.Dk, cfg.Dv), _f32(zf, cfg.B, cfg.H, cfg.Dk)),
-        {"HAS_INIT": init is not None, "REVERSE": reverse, "BK": bk, "BV": bv},
+        {"HAS_INIT": init is not None, "REVERSE": reverse, "BK": bk, "BV": bv, "ALIGN": alignment(cfg.Dk, cfg.Dv)},
         num_warps=4,
     )
+
+
+def _align(Dk: int, Dv: int, *arrays: ArraySpec) -> int:
+    """ALIGN of a launch: divides Dk, Dv and the b, h, n strides of the arrays it reads
+    (the buffers it writes are row-major, so their strides are multiples of Dk or Dv)."""
+    return alignment(Dk, Dv, *(st for a in arrays for st in a.strides[:-1]))
 
 
 def _state_addressing(cfg: Config, causal: bool) -> Tuple[int, int]:
@@ -153,6 +163,7 @@ def _state_addressing(cfg: Config, causal: bool) -> Tuple[int, int]:
     return (cfg.nseg, 1) if causal else (1, 0)
 
 
+@cached_plan
 def forward_plan(
     q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, feature_map, eps: float,
     initial_state: Optional[Tuple[ArraySpec, ArraySpec]], target: Target,
@@ -168,11 +179,13 @@ def forward_plan(
     cfg = config(B, H, N, Dk, Dv, q.dtype, causal, target)
     BH, fmap = B * H, feature_map_code(feature_map)
     nvt = cdiv(Dv, cfg.bv_tile)
+    align = _align(Dk, Dv, q, k, v)
     state = Launch(
         kern.la_fwd_state_kernel, (BH, cfg.nseg, nvt), ("k", "v"),
         (H, N, cfg.seg_len, Dk, Dv, *k.strides, *v.strides),
         (_f32("part_S", B, H, cfg.nseg, Dk, Dv), _f32("part_z", B, H, cfg.nseg, Dk)),
-        {"FEATURE": fmap, "BK": cfg.BK, "BV": cfg.bv_tile, **cfg.constexprs}, num_warps=cfg.num_warps,
+        {"FEATURE": fmap, "BK": cfg.BK, "BV": cfg.bv_tile, "ALIGN": align, **cfg.constexprs},
+        num_warps=cfg.num_warps,
     )
     scan = _scan(cfg, "part", "init" if initial_state is not None else None,
                  ("S_start", "z_start", "S_final", "z_final"), reverse=False)
@@ -183,13 +196,14 @@ def forward_plan(
         (H, N, cfg.seg_len_out, Dk, Dv, *_state_addressing(cfg, causal), float(eps),
          *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
         (Buffer("o", o_shape, q.dtype), _f32("rden", B, H, N)),
-        {"FEATURE": fmap, "CAUSAL": causal, "BK": cfg.BK, "BV": cfg.bv_tile, **cfg.constexprs},
+        {"FEATURE": fmap, "CAUSAL": causal, "BK": cfg.BK, "BV": cfg.bv_tile, "ALIGN": align, **cfg.constexprs},
         num_warps=cfg.num_warps,
     )
     plan = Plan((state, scan, out), ("o", "S_final", "z_final", "rden", res_S, res_z), dense=("init_S", "init_z"))
     return plan, cfg
 
 
+@cached_plan
 def backward_plan(
     q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, causal: bool, feature_map, eps: float,
     has_dfinal: bool, target: Target,
@@ -205,36 +219,47 @@ def backward_plan(
     cfg = config(B, H, N, Dk, Dv, q.dtype, causal, target)
     BH, fmap = B * H, feature_map_code(feature_map)
     nkt, nvt = cdiv(Dk, cfg.bk_tile), cdiv(Dv, cfg.bv_tile)
+    align = _align(Dk, Dv, q, k, v, do)
     o_strides = row_major_strides((B, H, N, Dv))
     state = Launch(
         kern.la_bwd_state_kernel, (BH, cfg.nseg, nkt), ("q", "do", "o", "rden"),
         (H, N, cfg.seg_len, Dk, Dv, *q.strides, *do.strides, *o_strides),
         (_f32("rpart_S", B, H, cfg.nseg, Dk, Dv), _f32("rpart_z", B, H, cfg.nseg, Dk), _f32("g", B, H, N)),
-        {"FEATURE": fmap, "BK": cfg.bk_tile, "BV": cfg.BV, **cfg.constexprs}, num_warps=cfg.num_warps,
+        {"FEATURE": fmap, "BK": cfg.bk_tile, "BV": cfg.BV, "ALIGN": align, **cfg.constexprs},
+        num_warps=cfg.num_warps,
     )
     scan = _scan(cfg, "rpart", "dfinal" if has_dfinal else None, ("R_start", "r_start", "dS0", "dz0"), reverse=True)
     R_S, R_z = ("R_start", "r_start") if causal else ("dS0", "dz0")
     addressing = _state_addressing(cfg, causal)
     common = (H, N, cfg.seg_len_out, Dk, Dv, *addressing)
-    ce = {"FEATURE": fmap, "CAUSAL": causal, **cfg.constexprs}
+    ce = {"FEATURE": fmap, "CAUSAL": causal, "ALIGN": align, **cfg.constexprs}
     dq = Launch(
         kern.la_bwd_dq_kernel, (BH, cfg.nseg_out, nkt), ("q", "k", "v", "do", "rden", "g", "S_res", "z_res"),
         (*common, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(q.shape)),
         (Buffer("dq", tuple(q.shape), q.dtype),), {**ce, "BK": cfg.bk_tile, "BV": cfg.BV}, num_warps=cfg.num_warps,
     )
-    dk = Launch(
-        kern.la_bwd_dk_kernel, (BH, cfg.nseg_out, nkt), ("q", "k", "v", "do", "rden", "g", R_S, R_z),
-        (*common, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(k.shape)),
-        (Buffer("dk", tuple(k.shape), k.dtype),), {**ce, "BK": cfg.bk_tile, "BV": cfg.BV}, num_warps=cfg.num_warps,
-        num_stages=REVERSE_STAGES,
-    )
-    dv = Launch(
-        kern.la_bwd_dv_kernel, (BH, cfg.nseg_out, nvt), ("q", "k", "do", "rden", R_S),
-        (*common, *q.strides, *k.strides, *do.strides, *row_major_strides(v.shape)),
-        (Buffer("dv", tuple(v.shape), v.dtype),), {**ce, "BK": cfg.BK, "BV": cfg.bv_tile}, num_warps=cfg.num_warps,
-        num_stages=REVERSE_STAGES,
-    )
-    return Plan((state, scan, dq, dk, dv), ("dq", "dk", "dv", "dS0", "dz0"),
+    if cfg.BK * cfg.BV <= STATE_TILE_ELEMS:  # the whole reverse state in one program: one pass
+        reverse = (Launch(
+            kern.la_bwd_dkdv_kernel, (BH, cfg.nseg_out), ("q", "k", "v", "do", "rden", "g", R_S, R_z),
+            (*common, *q.strides, *k.strides, *v.strides, *do.strides),
+            (Buffer("dk", tuple(k.shape), k.dtype), Buffer("dv", tuple(v.shape), v.dtype)),
+            {**ce, "BK": cfg.BK, "BV": cfg.BV}, num_warps=cfg.num_warps, num_stages=REVERSE_STAGES,
+        ),)
+    else:
+        dk = Launch(
+            kern.la_bwd_dk_kernel, (BH, cfg.nseg_out, nkt), ("q", "k", "v", "do", "rden", "g", R_S, R_z),
+            (*common, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(k.shape)),
+            (Buffer("dk", tuple(k.shape), k.dtype),), {**ce, "BK": cfg.bk_tile, "BV": cfg.BV}, num_warps=cfg.num_warps,
+            num_stages=REVERSE_STAGES,
+        )
+        dv = Launch(
+            kern.la_bwd_dv_kernel, (BH, cfg.nseg_out, nvt), ("q", "k", "do", "rden", R_S),
+            (*common, *q.strides, *k.strides, *do.strides, *row_major_strides(v.shape)),
+            (Buffer("dv", tuple(v.shape), v.dtype),), {**ce, "BK": cfg.BK, "BV": cfg.bv_tile}, num_warps=cfg.num_warps,
+            num_stages=REVERSE_STAGES,
+        )
+        reverse = (dk, dv)
+    return Plan((state, scan, dq, *reverse), ("dq", "dk", "dv", "dS0", "dz0"),
                 dense=("rden", "S_res", "z_res", "dfinal_S", "dfinal_z"))
 
 
@@ -259,6 +284,7 @@ def check_step(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, feature_map, eps
     return B, H, Dk, Dv
 
 
+@cached_plan
 def step_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, *, feature_map, eps: float, target: Target) -> Plan:
     """Inputs: q, k, v ([B,H,D]) and state_S, state_z. Results: o [B,H,Dv], S1, z1 (fp32),
     rden [B,H] (residual)."""
@@ -268,7 +294,8 @@ def step_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, *, feature_map, e
         kern.la_step_kernel, (B * H, cdiv(Dv, cfg.bv_tile)), ("q", "k", "v", "state_S", "state_z"),
         (H, Dk, Dv, float(eps), *q.strides, *k.strides, *v.strides),
         (Buffer("o", (B, H, Dv), q.dtype), _f32("S1", B, H, Dk, Dv), _f32("z1", B, H, Dk), _f32("rden", B, H)),
-        {"FEATURE": feature_map_code(feature_map), "BK": cfg.BK, "BV": cfg.bv_tile}, num_warps=cfg.num_warps,
+        {"FEATURE": feature_map_code(feature_map), "BK": cfg.BK, "BV": cfg.bv_tile,
+         "ALIGN": alignment(Dk, Dv, *q.strides[:2], *k.strides[:2], *v.strides[:2])}, num_warps=cfg.num_warps,
     )
     return Plan((launch,), ("o", "S1", "z1", "rden"), dense=("state_S", "state_z"))
 
@@ -280,6 +307,7 @@ def _as_one_row(spec: ArraySpec) -> ArraySpec:
     return ArraySpec((B, H, 1, D), spec.dtype, (sb, sh, D * sd, sd), spec.device)
 
 
+@cached_plan
 def step_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, feature_map, eps: float,
                        target: Target) -> Plan:
     """The backward of one step is the causal backward of a one-row sequence whose start

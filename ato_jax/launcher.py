@@ -65,13 +65,21 @@ def _shape_dtype(buffer) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(buffer.shape, jnp.dtype(buffer.dtype))
 
 
+def kernel_scalars(scalars) -> tuple:
+    """A launch's scalars as jax-triton must receive them to match torch's Triton launcher:
+    a Python float is an fp32 kernel argument there, but jax-triton would pass it as fp64
+    (and the kernel would then compute in fp64: slower, and different bits), so floats go
+    as np.float32. Integers and bools are unchanged."""
+    return tuple(np.float32(x) if isinstance(x, float) else x for x in scalars)
+
+
 def _run_compiled(plan: Plan, env: dict) -> tuple:
     jt = import_jax_triton()
     for launch in plan.launches:
         outs = jt.triton_call(
-            *[env[name] for name in launch.inputs], *launch.scalars,
+            *[env[name] for name in launch.inputs], *kernel_scalars(launch.scalars),
             kernel=launch.kernel, out_shape=[_shape_dtype(b) for b in launch.outputs], grid=launch.grid,
-            num_warps=launch.num_warps, num_stages=launch.num_stages,
+            num_warps=launch.num_warps, num_stages=launch.num_stages, enable_fp_fusion=launch.fp_fusion,
             zeroed_outputs=tuple(i for i, b in enumerate(launch.outputs) if b.zeroed), **launch.constexprs,
         )
         env.update((b.name, out) for b, out in zip(launch.outputs, outs))

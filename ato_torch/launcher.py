@@ -55,7 +55,7 @@ def run_plan(plan: Plan, arrays: Mapping[str, torch.Tensor | None], target: Targ
         kernel = interpreted(launch.kernel) if target.interpret else launch.kernel
         with torch.cuda.device(device) if device.type == "cuda" else _nullcontext():
             kernel[launch.grid](*args, **launch.constexprs, num_warps=launch.num_warps,
-                                num_stages=launch.num_stages)
+                                num_stages=launch.num_stages, enable_fp_fusion=launch.fp_fusion)
         env.update((b.name, out) for b, out in zip(launch.outputs, outs))
     return tuple(env[name] for name in plan.results)
 

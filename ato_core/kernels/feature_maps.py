@@ -8,6 +8,8 @@ attention normaliser is positive), smooth at 0, derivative 1 or exp(x).
 import triton
 import triton.language as tl
 
+from .common import aligned
+
 IDENTITY = 0
 ELU_PLUS_ONE = 1
 
@@ -32,20 +34,20 @@ def feature_grad(x, dphi, FEATURE: tl.constexpr):
 
 
 @triton.jit
-def elu_plus_one_fwd_kernel(X, n, Y, BLOCK: tl.constexpr):
+def elu_plus_one_fwd_kernel(X, n, Y, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
     """y = ELU(x)+1 over a flat array of n elements; one program per BLOCK elements."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+    mask = offs < aligned(n, ALIGN)
     x = tl.load(X + offs, mask=mask, other=0.0)
     y = feature(x, mask, 1)
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def elu_plus_one_bwd_kernel(X, DY, n, DX, BLOCK: tl.constexpr):
+def elu_plus_one_bwd_kernel(X, DY, n, DX, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
     """dx = dy * (1 if x > 0 else exp(x))."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+    mask = offs < aligned(n, ALIGN)
     x = tl.load(X + offs, mask=mask, other=0.0)
     dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
     dx = feature_grad(x, dy, 1)

@@ -26,10 +26,12 @@ The backward mirrors this. With u_i = do_i / den_i and g_i = -(do_i . o_i) / den
 
 R is a state summed in reverse: ``la_bwd_state_kernel`` makes its per-segment partials
 (and g), ``la_scan_kernel`` (REVERSE) the suffix sums and dS_0 = R_0, then ``la_bwd_dq_kernel``
-walks segments forwards and ``la_bwd_dk_kernel`` / ``la_bwd_dv_kernel`` backwards.
+walks segments forwards and ``la_bwd_dkdv_kernel`` backwards (or, when the whole [Dk, Dv]
+state does not fit one program, ``la_bwd_dk_kernel`` and ``la_bwd_dv_kernel``, tiled).
 
 Conventions: pointers to inputs, then scalars, then outputs, then constexprs. q/k/v/o/do
-are addressed through explicit (b, h, n, d) strides; states are row-major
+are addressed through explicit (b, h, n, d) strides; Dk, Dv and the b, h, n strides are
+multiples of the ALIGN constexpr (see ato_core.kernels.common.aligned); states are row-major
 [B*H, segments, Dk, Dv] fp32 buffers. All offsets are int64. Everything accumulates in
 fp32; ``DOT_BF16`` feeds tensor cores bf16 operands (bf16 inputs), otherwise fp32 operands
 go in at ``PRECISION`` ("tf32" for fp16 inputs: fp16 cannot hold a long sequence's state;
@@ -39,6 +41,7 @@ go in at ``PRECISION`` ("tf32" for fp16 inputs: fp16 cannot hold a long sequence
 import triton
 import triton.language as tl
 
+from .common import aligned
 from .feature_maps import feature, feature_grad
 
 
@@ -52,8 +55,8 @@ def _mm(a, b, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _tile(base, rows, cols, stride_n, stride_d):
-    return base + rows[:, None].to(tl.int64) * stride_n + cols[None, :].to(tl.int64) * stride_d
+def _tile(base, rows, cols, stride_n, stride_d, ALIGN: tl.constexpr):
+    return base + rows[:, None].to(tl.int64) * aligned(stride_n, ALIGN) + cols[None, :].to(tl.int64) * stride_d
 
 
 @triton.jit
@@ -68,18 +71,20 @@ def la_fwd_state_kernel(
     skb, skh, skn, skd, svb, svh, svn, svd,
     DS, DZ,
     FEATURE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr,
-    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr,
+    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, segments, Dv tiles). dS[bh, s] = sum over the segment's rows of
     phi(k) v^T (one Dv tile, all of Dk); dz[bh, s] = sum of phi(k) (written by tile 0)."""
     bh = tl.program_id(0)
+    Dk = aligned(Dk, ALIGN)
+    Dv = aligned(Dv, ALIGN)
     s = tl.program_id(1)
     vb = tl.program_id(2)
     nseg = tl.num_programs(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
-    k_base = K + b * skb + h * skh
-    v_base = V + b * svb + h * svh
+    k_base = K + b * aligned(skb, ALIGN) + h * aligned(skh, ALIGN)
+    v_base = V + b * aligned(svb, ALIGN) + h * aligned(svh, ALIGN)
     offs_k = tl.arange(0, BK)
     offs_v = vb * BV + tl.arange(0, BV)
     kmask = offs_k < Dk
@@ -92,8 +97,8 @@ def la_fwd_state_kernel(
         rows = c0 + tl.arange(0, CHUNK)
         rmask = rows < end
         km = rmask[:, None] & kmask[None, :]
-        phik = feature(tl.load(_tile(k_base, rows, offs_k, skn, skd), mask=km, other=0.0), km, FEATURE)
-        v = tl.load(_tile(v_base, rows, offs_v, svn, svd), mask=rmask[:, None] & vmask[None, :], other=0.0)
+        phik = feature(tl.load(_tile(k_base, rows, offs_k, skn, skd, ALIGN), mask=km, other=0.0), km, FEATURE)
+        v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=rmask[:, None] & vmask[None, :], other=0.0)
         S += _mm(tl.trans(phik), v, DOT_BF16, PRECISION)
         z += tl.sum(phik, axis=0)
     idx = bh * nseg + s
@@ -107,13 +112,15 @@ def la_scan_kernel(
     DS, DZ, S0, Z0,
     nseg, Dk, Dv,
     SS, ZS, SF, ZF,
-    HAS_INIT: tl.constexpr, REVERSE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    HAS_INIT: tl.constexpr, REVERSE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, Dk tiles, Dv tiles). Walks the segments' partial states in order
     (reverse order if REVERSE), writing the running sum *before* each segment to SS/ZS
     and the total to SF/ZF; the running sum starts at S0/Z0 when HAS_INIT (dummy
     pointers otherwise). ZS/ZF are written by Dv tile 0."""
     bh = tl.program_id(0)
+    Dk = aligned(Dk, ALIGN)
+    Dv = aligned(Dv, ALIGN)
     offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
     offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
     kmask = offs_k < Dk
@@ -147,21 +154,23 @@ def la_fwd_kernel(
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod,
     O, RDEN,
     FEATURE: tl.constexpr, CAUSAL: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr,
+    CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, segments, Dv tiles). Output rows of one segment, one Dv tile, all of Dk.
     The segment's start state is SS[bh * nseg_state + s * state_seg_mult] (the total state,
     with state_seg_mult = 0, when bidirectional). Tile 0 also writes 1/den to RDEN
     ([B*H, N] fp32), which the backward reuses."""
     bh = tl.program_id(0)
+    Dk = aligned(Dk, ALIGN)
+    Dv = aligned(Dv, ALIGN)
     s = tl.program_id(1)
     vb = tl.program_id(2)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
-    q_base = Q + b * sqb + h * sqh
-    k_base = K + b * skb + h * skh
-    v_base = V + b * svb + h * svh
-    o_base = O + b * sob + h * soh
+    q_base = Q + b * aligned(sqb, ALIGN) + h * aligned(sqh, ALIGN)
+    k_base = K + b * aligned(skb, ALIGN) + h * aligned(skh, ALIGN)
+    v_base = V + b * aligned(svb, ALIGN) + h * aligned(svh, ALIGN)
+    o_base = O + b * aligned(sob, ALIGN) + h * aligned(soh, ALIGN)
     offs_k = tl.arange(0, BK)
     offs_v = vb * BV + tl.arange(0, BV)
     kmask = offs_k < Dk
@@ -176,12 +185,12 @@ def la_fwd_kernel(
         rmask = rows < end
         km = rmask[:, None] & kmask[None, :]
         vm = rmask[:, None] & vmask[None, :]
-        phiq = feature(tl.load(_tile(q_base, rows, offs_k, sqn, sqd), mask=km, other=0.0), km, FEATURE)
+        phiq = feature(tl.load(_tile(q_base, rows, offs_k, sqn, sqd, ALIGN), mask=km, other=0.0), km, FEATURE)
         num = _mm(phiq, S, DOT_BF16, PRECISION)
         den = tl.sum(phiq * z[None, :], axis=1)
         if CAUSAL:
-            phik = feature(tl.load(_tile(k_base, rows, offs_k, skn, skd), mask=km, other=0.0), km, FEATURE)
-            v = tl.load(_tile(v_base, rows, offs_v, svn, svd), mask=vm, other=0.0)
+            phik = feature(tl.load(_tile(k_base, rows, offs_k, skn, skd, ALIGN), mask=km, other=0.0), km, FEATURE)
+            v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=vm, other=0.0)
             A = _mm(phiq, tl.trans(phik), DOT_BF16, PRECISION)
             A = tl.where(rows[:, None] >= rows[None, :], A, 0.0)
             num += _mm(A, v, DOT_BF16, PRECISION)
@@ -190,7 +199,7 @@ def la_fwd_kernel(
             z += tl.sum(phik, axis=0)
         den = den + eps
         o = num / den[:, None]
-        tl.store(_tile(o_base, rows, offs_v, son, sod), o.to(O.dtype.element_ty), mask=vm)
+        tl.store(_tile(o_base, rows, offs_v, son, sod, ALIGN), o.to(O.dtype.element_ty), mask=vm)
         if vb == 0:
             tl.store(RDEN + bh.to(tl.int64) * N + rows, 1.0 / den, mask=rmask)
 
@@ -202,19 +211,21 @@ def la_bwd_state_kernel(
     sqb, sqh, sqn, sqd, sdb, sdh, sdn, sdd, sob, soh, son, sod,
     DR, DRZ, G,
     FEATURE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr,
-    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr,
+    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, segments, Dk tiles); all of Dv. Per segment: g = -(do . o) / den (written
     by tile 0 to G, [B*H, N] fp32), dR = sum phi(q) u^T with u = do / den, dr = sum phi(q) g."""
     bh = tl.program_id(0)
+    Dk = aligned(Dk, ALIGN)
+    Dv = aligned(Dv, ALIGN)
     s = tl.program_id(1)
     kb = tl.program_id(2)
     nseg = tl.num_programs(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
-    q_base = Q + b * sqb + h * sqh
-    do_base = DO + b * sdb + h * sdh
-    o_base = O + b * sob + h * soh
+    q_base = Q + b * aligned(sqb, ALIGN) + h * aligned(sqh, ALIGN)
+    do_base = DO + b * aligned(sdb, ALIGN) + h * aligned(sdh, ALIGN)
+    o_base = O + b * aligned(sob, ALIGN) + h * aligned(soh, ALIGN)
     offs_k = kb * BK + tl.arange(0, BK)
     offs_v = tl.arange(0, BV)
     kmask = offs_k < Dk
@@ -228,9 +239,9 @@ def la_bwd_state_kernel(
         rmask = rows < end
         km = rmask[:, None] & kmask[None, :]
         vm = rmask[:, None] & vmask[None, :]
-        phiq = feature(tl.load(_tile(q_base, rows, offs_k, sqn, sqd), mask=km, other=0.0), km, FEATURE)
-        do = tl.load(_tile(do_base, rows, offs_v, sdn, sdd), mask=vm, other=0.0).to(tl.float32)
-        o = tl.load(_tile(o_base, rows, offs_v, son, sod), mask=vm, other=0.0).to(tl.float32)
+        phiq = feature(tl.load(_tile(q_base, rows, offs_k, sqn, sqd, ALIGN), mask=km, other=0.0), km, FEATURE)
+        do = tl.load(_tile(do_base, rows, offs_v, sdn, sdd, ALIGN), mask=vm, other=0.0).to(tl.float32)
+        o = tl.load(_tile(o_base, rows, offs_v, son, sod, ALIGN), mask=vm, other=0.0).to(tl.float32)
         rden = tl.load(RDEN + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
         g = -tl.sum(do * o, axis=1) * rden
         u = do * rden[:, None]
@@ -251,20 +262,22 @@ def la_bwd_dq_kernel(
     sgb, sgh, sgn, sgd,
     DQ,
     FEATURE: tl.constexpr, CAUSAL: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr,
+    CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, segments, Dk tiles); all of Dv. Walks the segment forwards from its start
     state: dphi(Q) = U S^T + g z^T + mask(U V^T + g) phi(K), then S += phi(K)^T V."""
     bh = tl.program_id(0)
+    Dk = aligned(Dk, ALIGN)
+    Dv = aligned(Dv, ALIGN)
     s = tl.program_id(1)
     kb = tl.program_id(2)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
-    q_base = Q + b * sqb + h * sqh
-    k_base = K + b * skb + h * skh
-    v_base = V + b * svb + h * svh
-    do_base = DO + b * sdb + h * sdh
-    dq_base = DQ + b * sgb + h * sgh
+    q_base = Q + b * aligned(sqb, ALIGN) + h * aligned(sqh, ALIGN)
+    k_base = K + b * aligned(skb, ALIGN) + h * aligned(skh, ALIGN)
+    v_base = V + b * aligned(svb, ALIGN) + h * aligned(svh, ALIGN)
+    do_base = DO + b * aligned(sdb, ALIGN) + h * aligned(sdh, ALIGN)
+    dq_base = DQ + b * aligned(sgb, ALIGN) + h * aligned(sgh, ALIGN)
     offs_k = kb * BK + tl.arange(0, BK)
     offs_v = tl.arange(0, BV)
     kmask = offs_k < Dk
@@ -281,19 +294,19 @@ def la_bwd_dq_kernel(
         vm = rmask[:, None] & vmask[None, :]
         rden = tl.load(RDEN + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
         g = tl.load(G + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
-        u = tl.load(_tile(do_base, rows, offs_v, sdn, sdd), mask=vm, other=0.0).to(tl.float32) * rden[:, None]
+        u = tl.load(_tile(do_base, rows, offs_v, sdn, sdd, ALIGN), mask=vm, other=0.0).to(tl.float32) * rden[:, None]
         dphiq = _mm(u, tl.trans(S), DOT_BF16, PRECISION) + g[:, None] * z[None, :]
         if CAUSAL:
-            phik = feature(tl.load(_tile(k_base, rows, offs_k, skn, skd), mask=km, other=0.0), km, FEATURE)
-            v = tl.load(_tile(v_base, rows, offs_v, svn, svd), mask=vm, other=0.0)
+            phik = feature(tl.load(_tile(k_base, rows, offs_k, skn, skd, ALIGN), mask=km, other=0.0), km, FEATURE)
+            v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=vm, other=0.0)
             P = _mm(u, tl.trans(v), DOT_BF16, PRECISION) + g[:, None]
             P = tl.where(rows[:, None] >= rows[None, :], P, 0.0)
             dphiq += _mm(P, phik, DOT_BF16, PRECISION)
             S += _mm(tl.trans(phik), v, DOT_BF16, PRECISION)
             z += tl.sum(phik, axis=0)
-        q = tl.load(_tile(q_base, rows, offs_k, sqn, sqd), mask=km, other=0.0)
+        q = tl.load(_tile(q_base, rows, offs_k, sqn, sqd, ALIGN), mask=km, other=0.0)
         dq = feature_grad(q, dphiq, FEATURE)
-        tl.store(_tile(dq_base, rows, offs_k, sgn, sgd), dq.to(DQ.dtype.element_ty), mask=km)
+        tl.store(_tile(dq_base, rows, offs_k, sgn, sgd, ALIGN), dq.to(DQ.dtype.element_ty), mask=km)
 
 
 @triton.jit
@@ -304,21 +317,23 @@ def la_bwd_dk_kernel(
     sgb, sgh, sgn, sgd,
     DK,
     FEATURE: tl.constexpr, CAUSAL: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr,
+    CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, segments, Dk tiles); all of Dv. Walks the segment backwards from the
     reverse state at its end: dphi(K) = V R^T + r + mask(V U^T + g^T) phi(Q), then
     R += phi(Q)^T U, r += phi(Q)^T g."""
     bh = tl.program_id(0)
+    Dk = aligned(Dk, ALIGN)
+    Dv = aligned(Dv, ALIGN)
     s = tl.program_id(1)
     kb = tl.program_id(2)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
-    q_base = Q + b * sqb + h * sqh
-    k_base = K + b * skb + h * skh
-    v_base = V + b * svb + h * svh
-    do_base = DO + b * sdb + h * sdh
-    dk_base = DK + b * sgb + h * sgh
+    q_base = Q + b * aligned(sqb, ALIGN) + h * aligned(sqh, ALIGN)
+    k_base = K + b * aligned(skb, ALIGN) + h * aligned(skh, ALIGN)
+    v_base = V + b * aligned(svb, ALIGN) + h * aligned(svh, ALIGN)
+    do_base = DO + b * aligned(sdb, ALIGN) + h * aligned(sdh, ALIGN)
+    dk_base = DK + b * aligned(sgb, ALIGN) + h * aligned(sgh, ALIGN)
     offs_k = kb * BK + tl.arange(0, BK)
     offs_v = tl.arange(0, BV)
     kmask = offs_k < Dk
@@ -334,21 +349,21 @@ def la_bwd_dk_kernel(
         rmask = rows < end
         km = rmask[:, None] & kmask[None, :]
         vm = rmask[:, None] & vmask[None, :]
-        v = tl.load(_tile(v_base, rows, offs_v, svn, svd), mask=vm, other=0.0)
+        v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=vm, other=0.0)
         dphik = _mm(v, tl.trans(R), DOT_BF16, PRECISION) + r[None, :]
         if CAUSAL:
-            phiq = feature(tl.load(_tile(q_base, rows, offs_k, sqn, sqd), mask=km, other=0.0), km, FEATURE)
+            phiq = feature(tl.load(_tile(q_base, rows, offs_k, sqn, sqd, ALIGN), mask=km, other=0.0), km, FEATURE)
             rden = tl.load(RDEN + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
             g = tl.load(G + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
-            u = tl.load(_tile(do_base, rows, offs_v, sdn, sdd), mask=vm, other=0.0).to(tl.float32) * rden[:, None]
+            u = tl.load(_tile(do_base, rows, offs_v, sdn, sdd, ALIGN), mask=vm, other=0.0).to(tl.float32) * rden[:, None]
             Pt = _mm(v, tl.trans(u), DOT_BF16, PRECISION) + g[None, :]
             Pt = tl.where(rows[None, :] >= rows[:, None], Pt, 0.0)
             dphik += _mm(Pt, phiq, DOT_BF16, PRECISION)
             R += _mm(tl.trans(phiq), u, DOT_BF16, PRECISION)
             r += tl.sum(phiq * g[:, None], axis=0)
-        k = tl.load(_tile(k_base, rows, offs_k, skn, skd), mask=km, other=0.0)
+        k = tl.load(_tile(k_base, rows, offs_k, skn, skd, ALIGN), mask=km, other=0.0)
         dk = feature_grad(k, dphik, FEATURE)
-        tl.store(_tile(dk_base, rows, offs_k, sgn, sgd), dk.to(DK.dtype.element_ty), mask=km)
+        tl.store(_tile(dk_base, rows, offs_k, sgn, sgd, ALIGN), dk.to(DK.dtype.element_ty), mask=km)
 
 
 @triton.jit
@@ -358,19 +373,21 @@ def la_bwd_dv_kernel(
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, sdb, sdh, sdn, sdd, sgb, sgh, sgn, sgd,
     DV,
     FEATURE: tl.constexpr, CAUSAL: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr,
+    CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, segments, Dv tiles); all of Dk. Walks the segment backwards:
     dV = phi(K) R + mask(phi(K) phi(Q)^T) U, then R += phi(Q)^T U."""
     bh = tl.program_id(0)
+    Dk = aligned(Dk, ALIGN)
+    Dv = aligned(Dv, ALIGN)
     s = tl.program_id(1)
     vb = tl.program_id(2)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
-    q_base = Q + b * sqb + h * sqh
-    k_base = K + b * skb + h * skh
-    do_base = DO + b * sdb + h * sdh
-    dv_base = DV + b * sgb + h * sgh
+    q_base = Q + b * aligned(sqb, ALIGN) + h * aligned(sqh, ALIGN)
+    k_base = K + b * aligned(skb, ALIGN) + h * aligned(skh, ALIGN)
+    do_base = DO + b * aligned(sdb, ALIGN) + h * aligned(sdh, ALIGN)
+    dv_base = DV + b * aligned(sgb, ALIGN) + h * aligned(sgh, ALIGN)
     offs_k = tl.arange(0, BK)
     offs_v = vb * BV + tl.arange(0, BV)
     kmask = offs_k < Dk
@@ -385,17 +402,80 @@ def la_bwd_dv_kernel(
         rmask = rows < end
         km = rmask[:, None] & kmask[None, :]
         vm = rmask[:, None] & vmask[None, :]
-        phik = feature(tl.load(_tile(k_base, rows, offs_k, skn, skd), mask=km, other=0.0), km, FEATURE)
+        phik = feature(tl.load(_tile(k_base, rows, offs_k, skn, skd, ALIGN), mask=km, other=0.0), km, FEATURE)
         dv = _mm(phik, R, DOT_BF16, PRECISION)
         if CAUSAL:
-            phiq = feature(tl.load(_tile(q_base, rows, offs_k, sqn, sqd), mask=km, other=0.0), km, FEATURE)
+            phiq = feature(tl.load(_tile(q_base, rows, offs_k, sqn, sqd, ALIGN), mask=km, other=0.0), km, FEATURE)
             rden = tl.load(RDEN + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
-            u = tl.load(_tile(do_base, rows, offs_v, sdn, sdd), mask=vm, other=0.0).to(tl.float32) * rden[:, None]
+            u = tl.load(_tile(do_base, rows, offs_v, sdn, sdd, ALIGN), mask=vm, other=0.0).to(tl.float32) * rden[:, None]
             At = _mm(phik, tl.trans(phiq), DOT_BF16, PRECISION)
             At = tl.where(rows[None, :] >= rows[:, None], At, 0.0)
             dv += _mm(At, u, DOT_BF16, PRECISION)
             R += _mm(tl.trans(phiq), u, DOT_BF16, PRECISION)
-        tl.store(_tile(dv_base, rows, offs_v, sgn, sgd), dv.to(DV.dtype.element_ty), mask=vm)
+        tl.store(_tile(dv_base, rows, offs_v, sgn, sgd, ALIGN), dv.to(DV.dtype.element_ty), mask=vm)
+
+
+@triton.jit
+def la_bwd_dkdv_kernel(
+    Q, K, V, DO, RDEN, G, RS, RZS,
+    H, N, seg_len, Dk, Dv, nseg_state, state_seg_mult,
+    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd,
+    DK, DV,
+    FEATURE: tl.constexpr, CAUSAL: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (B*H, segments); all of Dk and Dv (the plan uses it when the whole [Dk, Dv]
+    reverse state fits one program). la_bwd_dk_kernel and la_bwd_dv_kernel in one pass:
+    each chunk's q, k, v, do, 1/den and g are read once, and phi(Q)^T U is formed once.
+    dk and dv are row-major, of the shapes of k and v."""
+    bh = tl.program_id(0)
+    Dk = aligned(Dk, ALIGN)
+    Dv = aligned(Dv, ALIGN)
+    s = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    q_base = Q + b * aligned(sqb, ALIGN) + h * aligned(sqh, ALIGN)
+    k_base = K + b * aligned(skb, ALIGN) + h * aligned(skh, ALIGN)
+    v_base = V + b * aligned(svb, ALIGN) + h * aligned(svh, ALIGN)
+    do_base = DO + b * aligned(sdb, ALIGN) + h * aligned(sdh, ALIGN)
+    bh64 = bh.to(tl.int64)
+    dk_base = DK + bh64 * N * Dk
+    dv_base = DV + bh64 * N * Dv
+    offs_k = tl.arange(0, BK)
+    offs_v = tl.arange(0, BV)
+    kmask = offs_k < Dk
+    vmask = offs_v < Dv
+    sidx = bh * nseg_state + s * state_seg_mult
+    R = tl.load(_state_ptrs(RS, sidx, offs_k, offs_v, Dk, Dv), mask=kmask[:, None] & vmask[None, :], other=0.0)
+    r = tl.load(RZS + sidx.to(tl.int64) * Dk + offs_k, mask=kmask, other=0.0)
+    start = s * seg_len
+    end = tl.minimum(start + seg_len, N)
+    nchunks = tl.cdiv(end - start, CHUNK)
+    for i in range(0, nchunks):
+        rows = start + (nchunks - 1 - i) * CHUNK + tl.arange(0, CHUNK)
+        rmask = rows < end
+        km = rmask[:, None] & kmask[None, :]
+        vm = rmask[:, None] & vmask[None, :]
+        k = tl.load(_tile(k_base, rows, offs_k, skn, skd, ALIGN), mask=km, other=0.0)
+        phik = feature(k, km, FEATURE)
+        v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=vm, other=0.0)
+        dphik = _mm(v, tl.trans(R), DOT_BF16, PRECISION) + r[None, :]
+        dv = _mm(phik, R, DOT_BF16, PRECISION)
+        if CAUSAL:
+            phiq = feature(tl.load(_tile(q_base, rows, offs_k, sqn, sqd, ALIGN), mask=km, other=0.0), km, FEATURE)
+            rden = tl.load(RDEN + bh64 * N + rows, mask=rmask, other=0.0)
+            g = tl.load(G + bh64 * N + rows, mask=rmask, other=0.0)
+            u = tl.load(_tile(do_base, rows, offs_v, sdn, sdd, ALIGN), mask=vm, other=0.0).to(tl.float32) * rden[:, None]
+            causal = rows[None, :] >= rows[:, None]
+            Pt = tl.where(causal, _mm(v, tl.trans(u), DOT_BF16, PRECISION) + g[None, :], 0.0)
+            dphik += _mm(Pt, phiq, DOT_BF16, PRECISION)
+            At = tl.where(causal, _mm(phik, tl.trans(phiq), DOT_BF16, PRECISION), 0.0)
+            dv += _mm(At, u, DOT_BF16, PRECISION)
+            R += _mm(tl.trans(phiq), u, DOT_BF16, PRECISION)
+            r += tl.sum(phiq * g[:, None], axis=0)
+        dk = feature_grad(k, dphik, FEATURE)
+        tl.store(_tile(dk_base, rows, offs_k, Dk, 1, ALIGN), dk.to(DK.dtype.element_ty), mask=km)
+        tl.store(_tile(dv_base, rows, offs_v, Dv, 1, ALIGN), dv.to(DV.dtype.element_ty), mask=vm)
 
 
 @triton.jit
@@ -404,11 +484,13 @@ def la_step_kernel(
     H, Dk, Dv, eps,
     sqb, sqh, sqd, skb, skh, skd, svb, svh, svd,
     O, S1, Z1, RDEN,
-    FEATURE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    FEATURE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, Dv tiles). One decoding step: S1 = S0 + phi(k) v^T, z1 = z0 + phi(k),
     o = phi(q) S1 / (phi(q) . z1 + eps), exactly what the causal kernels compute for a row."""
     bh = tl.program_id(0)
+    Dk = aligned(Dk, ALIGN)
+    Dv = aligned(Dv, ALIGN)
     vb = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
@@ -417,9 +499,9 @@ def la_step_kernel(
     kmask = offs_k < Dk
     vmask = offs_v < Dv
     m2 = kmask[:, None] & vmask[None, :]
-    phiq = feature(tl.load(Q + b * sqb + h * sqh + offs_k * sqd, mask=kmask, other=0.0), kmask, FEATURE)
-    phik = feature(tl.load(K + b * skb + h * skh + offs_k * skd, mask=kmask, other=0.0), kmask, FEATURE)
-    v = tl.load(V + b * svb + h * svh + offs_v * svd, mask=vmask, other=0.0).to(tl.float32)
+    phiq = feature(tl.load(Q + b * aligned(sqb, ALIGN) + h * aligned(sqh, ALIGN) + offs_k * sqd, mask=kmask, other=0.0), kmask, FEATURE)
+    phik = feature(tl.load(K + b * aligned(skb, ALIGN) + h * aligned(skh, ALIGN) + offs_k * skd, mask=kmask, other=0.0), kmask, FEATURE)
+    v = tl.load(V + b * aligned(svb, ALIGN) + h * aligned(svh, ALIGN) + offs_v * svd, mask=vmask, other=0.0).to(tl.float32)
     S = tl.load(_state_ptrs(S0, bh, offs_k, offs_v, Dk, Dv), mask=m2, other=0.0) + phik[:, None] * v[None, :]
     z = tl.load(Z0 + bh.to(tl.int64) * Dk + offs_k, mask=kmask, other=0.0) + phik
     den = tl.sum(phiq * z, axis=0) + eps

@@ -1,0 +1,266 @@
+"""GPU diagnostics for the linear-attention family (not a test; prints findings).
+
+  python benchmarks/diagnose.py bisect B H N Dk Dv dtype   causal ELU+1 forward and backward,
+      launch by launch: every compiled launch's outputs against the same launch run by the
+      interpreter on CPU copies of the same inputs (first launch that differs is the culprit)
+  python benchmarks/diagnose.py launches                    each launch of the bench shape's
+      forward and backward, timed from torch (do_bench) and from JAX (jit of that one launch)
+  python benchmarks/diagnose.py bitwise                     torch vs JAX bits, per dtype
+  python benchmarks/diagnose.py sweep WAVES,.. WARPS,.. CHUNK,.. OUT_CHUNKS,..   torch times
+DIAG_FP_FUSION=1 sets ato_core.launch.FP_FUSION.
+"""
+
+import dataclasses
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+from ato_core import linear_attention as core
+from ato_core.target import INTERPRETER
+from ato_torch import launcher as tlaunch
+from ato_torch.launcher import spec
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if os.environ.get("DIAG_FP_FUSION"):
+    import ato_core.launch
+
+    ato_core.launch.FP_FUSION = os.environ["DIAG_FP_FUSION"] == "1"
+
+
+def _inputs(B, H, N, Dk, Dv, dtype, seed=0):
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    q, k = (torch.randn(B, H, N, Dk, device=DEVICE, generator=g).to(dtype) for _ in range(2))
+    v, do = (torch.randn(B, H, N, Dv, device=DEVICE, generator=g).to(dtype) for _ in range(2))
+    S0 = torch.rand(B, H, Dk, Dv, device=DEVICE, generator=g) * 4
+    z0 = torch.rand(B, H, Dk, device=DEVICE, generator=g) * 4
+    return q, k, v, do, S0, z0
+
+
+def _plans(q, k, v, do, causal, target, state=None):
+    """Forward and backward plans; with ``state`` (S, z): an initial state and a final-state
+    cotangent of those shapes."""
+    init = (spec(state[0]), spec(state[1])) if state is not None else None
+    fplan, _ = core.forward_plan(spec(q), spec(k), spec(v), causal=causal, feature_map="elu", eps=1e-6,
+                                 initial_state=init, target=target)
+    bplan = core.backward_plan(spec(q), spec(k), spec(v), spec(do), causal=causal, feature_map="elu", eps=1e-6,
+                               has_dfinal=state is not None, target=target)
+    return fplan, bplan
+
+
+def _launch_env(plan_f, plan_b, env):
+    """Yields (launch, env before it) for every launch of forward then backward."""
+    for plan in (plan_f, plan_b):
+        if plan is plan_b:  # the backward's residuals: the forward's results
+            env["S_res"], env["z_res"] = (env[n] for n in plan_f.results[4:6])
+        for launch in plan.launches:
+            yield launch, dict(env)
+            sub = dataclasses.replace(plan, launches=(launch,), results=tuple(b.name for b in launch.outputs))
+            outs = tlaunch.run_plan(sub, env, tlaunch.target_for(env["q"]))
+            env.update(zip(sub.results, outs))
+
+
+def bisect(B, H, N, Dk, Dv, dtype, **variant):
+    """Each launch of the half-precision plan against the same launch on fp32 copies of its
+    inputs (DOT_BF16 off, IEEE dots): a few 1e-3 apart when right, O(1) when wrong.
+    variant: stages=S (every launch), min_tile=T (core.MIN_TILE), bf16dot=0."""
+    if "min_tile" in variant:
+        core.MIN_TILE = int(variant["min_tile"])
+    q, k, v, do, S0, z0 = _inputs(B, H, N, Dk, Dv, getattr(torch, dtype))
+    target = tlaunch.target_for(q)
+    fplan, bplan = _plans(q, k, v, do, True, target, (S0, z0))
+    env = {"q": q, "k": k, "v": v, "do": do, "init_S": S0, "init_z": z0, "dfinal_S": S0 * 0.1, "dfinal_z": z0 * 0.1}
+    print("variant", variant, flush=True)
+    for launch, before in _launch_env(fplan, bplan, env):
+        if "stages" in variant:
+            launch = dataclasses.replace(launch, num_stages=int(variant["stages"]))
+        if variant.get("bf16dot") == "0" and "DOT_BF16" in launch.constexprs:
+            launch = dataclasses.replace(launch, constexprs={**launch.constexprs, "DOT_BF16": False})
+        got = tlaunch.run_plan(Plan1(launch), before, target)
+        ref_launch = dataclasses.replace(launch, constexprs={**launch.constexprs, "DOT_BF16": False, "PRECISION": "ieee"}) \
+            if "DOT_BF16" in launch.constexprs else launch
+        want = tlaunch.run_plan(Plan1(ref_launch), {n: t.float() for n, t in before.items()}, target)
+        for b, a, c in zip(launch.outputs, got, want):
+            a, c = a.double(), c.double()
+            err = float((a - c).norm() / max(float(c.norm()), 1e-30))
+            print(f"{launch.name:22s} {b.name:10s} rel diff vs fp32 run {err:.3e}", flush=True)
+
+
+def Plan1(launch):
+    from ato_core.launch import Plan
+
+    return Plan((launch,), tuple(b.name for b in launch.outputs))
+
+
+def _median_jax(fn, args, reps=30):
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        ts.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    for _ in range(reps):
+        out = fn(*args)
+    jax.block_until_ready(out)
+    return statistics.median(ts) * 1e6, (time.perf_counter() - t) / reps * 1e6
+
+
+def launches():
+    import jax
+    import jax.numpy as jnp
+    from triton.testing import do_bench
+
+    from ato_jax import launcher as jlaunch
+
+    B, H, N, D = 8, 16, 4096, 64
+    q, k, v, do, _, _ = _inputs(B, H, N, D, D, torch.bfloat16)
+    target = tlaunch.target_for(q)
+    for causal in (True, False):
+        fplan, bplan = _plans(q, k, v, do, causal, target)
+        env = {"q": q, "k": k, "v": v, "do": do}
+        for launch, before in _launch_env(fplan, bplan, env):
+            sub = Plan1(launch)
+            used = {n: before[n] for n in launch.inputs}
+            t_ms = do_bench(lambda: tlaunch.run_plan(sub, used, target), warmup=10, rep=50, return_mode="median")
+            names = tuple(used)
+            jarrs = [jnp.asarray(used[n].float().cpu().numpy()).astype(str(used[n].dtype).removeprefix("torch."))
+                     for n in names]
+            f = jax.jit(lambda *a: jlaunch._run_compiled(sub, dict(zip(names, a))))
+            blocked, pipelined = _median_jax(f, jarrs)
+            print(f"{'causal' if causal else 'bidir':6s} {launch.name:22s} grid {str(launch.grid):16s} torch {t_ms * 1e3:8.1f} us"
+                  f"  jax blocked {blocked:8.1f} us  jax pipelined {pipelined:8.1f} us", flush=True)
+            if not causal and launch.kernel is core.kern.la_fwd_kernel:
+                break
+    # a pure bandwidth kernel
+    import ato_jax
+    import ato_torch
+
+    x = torch.randn(64 << 20, device=DEVICE, dtype=torch.bfloat16)
+    t_ms = do_bench(lambda: ato_torch.elu_plus_one(x), warmup=10, rep=50, return_mode="median")
+    xj = jnp.ones((64 << 20,), jnp.bfloat16)
+    blocked, pipelined = _median_jax(jax.jit(ato_jax.elu_plus_one), [xj])
+    print(f"elu_plus_one 64M bf16 torch {t_ms * 1e3:.1f} us jax blocked {blocked:.1f} us pipelined {pipelined:.1f} us")
+    blocked, pipelined = _median_jax(jax.jit(lambda a: a + 1), [xj])
+    print(f"XLA x+1 64M bf16 jax blocked {blocked:.1f} us pipelined {pipelined:.1f} us")
+
+
+def sweep():
+    """Causal fwd, fwd+bwd and bidirectional fwd (torch, bench shape) over the segment
+    split (WAVES), warps and chunk length."""
+    from triton.testing import do_bench
+
+    import ato_torch
+
+    B, H, N, D = 8, 16, 4096, 64
+    q, k, v, do, _, _ = _inputs(B, H, N, D, D, torch.bfloat16)
+    config = core.config
+
+    def fb(causal):
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+
+        def run():
+            for t in leaves:
+                t.grad = None
+            ato_torch.linear_attention(*leaves, causal=causal, feature_map="elu").backward(do)
+        return run
+
+    for waves in map(int, sys.argv[2].split(",")):
+        for warps in map(int, sys.argv[3].split(",")):
+            for chunk in map(int, sys.argv[4].split(",")):
+                for out_chunks in map(int, sys.argv[5].split(",")):
+                    core.WAVES, core.OUT_CHUNKS = waves, out_chunks
+                    core.forward_plan.cache_clear()
+                    core.backward_plan.cache_clear()
+                    core.config = lambda *a, warps=warps, chunk=chunk, **kw: _cfg(config, a, kw, warps, chunk)
+                    t = [do_bench(f, warmup=10, rep=60, return_mode="median") * 1e3 for f in (
+                        lambda: ato_torch.linear_attention(q, k, v, causal=True, feature_map="elu"), fb(True),
+                        lambda: ato_torch.linear_attention(q, k, v, causal=False, feature_map="elu"))]
+                    print(f"waves {waves} warps {warps} chunk {chunk} out_chunks {out_chunks}: causal fwd {t[0]:.1f} us,"
+                          f" fwd+bwd {t[1]:.1f} us; bidir fwd {t[2]:.1f} us", flush=True)
+    core.config = config
+
+
+def _cfg(config, a, kw, warps, chunk):
+    """config() recomputed with another chunk length (segment lengths follow) and warps."""
+    from ato_core.launch import cdiv
+
+    c = config(*a, **kw)
+    seg_len = cdiv(cdiv(c.N, c.nseg), chunk) * chunk
+    nseg = cdiv(c.N, seg_len)
+    out = (nseg, seg_len) if c.nseg_out == c.nseg and c.seg_len_out == c.seg_len else \
+        (cdiv(c.N, chunk * core.OUT_CHUNKS), chunk * core.OUT_CHUNKS)
+    return dataclasses.replace(c, num_warps=warps, chunk=chunk, nseg=nseg, seg_len=seg_len,
+                               nseg_out=out[0], seg_len_out=out[1])
+
+
+def ptx(out):
+    """Writes the PTX and TTGIR that torch and jax-triton compile for the causal forward
+    kernel of the bench shape to ``out`` (JAX_TRITON_DUMP_DIR must be set before the run)."""
+    import glob
+    import shutil
+
+    import jax
+    import jax.numpy as jnp
+
+    from ato_jax import launcher as jlaunch
+
+    q, k, v, do, _, _ = _inputs(8, 16, 4096, 64, 64, torch.bfloat16)
+    target = tlaunch.target_for(q)
+    fplan, _ = _plans(q, k, v, do, True, target)
+    env = {"q": q, "k": k, "v": v}
+    for launch in fplan.launches:
+        used = {n: env[n] for n in launch.inputs}
+        outs = tlaunch.run_plan(Plan1(launch), used, target)
+        env.update(zip((b.name for b in launch.outputs), outs))
+        if launch.kernel is core.kern.la_fwd_kernel:
+            for cache in launch.kernel.device_caches.values():
+                for ck in cache[0].values():
+                    for ir in ("ptx", "ttgir"):
+                        with open(f"{out}/torch.{ir}", "w") as f:
+                            f.write(ck.asm[ir])
+            names = tuple(used)
+            arrs = [jnp.asarray(used[n].float().cpu().numpy()).astype(str(used[n].dtype).removeprefix("torch."))
+                    for n in names]
+            jax.block_until_ready(jax.jit(lambda *a: jlaunch._run_compiled(Plan1(launch), dict(zip(names, a))))(*arrs))
+            for ir in ("ptx", "ttgir"):
+                for path in glob.glob(f"{os.environ['JAX_TRITON_DUMP_DIR']}/*/la_fwd_kernel.{ir}"):
+                    shutil.copy(path, f"{out}/jax.{ir}")
+
+
+def bitwise():
+    from ato_cli import harness as h
+
+    for dims in ((2, 4, 1024, 64, 64), (1, 4, 1000, 96, 48)):
+        for dtype in ("float32", "float16", "bfloat16"):
+            for causal in (True, False):
+                case = h.la_case(*dims, dtype, causal=causal, state=causal, final=causal)
+                x = h.make_inputs(case)
+                t, j = h.run_torch(case, x, "cuda"), h.run_jax(case, x)
+                verdict = "bitwise" if h.bitwise_equal(t, j) else f"differ {h.max_rel_err(j, t):.2e}"
+                print(f"{dims} {dtype} causal={causal}: {verdict}", flush=True)
+    for dtype in ("float32", "bfloat16"):
+        for case in (h.step_case(8, 16, 64, 64, dtype), h.elu_case((4096, 4097), dtype)):
+            x = h.make_inputs(case)
+            t, j = h.run_torch(case, x, "cuda"), h.run_jax(case, x)
+            print(case.op, dtype, "bitwise" if h.bitwise_equal(t, j) else f"differ {h.max_rel_err(j, t):.2e}")
+
+
+if __name__ == "__main__":
+    what = sys.argv[1]
+    if what == "bisect":
+        B, H, N, Dk, Dv = map(int, sys.argv[2:7])
+        bisect(B, H, N, Dk, Dv, sys.argv[7], **dict(a.split("=") for a in sys.argv[8:]))
+    elif what == "launches":
+        launches()
+    elif what == "ptx":
+        ptx(sys.argv[2])
+    elif what == "sweep":
+        sweep()
+    elif what == "bitwise":
+        bitwise()
