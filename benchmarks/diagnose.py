@@ -233,6 +233,96 @@ def ptx(out):
                     shutil.copy(path, f"{out}/jax.{ir}")
 
 
+def sweep_bidir():
+    """The two bidirectional forward kernels alone (bench shape, torch), over warps, stages,
+    the state kernel's chunk and the output kernel's rows per program (OUT_CHUNKS)."""
+    from triton.testing import do_bench
+
+    q, k, v, do, _, _ = _inputs(8, 16, 4096, 64, 64, torch.bfloat16)
+    target = tlaunch.target_for(q)
+    nbytes = 2 * q.numel() * q.element_size()
+    for out_chunks in (1, 2, 4, 8):
+        core.OUT_CHUNKS = out_chunks
+        core.forward_plan.cache_clear()
+        plan, _ = _plans(q, k, v, do, False, target)
+        env = {"q": q, "k": k, "v": v}
+        for launch in plan.launches:
+            used = {n: env[n] for n in launch.inputs}
+            base = launch
+            variants = [(w, st, c) for w in (4, 8) for st in (1, 2, 3, 4) for c in (64, 128)]
+            if launch.kernel is core.kern.la_scan_kernel or (launch.kernel is core.kern.la_fwd_state_kernel
+                                                           and out_chunks != 4):
+                variants = [(launch.num_warps, launch.num_stages, launch.constexprs.get("CHUNK"))]
+            if launch.kernel is core.kern.la_fwd_kernel:
+                variants = [(w, st, launch.constexprs["CHUNK"]) for w in (4, 8) for st in (1, 2, 3, 4)]
+            for w, st, c in variants:
+                ce = dict(launch.constexprs)
+                if c is not None:
+                    ce["CHUNK"] = c
+                var = dataclasses.replace(base, num_warps=w, num_stages=st, constexprs=ce)
+                try:
+                    t = do_bench(lambda: tlaunch.run_plan(Plan1(var), used, target), warmup=10, rep=50,
+                                 return_mode="median") * 1e3
+                    print(f"out_chunks {out_chunks} {launch.name:20s} grid {str(launch.grid):14s} warps {w} stages {st}"
+                          f" chunk {c}: {t:7.1f} us  {nbytes / t / 1e3:6.0f} GB/s", flush=True)
+                except Exception as exc:  # a variant that does not compile (shared memory)
+                    print(f"out_chunks {out_chunks} {launch.name} warps {w} stages {st} chunk {c}: {type(exc).__name__}")
+            outs = tlaunch.run_plan(Plan1(launch), used, target)
+            env.update(zip((b.name for b in launch.outputs), outs))
+
+
+def profile(out):
+    """CUDA kernels (CUPTI, through torch.profiler, which sees JAX's launches too) of 10
+    back-to-back causal forward calls from ato_jax and from ato_torch: per-kernel device
+    time, and the span of the 10 calls against the sum of their kernels (the gaps)."""
+    import jax
+    import jax.numpy as jnp
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as tprofile
+
+    import ato_jax
+    import ato_torch
+
+    q, k, v, do, _, _ = _inputs(8, 16, 4096, 64, 64, torch.bfloat16)
+    qj, kj, vj, doj = (jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16) for t in (q, k, v, do))
+    jf = jax.jit(lambda a, b, c: ato_jax.linear_attention(a, b, c, causal=True, feature_map="elu"))
+
+    def jfb(a, b, c, d):
+        return jax.vjp(lambda x, y, z: ato_jax.linear_attention(x, y, z, causal=True, feature_map="elu"), a, b, c)[1](d)
+
+    jfb = jax.jit(jfb)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    runs = {
+        "jax fwd": lambda: jf(qj, kj, vj),
+        "jax fwd+bwd": lambda: jfb(qj, kj, vj, doj),
+        "torch fwd": lambda: ato_torch.linear_attention(q, k, v, causal=True, feature_map="elu"),
+        "torch fwd+bwd": lambda: ato_torch.linear_attention(*leaves, causal=True, feature_map="elu").backward(do),
+    }
+    for name, fn in runs.items():
+        for _ in range(3):
+            r = fn()
+        jax.block_until_ready(r) if name.startswith("jax") else torch.cuda.synchronize()
+        with tprofile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+            for _ in range(10):
+                r = fn()
+            jax.block_until_ready(r) if name.startswith("jax") else torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+        if not kernels:
+            print(name, ": no CUDA events recorded")
+            continue
+        start = min(e.time_range.start for e in kernels)
+        end = max(e.time_range.end for e in kernels)
+        busy = sum(e.time_range.elapsed_us() for e in kernels)
+        print(f"== {name}: span of 10 calls {(end - start) / 10:.1f} us/call, kernels busy {busy / 10:.1f} us/call,"
+              f" {len(kernels) / 10:.1f} device ops/call")
+        by = {}
+        for e in kernels:
+            by.setdefault(e.name[:60], []).append(e.time_range.elapsed_us())
+        for n, ts in sorted(by.items(), key=lambda x: -sum(x[1])):
+            print(f"   {n:60s} x{len(ts) / 10:4.1f}/call  {sum(ts) / len(ts):8.1f} us each")
+        prof.export_chrome_trace(f"{out}/trace-{name.replace(' ', '_').replace('+', '')}.json")
+
+
 def bitwise():
     from ato_cli import harness as h
 
@@ -258,6 +348,10 @@ if __name__ == "__main__":
         bisect(B, H, N, Dk, Dv, sys.argv[7], **dict(a.split("=") for a in sys.argv[8:]))
     elif what == "launches":
         launches()
+    elif what == "profile":
+        profile(sys.argv[2])
+    elif what == "sweep_bidir":
+        sweep_bidir()
     elif what == "ptx":
         ptx(sys.argv[2])
     elif what == "sweep":
