@@ -9,6 +9,7 @@ No launch decision is made here.
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Mapping
 
@@ -65,23 +66,50 @@ def _shape_dtype(buffer) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(buffer.shape, jnp.dtype(buffer.dtype))
 
 
-def kernel_scalars(scalars) -> tuple:
-    """A launch's scalars as jax-triton must receive them to match torch's Triton launcher:
-    a Python float is an fp32 kernel argument there, but jax-triton would pass it as fp64
-    (and the kernel would then compute in fp64: slower, and different bits), so floats go
-    as np.float32. Integers and bools are unchanged."""
-    return tuple(np.float32(x) if isinstance(x, float) else x for x in scalars)
+def _api_04(jt) -> bool:
+    """jax-triton 0.4.x: ``out_type`` and ``backend_options`` (0.3.x: ``out_shape`` and an
+    ``enable_fp_fusion`` keyword, which 0.4.x would take for a kernel metaparameter)."""
+    return "backend_options" in inspect.signature(jt.triton_call).parameters
+
+
+def kernel_scalars(scalars, api_04: bool = False) -> tuple:
+    """A launch's scalars as jax-triton must receive them to match torch's Triton launcher,
+    where a Python float is an fp32 kernel argument. jax-triton 0.3.x passes a Python float
+    as fp64 (the kernel then computes in fp64: slower, and different bits), so floats go as
+    np.float32; 0.4.x types a float as fp32 when fp32 holds it (np.float32 is deprecated
+    there), so floats go as the Python float of their fp32 value, np.float32 only where fp32
+    would be subnormal (0.4.x would pick fp64). Integers and bools are unchanged."""
+    tiny = np.finfo(np.float32).tiny
+
+    def one(x):
+        if not isinstance(x, float):
+            return x
+        x32 = np.float32(x)
+        if api_04 and (x32 == 0 or abs(x32) >= tiny or not np.isfinite(x32)):
+            return float(x32)
+        return x32
+
+    return tuple(one(x) for x in scalars)
+
+
+def triton_call_kwargs(launch, api_04: bool) -> dict:
+    """Keyword arguments of jax_triton.triton_call for one launch, for either API."""
+    out = [_shape_dtype(b) for b in launch.outputs]
+    kw = dict(kernel=launch.kernel, grid=launch.grid, num_warps=launch.num_warps, num_stages=launch.num_stages,
+              zeroed_outputs=tuple(i for i, b in enumerate(launch.outputs) if b.zeroed), **launch.constexprs)
+    if api_04:
+        kw.update(out_type=out, backend_options={"enable_fp_fusion": launch.fp_fusion})
+    else:
+        kw.update(out_shape=out, enable_fp_fusion=launch.fp_fusion)
+    return kw
 
 
 def _run_compiled(plan: Plan, env: dict) -> tuple:
     jt = import_jax_triton()
+    api_04 = _api_04(jt)
     for launch in plan.launches:
-        outs = jt.triton_call(
-            *[env[name] for name in launch.inputs], *kernel_scalars(launch.scalars),
-            kernel=launch.kernel, out_shape=[_shape_dtype(b) for b in launch.outputs], grid=launch.grid,
-            num_warps=launch.num_warps, num_stages=launch.num_stages, enable_fp_fusion=launch.fp_fusion,
-            zeroed_outputs=tuple(i for i, b in enumerate(launch.outputs) if b.zeroed), **launch.constexprs,
-        )
+        outs = jt.triton_call(*[env[name] for name in launch.inputs], *kernel_scalars(launch.scalars, api_04),
+                              **triton_call_kwargs(launch, api_04))
         env.update((b.name, out) for b, out in zip(launch.outputs, outs))
     return tuple(env[name] for name in plan.results)
 

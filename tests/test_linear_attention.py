@@ -321,8 +321,9 @@ def test_alignment_and_scalar_specialisation():
 
 
 def test_jax_float_scalars_are_fp32():
-    """jax-triton passes a Python float as fp64 (the kernel then computes in fp64: slower
-    and different from torch); the launcher hands it np.float32."""
+    """jax-triton 0.3.x passes a Python float as fp64 (the kernel then computes in fp64:
+    slower and different from torch): the launcher hands it np.float32. 0.4.x types a float
+    as fp32 when fp32 holds it: a Python float of the fp32 value, np.float32 if subnormal."""
     import numpy as np
 
     from ato_jax.launcher import kernel_scalars
@@ -330,6 +331,31 @@ def test_jax_float_scalars_are_fp32():
     out = kernel_scalars((3, 1e-6, True))
     assert out[0] == 3 and type(out[0]) is int and out[2] is True
     assert type(out[1]) is np.float32 and out[1] == np.float32(1e-6)
+    out = kernel_scalars((3, 1e-6, 0.0, 1e-42), api_04=True)
+    assert type(out[1]) is float and out[1] == float(np.float32(1e-6)) and type(out[2]) is float
+    assert type(out[3]) is np.float32
+
+
+def test_triton_call_arguments_for_both_jax_triton_apis():
+    """0.3.x takes out_shape and enable_fp_fusion; 0.4.x takes out_type and backend_options
+    (a stray enable_fp_fusion keyword would become a kernel metaparameter there)."""
+    from ato_jax.launcher import _api_04, triton_call_kwargs
+
+    spec = lambda *shape: ato_torch.launcher.spec(torch.empty(shape))  # noqa: E731
+    plan, _ = la_core.forward_plan(spec(1, 2, 8, 16), spec(1, 2, 8, 16), spec(1, 2, 8, 16),
+                                   causal=True, feature_map="elu", eps=1e-6, initial_state=None, target=INTERPRETER)
+    launch = plan.launches[0]
+    old, new = triton_call_kwargs(launch, False), triton_call_kwargs(launch, True)
+    assert old["enable_fp_fusion"] is False and "backend_options" not in old and "out_type" not in old
+    assert new["backend_options"] == {"enable_fp_fusion": False} and "enable_fp_fusion" not in new
+    assert [o.shape for o in new["out_type"]] == [o.shape for o in old["out_shape"]] == [b.shape for b in launch.outputs]
+    for kw in (old, new):
+        assert kw["grid"] == launch.grid and kw["num_warps"] == launch.num_warps and kw["CHUNK"] == 64
+
+    def call_03(*args, kernel, out_shape, grid, enable_fp_fusion=True, **kw): ...
+    def call_04(*args, kernel, out_type=None, grid, backend_options=None, **kw): ...
+    assert not _api_04(types.SimpleNamespace(triton_call=call_03))
+    assert _api_04(types.SimpleNamespace(triton_call=call_04))
 
 
 @pytest.mark.parametrize("dims,kernels", [
