@@ -107,9 +107,30 @@ class _Interpreted:
         return launch
 
 
+def _patch_scalar_index():
+    """Triton 3.6's interpreter turns a scalar tensor into a Python int with int() on its
+    one-element array, which NumPy 2 refuses (``range(start, end, CHUNK)`` over program
+    ids then fails); Triton 3.9 squeezes first. The same, for every version: the module's
+    tensor patcher is wrapped to install a squeezing ``__index__`` after its own."""
+    import numpy as np
+    import triton.runtime.interpreter as ti
+
+    original = getattr(ti, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "_ato_squeeze", False):
+        return
+
+    def patched(tensor, scope, *args, **kwargs):
+        original(tensor, scope, *args, **kwargs)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).squeeze()))
+
+    patched._ato_squeeze = True
+    ti._patch_lang_tensor = patched
+
+
 @functools.lru_cache(maxsize=None)
 def interpreted(kernel) -> _Interpreted:
     """``interpreted(kernel)[grid](*args, **constexprs)`` runs a JITFunction under Triton's
     interpreter, on CPU torch tensors (or CUDA ones, copied through the host)."""
     _patch_bf16_dot()
+    _patch_scalar_index()
     return _Interpreted(kernel)
