@@ -145,8 +145,22 @@ def _run_interpreted(plan: Plan, env: dict, target: Target) -> tuple:
 
 
 def run_plan(plan: Plan, arrays: Mapping[str, jax.Array | None], target: Target) -> tuple:
-    """Runs ``plan`` on JAX arrays (None for an absent optional input); returns its results."""
+    """Runs ``plan`` on JAX arrays (None for an absent optional input); returns its results.
+
+    Under ``jax.vmap`` the plan (built for the unbatched shapes, which is what a vmapped
+    function sees) runs once per mapped slice, in a loop (jax.custom_batching.sequential_vmap):
+    jax-triton has no batching rule, and a per-slice plan keeps forward and backward
+    residuals consistent whichever arguments are mapped. One launch over a folded batch
+    axis is faster: fold the mapped axis into B where you can.
+    """
     env = {name: x for name, x in arrays.items() if x is not None}
-    if target.interpret:
-        return _run_interpreted(plan, env, target)
-    return _run_compiled(plan, env)
+    names = tuple(env)
+
+    @jax.custom_batching.sequential_vmap
+    def run(*xs):
+        inner = dict(zip(names, xs))
+        if target.interpret:
+            return _run_interpreted(plan, inner, target)
+        return _run_compiled(plan, inner)
+
+    return run(*[env[n] for n in names])

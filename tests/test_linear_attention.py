@@ -371,3 +371,33 @@ def test_backward_reverse_pass_choice(dims, kernels):
                                  causal=True, feature_map="elu", eps=1e-6, has_dfinal=False, target=INTERPRETER)
     names = {launch.name for launch in plan.launches}
     assert kernels <= names and not ({"la_bwd_dkdv_kernel", "la_bwd_dk_kernel"} - kernels) & names
+
+
+def test_jax_vmap_runs_each_slice():
+    """jax.vmap of ato_jax ops (jax-triton has no batching rule): the plan runs once per
+    mapped slice, so vmap, vmap(grad), grad(vmap) and unmapped arguments all give exactly
+    the per-slice results."""
+    V, shape = 3, (1, 2, 20, 8)
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    q, k, v = (jax.random.normal(key, (V, *shape)) for key in keys[:3])
+    f = lambda a, b, c: ato_jax.linear_attention(a, b, c, causal=True, feature_map="elu")  # noqa: E731
+    loss = lambda a, b, c: jnp.sum(f(a, b, c) ** 2)  # noqa: E731
+    per_slice = [f(q[i], k[i], v[i]) for i in range(V)]
+    chex.assert_trees_all_equal(jax.jit(jax.vmap(f))(q, k, v), jnp.stack(per_slice))
+    chex.assert_trees_all_equal(jax.vmap(f, in_axes=(0, None, None))(q, k[0], v[0]),
+                                jnp.stack([f(q[i], k[0], v[0]) for i in range(V)]))
+    grads = [jax.grad(loss, argnums=(0, 1, 2))(q[i], k[i], v[i]) for i in range(V)]
+    want = tuple(jnp.stack([g[j] for g in grads]) for j in range(3))
+    chex.assert_trees_all_equal(jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1, 2))))(q, k, v), want)
+    chex.assert_trees_all_equal(
+        jax.grad(lambda a, b, c: jnp.sum(jax.vmap(f)(a, b, c) ** 2), argnums=(0, 1, 2))(q, k, v), want)
+    # the step, with a mapped state
+    S = jnp.abs(jax.random.normal(keys[3], (V, 1, 2, 8, 8)))
+    z = jnp.abs(jax.random.normal(keys[3], (V, 1, 2, 8)))
+    step = lambda a, b, c, s, t: ato_jax.linear_attention_step(a, b, c, (s, t), feature_map="elu")  # noqa: E731
+    got = jax.vmap(step)(q[:, :, :, 0], k[:, :, :, 0], v[:, :, :, 0], S, z)
+    for i in range(V):
+        chex.assert_trees_all_equal(jax.tree.map(lambda x: x[i], got),
+                                    step(q[i, :, :, 0], k[i, :, :, 0], v[i, :, :, 0], S[i], z[i]))
+    x = jax.random.normal(keys[3], (4, 5, 6))
+    chex.assert_trees_all_equal(jax.vmap(ato_jax.elu_plus_one)(x), ato_jax.elu_plus_one(x))
