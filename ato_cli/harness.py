@@ -35,9 +35,14 @@ class Case:
 
     @property
     def label(self) -> str:
-        kw = ",".join(f"{k}={v}" for k, v in self.kwargs)
-        dims = " ".join(f"{n}{list(s)}" for n, s in self.shapes)
-        return f"{self.op}({kw}) {dims} {self.dtype}"
+        """Short row label: op(flags) first shape, other inputs by name, dtype; e.g.
+        ``linear_attention(causal,elu,final) q[2,4,2048,64] k v S0 z0 bf16``."""
+        kw = ",".join("bidir" if (k, v) == ("causal", False) else k if v is True else str(v)
+                      for k, v in self.kwargs if v not in (False, None) or k == "causal")
+        (first, shape), rest = self.shapes[0], self.shapes[1:]
+        names = " ".join(f"{n}[{','.join(map(str, s))}]" if s[-1] != shape[-1] else n for n, s in rest)
+        dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(self.dtype, self.dtype)
+        return f"{self.op}({kw}) {first}[{','.join(map(str, shape))}] {names} {dtype}".replace("  ", " ")
 
 
 def la_case(B, H, N, Dk, Dv, dtype="float32", causal=False, feature_map="elu", state=False, final=False, seed=0):
