@@ -27,8 +27,6 @@ import math
 from typing import Any, Mapping, Sequence
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
-# Default of Launch.fp_fusion.
-FP_FUSION = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +91,10 @@ class Launch:
     constexprs: Mapping[str, Any]
     num_warps: int = 4
     num_stages: int = 2
-    # Let the compiler contract a*b+c into FMAs (Triton's enable_fp_fusion).
-    fp_fusion: bool = dataclasses.field(default_factory=lambda: FP_FUSION)
+    # Let the compiler contract a*b+c into FMAs (Triton's enable_fp_fusion). Off: torch's
+    # Triton and XLA assemble the same PTX with different ptxas builds, and only PTX with no
+    # contraction left to the assembler is sure to give both frameworks the same bits.
+    fp_fusion: bool = False
 
     def __post_init__(self):
         _no_alignment_specialisation(self.kernel, len(self.inputs), len(self.scalars))

@@ -147,7 +147,7 @@ def _scan(cfg: Config, partial: str, init: Optional[str], out: Tuple[str, str, s
         (cfg.nseg, cfg.Dk, cfg.Dv),
         (_f32(ss, cfg.B, cfg.H, cfg.nseg, cfg.Dk, cfg.Dv), _f32(zs, cfg.B, cfg.H, cfg.nseg, cfg.Dk),
          _f32(sf, cfg.B, cfg.H, cfg.Dk, cfg.Dv), _f32(zf, cfg.B, cfg.H, cfg.Dk)),
-        {"HAS_INIT": init is not None, "REVERSE": reverse, "BK": bk, "BV": bv, "ALIGN": alignment(cfg.Dk, cfg.Dv)},
+        {"HAS_INIT": init is not None, "REVERSE": reverse, "BK": bk, "BV": bv, "ALIGN": _align(cfg.Dk, cfg.Dv)},
         num_warps=4,
     )
 
@@ -295,7 +295,7 @@ def step_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, *, feature_map, e
         (H, Dk, Dv, float(eps), *q.strides, *k.strides, *v.strides),
         (Buffer("o", (B, H, Dv), q.dtype), _f32("S1", B, H, Dk, Dv), _f32("z1", B, H, Dk), _f32("rden", B, H)),
         {"FEATURE": feature_map_code(feature_map), "BK": cfg.BK, "BV": cfg.bv_tile,
-         "ALIGN": alignment(Dk, Dv, *q.strides[:2], *k.strides[:2], *v.strides[:2])}, num_warps=cfg.num_warps,
+         "ALIGN": _align(Dk, Dv, q, k, v)}, num_warps=cfg.num_warps,
     )
     return Plan((launch,), ("o", "S1", "z1", "rden"), dense=("state_S", "state_z"))
 

@@ -1,34 +1,29 @@
-"""GPU diagnostics for the linear-attention family (not a test; prints findings).
+"""GPU diagnostics for the linear-attention family (not a test; prints findings). On the GPU
+machine: bash benchmarks/diagnose_run.sh COMMAND [ARGS] (installs, then runs this).
 
-  python benchmarks/diagnose.py bisect B H N Dk Dv dtype   causal ELU+1 forward and backward,
-      launch by launch: every compiled launch's outputs against the same launch run by the
-      interpreter on CPU copies of the same inputs (first launch that differs is the culprit)
-  python benchmarks/diagnose.py launches                    each launch of the bench shape's
-      forward and backward, timed from torch (do_bench) and from JAX (jit of that one launch)
-  python benchmarks/diagnose.py bitwise                     torch vs JAX bits, per dtype
-  python benchmarks/diagnose.py sweep WAVES,.. WARPS,.. CHUNK,.. OUT_CHUNKS,..   torch times
-DIAG_FP_FUSION=1 sets ato_core.launch.FP_FUSION.
+  bisect B H N Dk Dv dtype [stages=S] [min_tile=T] [bf16dot=0]
+      causal ELU+1 forward and backward launch by launch: each half-precision launch against
+      the same launch on fp32 copies of its inputs (a few 1e-3 apart when right, O(1) when not)
+  launches      each launch of the bench shape, timed from torch (do_bench) and from JAX
+  bitwise       torch vs JAX bits, per shape and dtype
+  sweep WAVES,.. WARPS,.. CHUNK,.. OUT_CHUNKS,..   torch causal/bidirectional times
+  sweep_bidir   the bidirectional forward kernels alone, over warps, stages and tiling
+  ptx DIR       the PTX and TTGIR torch and jax-triton compile for la_fwd_kernel
+                (set JAX_TRITON_DUMP_DIR)
+  profile DIR   CUDA kernels of back-to-back causal calls from both frameworks (CUPTI)
 """
 
 import dataclasses
 import os
-import statistics
 import sys
-import time
 
-import numpy as np
 import torch
 
 from ato_core import linear_attention as core
-from ato_core.target import INTERPRETER
 from ato_torch import launcher as tlaunch
 from ato_torch.launcher import spec
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-if os.environ.get("DIAG_FP_FUSION"):
-    import ato_core.launch
-
-    ato_core.launch.FP_FUSION = os.environ["DIAG_FP_FUSION"] == "1"
 
 
 def _inputs(B, H, N, Dk, Dv, dtype, seed=0):
@@ -89,6 +84,13 @@ def bisect(B, H, N, Dk, Dv, dtype, **variant):
             print(f"{launch.name:22s} {b.name:10s} rel diff vs fp32 run {err:.3e}", flush=True)
 
 
+def _to_jax(t):
+    """A torch tensor as a JAX array of the same dtype (through fp32 on the host)."""
+    import jax.numpy as jnp
+
+    return jnp.asarray(t.float().cpu().numpy()).astype(str(t.dtype).removeprefix("torch."))
+
+
 def Plan1(launch):
     from ato_core.launch import Plan
 
@@ -96,19 +98,10 @@ def Plan1(launch):
 
 
 def _median_jax(fn, args, reps=30):
-    import jax
+    """(us per call waited for every time, us per call back to back): ato bench's timer."""
+    from ato_cli.bench import _median_jax as per_call_ms
 
-    jax.block_until_ready(fn(*args))
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        ts.append(time.perf_counter() - t)
-    t = time.perf_counter()
-    for _ in range(reps):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    return statistics.median(ts) * 1e6, (time.perf_counter() - t) / reps * 1e6
+    return per_call_ms(fn, *args, reps=reps, calls=1) * 1e3, per_call_ms(fn, *args, reps=3, calls=reps) * 1e3
 
 
 def launches():
@@ -129,8 +122,7 @@ def launches():
             used = {n: before[n] for n in launch.inputs}
             t_ms = do_bench(lambda: tlaunch.run_plan(sub, used, target), warmup=10, rep=50, return_mode="median")
             names = tuple(used)
-            jarrs = [jnp.asarray(used[n].float().cpu().numpy()).astype(str(used[n].dtype).removeprefix("torch."))
-                     for n in names]
+            jarrs = [_to_jax(used[n]) for n in names]
             f = jax.jit(lambda *a: jlaunch._run_compiled(sub, dict(zip(names, a))))
             blocked, pipelined = _median_jax(f, jarrs)
             print(f"{'causal' if causal else 'bidir':6s} {launch.name:22s} grid {str(launch.grid):16s} torch {t_ms * 1e3:8.1f} us"
@@ -206,7 +198,6 @@ def ptx(out):
     import shutil
 
     import jax
-    import jax.numpy as jnp
 
     from ato_jax import launcher as jlaunch
 
@@ -225,8 +216,7 @@ def ptx(out):
                         with open(f"{out}/torch.{ir}", "w") as f:
                             f.write(ck.asm[ir])
             names = tuple(used)
-            arrs = [jnp.asarray(used[n].float().cpu().numpy()).astype(str(used[n].dtype).removeprefix("torch."))
-                    for n in names]
+            arrs = [_to_jax(used[n]) for n in names]
             jax.block_until_ready(jax.jit(lambda *a: jlaunch._run_compiled(Plan1(launch), dict(zip(names, a))))(*arrs))
             for ir in ("ptx", "ttgir"):
                 for path in glob.glob(f"{os.environ['JAX_TRITON_DUMP_DIR']}/*/la_fwd_kernel.{ir}"):
@@ -276,7 +266,6 @@ def profile(out):
     back-to-back causal forward calls from ato_jax and from ato_torch: per-kernel device
     time, and the span of the 10 calls against the sum of their kernels (the gaps)."""
     import jax
-    import jax.numpy as jnp
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as tprofile
 
@@ -284,7 +273,7 @@ def profile(out):
     import ato_torch
 
     q, k, v, do, _, _ = _inputs(8, 16, 4096, 64, 64, torch.bfloat16)
-    qj, kj, vj, doj = (jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16) for t in (q, k, v, do))
+    qj, kj, vj, doj = (_to_jax(t) for t in (q, k, v, do))
     jf = jax.jit(lambda a, b, c: ato_jax.linear_attention(a, b, c, causal=True, feature_map="elu"))
 
     def jfb(a, b, c, d):

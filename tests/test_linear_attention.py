@@ -37,6 +37,11 @@ LA_CASES = [
 ]
 
 
+def _spec(*shape):
+    """The ArraySpec of a contiguous fp32 CPU tensor of this shape (for plan-level tests)."""
+    return ato_torch.launcher.spec(torch.empty(shape))
+
+
 def check(case, inputs=None):
     inputs = h.make_inputs(case) if inputs is None else inputs
     t = h.run_torch(case, inputs)
@@ -144,23 +149,29 @@ def test_state_continuation(framework):
     assert h.rel_err(np.asarray(z3), np.asarray(z)) < 1e-5
 
 
-def test_non_contiguous_torch_inputs():
-    """A [B, N, H, D] tensor transposed to [B, H, N, D] is read in place, same bits."""
+@pytest.mark.parametrize("pad", [0, 1], ids=["bnhd", "padded-rows"])
+def test_non_contiguous_torch_inputs(pad):
+    """A [B, N, H, D] tensor transposed to [B, H, N, D] is read in place, same bits; also
+    with rows padded to D+1 elements, where no stride is a multiple of 16 (ALIGN 1: a plan
+    that claimed more would make the kernels address the wrong rows). The views are taken
+    of leaf tensors, so the op really gets those strides (clone() would compact padded rows)."""
     g = torch.Generator().manual_seed(0)
-    base = [torch.randn(2, 70, 3, d, generator=g) for d in (16, 16, 24)]
-    views = [t.transpose(1, 2) for t in base]
-    assert not views[0].is_contiguous()
+    dims = (16, 16, 24)
+    bases = [torch.randn(2, 70, 3, d + pad, generator=g) for d in dims]
     for causal in (False, True):
-        leaves_a = [t.clone().requires_grad_() for t in views]
-        leaves_b = [t.contiguous().requires_grad_() for t in views]
-        oa = ato_torch.linear_attention(*leaves_a, causal=causal, feature_map="elu")
+        leaves_a = [b.clone().requires_grad_() for b in bases]
+        views = [b[..., :d].transpose(1, 2) for b, d in zip(leaves_a, dims)]
+        assert not views[0].is_contiguous() and (pad == 0 or views[0].stride()[2] % 16 != 0)
+        leaves_b = [t.detach().contiguous().requires_grad_() for t in views]
+        oa = ato_torch.linear_attention(*views, causal=causal, feature_map="elu")
         ob = ato_torch.linear_attention(*leaves_b, causal=causal, feature_map="elu")
         do = torch.randn(oa.shape, generator=g).transpose(2, 3).contiguous().transpose(2, 3)  # strided cotangent
         oa.backward(do)
         ob.backward(do)
         assert torch.equal(oa, ob)
-        for a, b in zip(leaves_a, leaves_b):
-            assert torch.equal(a.grad, b.grad)
+        for a, b, d in zip(leaves_a, leaves_b, dims):
+            assert torch.equal(a.grad[..., :d].transpose(1, 2), b.grad)
+            assert not a.grad[..., d:].any()
 
 
 def test_fp16_long_sequence_does_not_overflow():
@@ -309,8 +320,7 @@ def test_alignment_and_scalar_specialisation():
 
     assert alignment(64, 4096 * 64, 0) == 16 and alignment(48, 96) == 16 and alignment(24) == 8
     assert alignment(129) == 1 and alignment(64, 3) == 1
-    spec = lambda *shape: ato_torch.launcher.spec(torch.empty(shape))  # noqa: E731
-    plan, _ = la_core.forward_plan(spec(1, 2, 8, 16), spec(1, 2, 8, 16), spec(1, 2, 8, 16),
+    plan, _ = la_core.forward_plan(_spec(1, 2, 8, 16), _spec(1, 2, 8, 16), _spec(1, 2, 8, 16),
                                    causal=True, feature_map="elu", eps=1e-6, initial_state=None, target=INTERPRETER)
     for launch in plan.launches:
         params = launch.kernel.params
@@ -318,6 +328,11 @@ def test_alignment_and_scalar_specialisation():
         assert all(p.do_not_specialize_on_alignment for p in params[first:first + count]), launch.name
         assert not any(p.do_not_specialize_on_alignment for p in params[:first]), launch.name
         assert launch.constexprs["ALIGN"] == 16
+    # an input whose rows are padded to 17 elements: ALIGN must drop to 1 where it is read
+    padded = ato_torch.launcher.spec(torch.empty(1, 8, 2, 17)[..., :16].transpose(1, 2))
+    plan, _ = la_core.forward_plan(_spec(1, 2, 8, 16), padded, _spec(1, 2, 8, 16), causal=True,
+                                   feature_map="elu", eps=1e-6, initial_state=None, target=INTERPRETER)
+    assert [launch.constexprs["ALIGN"] for launch in plan.launches] == [1, 16, 1]
 
 
 def test_jax_float_scalars_are_fp32():
@@ -341,8 +356,7 @@ def test_triton_call_arguments_for_both_jax_triton_apis():
     (a stray enable_fp_fusion keyword would become a kernel metaparameter there)."""
     from ato_jax.launcher import _api_04, triton_call_kwargs
 
-    spec = lambda *shape: ato_torch.launcher.spec(torch.empty(shape))  # noqa: E731
-    plan, _ = la_core.forward_plan(spec(1, 2, 8, 16), spec(1, 2, 8, 16), spec(1, 2, 8, 16),
+    plan, _ = la_core.forward_plan(_spec(1, 2, 8, 16), _spec(1, 2, 8, 16), _spec(1, 2, 8, 16),
                                    causal=True, feature_map="elu", eps=1e-6, initial_state=None, target=INTERPRETER)
     launch = plan.launches[0]
     old, new = triton_call_kwargs(launch, False), triton_call_kwargs(launch, True)
@@ -366,8 +380,7 @@ def test_backward_reverse_pass_choice(dims, kernels):
     """The fused dk/dv pass when the whole reverse state fits one program, the tiled pair
     otherwise (LA_CASES test both numerically: (2,2,300,48,40) and (1,1,45,130,72))."""
     Dk, Dv = dims
-    spec = lambda *shape: ato_torch.launcher.spec(torch.empty(shape))  # noqa: E731
-    plan = la_core.backward_plan(spec(1, 1, 9, Dk), spec(1, 1, 9, Dk), spec(1, 1, 9, Dv), spec(1, 1, 9, Dv),
+    plan = la_core.backward_plan(_spec(1, 1, 9, Dk), _spec(1, 1, 9, Dk), _spec(1, 1, 9, Dv), _spec(1, 1, 9, Dv),
                                  causal=True, feature_map="elu", eps=1e-6, has_dfinal=False, target=INTERPRETER)
     names = {launch.name for launch in plan.launches}
     assert kernels <= names and not ({"la_bwd_dkdv_kernel", "la_bwd_dk_kernel"} - kernels) & names
