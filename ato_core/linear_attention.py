@@ -35,6 +35,8 @@ REVERSE_STAGES = 1
 # (benchmarks/diagnose.py bisect); with 64-wide tiles both are right. Loads are masked, so
 # padding costs idle MMA lanes at Dk or Dv < 64, not memory traffic.
 MIN_TILE = 64
+# fp32 elements of one program's state tile in the scan over segments.
+SCAN_TILE_ELEMS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,18 +138,29 @@ def _f32(name, *shape):
     return Buffer(name, tuple(shape), "float32")
 
 
-def _scan(cfg: Config, partial: str, init: Optional[str], out: Tuple[str, str, str, str], reverse: bool) -> Launch:
-    """Prefix (or suffix) sums of per-segment partial states: start states and total."""
+def _scan(cfg: Config, partial: str, init: Optional[str], out: Tuple[str, str, str, str], reverse: bool,
+          causal: bool) -> Launch:
+    """Prefix (or suffix) sums of per-segment partial states: the start state of each
+    segment and the total (causal), or the total alone (bidirectional: la_sum_kernel, which
+    neither writes nor allocates the start states)."""
     BH = cfg.B * cfg.H
-    bk, bv = min(cfg.BK, 64), min(cfg.BV, 64)
+    # Small tiles: the walk over segments is a chain of dependent loads, so what hides
+    # its latency is the number of programs (B*H*tiles), not the size of each.
+    bv = min(cfg.BV, 64)
+    bk = min(cfg.BK, max(SCAN_TILE_ELEMS // bv, 1))
+    grid = (BH, cdiv(cfg.Dk, bk), cdiv(cfg.Dv, bv))
     ss, zs, sf, zf = out
+    total = (_f32(sf, cfg.B, cfg.H, cfg.Dk, cfg.Dv), _f32(zf, cfg.B, cfg.H, cfg.Dk))
+    ce = {"REVERSE": reverse, "BK": bk, "BV": bv, "ALIGN": _align(cfg.Dk, cfg.Dv)}
+    if not causal and init is None:
+        return Launch(kern.la_sum_kernel, grid, (f"{partial}_S", f"{partial}_z"), (cfg.nseg, cfg.Dk, cfg.Dv),
+                      total, ce, num_warps=4)
     return Launch(
-        kern.la_scan_kernel, (BH, cdiv(cfg.Dk, bk), cdiv(cfg.Dv, bv)),
+        kern.la_scan_kernel, grid,
         (f"{partial}_S", f"{partial}_z", f"{init}_S" if init else f"{partial}_S", f"{init}_z" if init else f"{partial}_z"),
         (cfg.nseg, cfg.Dk, cfg.Dv),
-        (_f32(ss, cfg.B, cfg.H, cfg.nseg, cfg.Dk, cfg.Dv), _f32(zs, cfg.B, cfg.H, cfg.nseg, cfg.Dk),
-         _f32(sf, cfg.B, cfg.H, cfg.Dk, cfg.Dv), _f32(zf, cfg.B, cfg.H, cfg.Dk)),
-        {"HAS_INIT": init is not None, "REVERSE": reverse, "BK": bk, "BV": bv, "ALIGN": _align(cfg.Dk, cfg.Dv)},
+        (_f32(ss, cfg.B, cfg.H, cfg.nseg, cfg.Dk, cfg.Dv), _f32(zs, cfg.B, cfg.H, cfg.nseg, cfg.Dk), *total),
+        {"HAS_INIT": init is not None, **ce},
         num_warps=4,
     )
 
@@ -188,7 +201,7 @@ def forward_plan(
         num_warps=cfg.num_warps,
     )
     scan = _scan(cfg, "part", "init" if initial_state is not None else None,
-                 ("S_start", "z_start", "S_final", "z_final"), reverse=False)
+                 ("S_start", "z_start", "S_final", "z_final"), reverse=False, causal=causal)
     res_S, res_z = ("S_start", "z_start") if causal else ("S_final", "z_final")
     o_shape = (B, H, N, Dv)
     out = Launch(
@@ -228,7 +241,8 @@ def backward_plan(
         {"FEATURE": fmap, "BK": cfg.bk_tile, "BV": cfg.BV, "ALIGN": align, **cfg.constexprs},
         num_warps=cfg.num_warps,
     )
-    scan = _scan(cfg, "rpart", "dfinal" if has_dfinal else None, ("R_start", "r_start", "dS0", "dz0"), reverse=True)
+    scan = _scan(cfg, "rpart", "dfinal" if has_dfinal else None, ("R_start", "r_start", "dS0", "dz0"), reverse=True,
+                 causal=causal)
     R_S, R_z = ("R_start", "r_start") if causal else ("dS0", "dz0")
     addressing = _state_addressing(cfg, causal)
     common = (H, N, cfg.seg_len_out, Dk, Dv, *addressing)
@@ -241,7 +255,8 @@ def backward_plan(
     if cfg.BK * cfg.BV <= STATE_TILE_ELEMS:  # the whole reverse state in one program: one pass
         reverse = (Launch(
             kern.la_bwd_dkdv_kernel, (BH, cfg.nseg_out), ("q", "k", "v", "do", "rden", "g", R_S, R_z),
-            (*common, *q.strides, *k.strides, *v.strides, *do.strides),
+            (*common, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(k.shape),
+             *row_major_strides(v.shape)),
             (Buffer("dk", tuple(k.shape), k.dtype), Buffer("dv", tuple(v.shape), v.dtype)),
             {**ce, "BK": cfg.BK, "BV": cfg.BV}, num_warps=cfg.num_warps, num_stages=REVERSE_STAGES,
         ),)

@@ -86,6 +86,35 @@ def test_fp16_long_sequence_gpu():
     assert h.rel_err(o[:, :, -8:].detach().double().cpu().numpy(), want.cpu().numpy()) < h.TOLERANCE["float16"]
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
+def test_padded_rows_gpu(causal):
+    """Compiled kernels on [B, N, H, D+1] storage viewed as [B, H, N, D]: no stride is a
+    multiple of 16, so the plan must drop ALIGN to 1 (a kernel told otherwise addresses the
+    wrong rows). Forward and gradients against the same data made contiguous (fp32, the
+    same reductions in the same order: 1e-6 allows only last-bit differences of vectorised
+    against scalar loads, were the compiler to reorder anything)."""
+    import torch
+
+    import ato_torch
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    B, N, H, D = 2, 2048, 4, 64
+    bases = [torch.randn(B, N, H, D + 1, device="cuda", generator=g) for _ in range(3)]
+    leaves_a = [b.clone().requires_grad_() for b in bases]
+    views = [b[..., :D].transpose(1, 2) for b in leaves_a]
+    assert views[0].stride()[2] % 16 != 0
+    leaves_b = [t.detach().contiguous().requires_grad_() for t in views]
+    do = torch.randn(B, H, N, D, device="cuda", generator=g)
+    oa = ato_torch.linear_attention(*views, causal=causal, feature_map="elu")
+    ob = ato_torch.linear_attention(*leaves_b, causal=causal, feature_map="elu")
+    oa.backward(do)
+    ob.backward(do)
+    pairs = [(oa, ob)] + [(a.grad[..., :D].transpose(1, 2), b.grad) for a, b in zip(leaves_a, leaves_b)]
+    for x, y in pairs:
+        assert h.rel_err(x.detach().cpu().numpy(), y.detach().cpu().numpy()) < 1e-6
+    assert all(not a.grad[..., D:].any() for a in leaves_a)
+
+
 def test_triton_cache_dir_survives_jax_triton(tmp_path):
     """In a fresh process: set TRITON_CACHE_DIR, run a JAX op (imports jax_triton), then
     compile a fresh torch-side Triton kernel; the setting is unchanged and both run."""

@@ -13,7 +13,8 @@ processed by different programs; each segment is walked in chunks of CHUNK rows.
 
 1. ``la_fwd_state_kernel``: per segment, the partial sums dS, dz of its rows.
 2. ``la_scan_kernel``: over segments, in order, the state at the start of each segment
-   (exclusive prefix sums from the initial state) and the final state.
+   (exclusive prefix sums from the initial state) and the final state. Bidirectional:
+   ``la_sum_kernel``, the final state alone.
 3. ``la_fwd_kernel``: per segment, from its start state, chunk by chunk: the inter-chunk
    part phi(Q) S, the intra-chunk part as a masked (phi(Q) phi(K)^T) V, then the state
    update S += phi(K)^T V. Bidirectional: every row reads the final (total) state.
@@ -108,6 +109,18 @@ def la_fwd_state_kernel(
 
 
 @triton.jit
+def _scan_tile_init(S0, Z0, bh, offs_k, offs_v, Dk, Dv, m2, kmask, HAS_INIT: tl.constexpr,
+                    BK: tl.constexpr, BV: tl.constexpr):
+    if HAS_INIT:
+        S = tl.load(_state_ptrs(S0, bh, offs_k, offs_v, Dk, Dv), mask=m2, other=0.0).to(tl.float32)
+        z = tl.load(Z0 + bh.to(tl.int64) * Dk + offs_k, mask=kmask, other=0.0).to(tl.float32)
+    else:
+        S = tl.zeros([BK, BV], dtype=tl.float32)
+        z = tl.zeros([BK], dtype=tl.float32)
+    return S, z
+
+
+@triton.jit
 def la_scan_kernel(
     DS, DZ, S0, Z0,
     nseg, Dk, Dv,
@@ -126,12 +139,7 @@ def la_scan_kernel(
     kmask = offs_k < Dk
     m2 = kmask[:, None] & (offs_v < Dv)[None, :]
     zmask = kmask & (tl.full([BK], 0, tl.int32) == tl.program_id(2))  # z: Dv tile 0 only
-    if HAS_INIT:
-        S = tl.load(_state_ptrs(S0, bh, offs_k, offs_v, Dk, Dv), mask=m2, other=0.0).to(tl.float32)
-        z = tl.load(Z0 + bh.to(tl.int64) * Dk + offs_k, mask=kmask, other=0.0).to(tl.float32)
-    else:
-        S = tl.zeros([BK, BV], dtype=tl.float32)
-        z = tl.zeros([BK], dtype=tl.float32)
+    S, z = _scan_tile_init(S0, Z0, bh, offs_k, offs_v, Dk, Dv, m2, kmask, HAS_INIT, BK, BV)
     for i in range(0, nseg):
         if REVERSE:
             seg = nseg - 1 - i
@@ -145,6 +153,38 @@ def la_scan_kernel(
         z += tl.load(DZ + zoffs, mask=kmask, other=0.0)
     tl.store(_state_ptrs(SF, bh, offs_k, offs_v, Dk, Dv), S, mask=m2)
     tl.store(ZF + bh.to(tl.int64) * Dk + offs_k, z, mask=zmask)
+
+
+@triton.jit
+def la_sum_kernel(
+    DS, DZ,
+    nseg, Dk, Dv,
+    SF, ZF,
+    REVERSE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (B*H, Dk tiles, Dv tiles). The total of the segments' partial states, summed in
+    the order la_scan_kernel sums them (so its bits equal la_scan_kernel's total), for the
+    bidirectional case, which needs no per-segment start states."""
+    bh = tl.program_id(0)
+    Dk = aligned(Dk, ALIGN)
+    Dv = aligned(Dv, ALIGN)
+    offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
+    offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
+    kmask = offs_k < Dk
+    m2 = kmask[:, None] & (offs_v < Dv)[None, :]
+    S = tl.zeros([BK, BV], dtype=tl.float32)
+    z = tl.zeros([BK], dtype=tl.float32)
+    for i in range(0, nseg):
+        if REVERSE:
+            seg = nseg - 1 - i
+        else:
+            seg = i
+        idx = bh * nseg + seg
+        S += tl.load(_state_ptrs(DS, idx, offs_k, offs_v, Dk, Dv), mask=m2, other=0.0)
+        z += tl.load(DZ + idx.to(tl.int64) * Dk + offs_k, mask=kmask, other=0.0)
+    tl.store(_state_ptrs(SF, bh, offs_k, offs_v, Dk, Dv), S, mask=m2)
+    if tl.program_id(2) == 0:
+        tl.store(ZF + bh.to(tl.int64) * Dk + offs_k, z, mask=kmask)
 
 
 @triton.jit
@@ -420,6 +460,7 @@ def la_bwd_dkdv_kernel(
     Q, K, V, DO, RDEN, G, RS, RZS,
     H, N, seg_len, Dk, Dv, nseg_state, state_seg_mult,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd,
+    sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd,
     DK, DV,
     FEATURE: tl.constexpr, CAUSAL: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
@@ -427,7 +468,7 @@ def la_bwd_dkdv_kernel(
     """Grid (B*H, segments); all of Dk and Dv (the plan uses it when the whole [Dk, Dv]
     reverse state fits one program). la_bwd_dk_kernel and la_bwd_dv_kernel in one pass:
     each chunk's q, k, v, do, 1/den and g are read once, and phi(Q)^T U is formed once.
-    dk and dv are row-major, of the shapes of k and v."""
+    dk and dv are addressed through their own strides (sgk*, sgv*)."""
     bh = tl.program_id(0)
     Dk = aligned(Dk, ALIGN)
     Dv = aligned(Dv, ALIGN)
@@ -439,8 +480,8 @@ def la_bwd_dkdv_kernel(
     v_base = V + b * aligned(svb, ALIGN) + h * aligned(svh, ALIGN)
     do_base = DO + b * aligned(sdb, ALIGN) + h * aligned(sdh, ALIGN)
     bh64 = bh.to(tl.int64)
-    dk_base = DK + bh64 * N * Dk
-    dv_base = DV + bh64 * N * Dv
+    dk_base = DK + b * aligned(sgkb, ALIGN) + h * aligned(sgkh, ALIGN)
+    dv_base = DV + b * aligned(sgvb, ALIGN) + h * aligned(sgvh, ALIGN)
     offs_k = tl.arange(0, BK)
     offs_v = tl.arange(0, BV)
     kmask = offs_k < Dk
@@ -474,8 +515,8 @@ def la_bwd_dkdv_kernel(
             R += _mm(tl.trans(phiq), u, DOT_BF16, PRECISION)
             r += tl.sum(phiq * g[:, None], axis=0)
         dk = feature_grad(k, dphik, FEATURE)
-        tl.store(_tile(dk_base, rows, offs_k, Dk, 1, ALIGN), dk.to(DK.dtype.element_ty), mask=km)
-        tl.store(_tile(dv_base, rows, offs_v, Dv, 1, ALIGN), dv.to(DV.dtype.element_ty), mask=vm)
+        tl.store(_tile(dk_base, rows, offs_k, sgkn, sgkd, ALIGN), dk.to(DK.dtype.element_ty), mask=km)
+        tl.store(_tile(dv_base, rows, offs_v, sgvn, sgvd, ALIGN), dv.to(DV.dtype.element_ty), mask=vm)
 
 
 @triton.jit
