@@ -1,6 +1,6 @@
 """``ato bench`` (GPU): ato_torch, ato_jax and the peers timed side by side in one process
 on the same inputs. Prints a table (time, ratio to the named baseline, GB/s or TFLOP/s),
-and writes <out>/<gpu>-linear_attention.{csv,png,txt}. Never a pass/fail test.
+and writes <out>/<gpu>-<family>.{csv,png,txt} per op family. Never a pass/fail test.
 
 Torch-side times: triton.testing.do_bench (CUDA events around back-to-back calls, median).
 JAX-side times, likewise back to back: wall clock of 100 jitted calls issued without waiting,
@@ -41,6 +41,18 @@ def _bench_torch(fn, quick: bool) -> float:
     return do_bench(fn, warmup=25 if quick else 100, rep=100 if quick else 500, return_mode="median")
 
 
+def _torch_fwd_bwd(fn, inputs, cotangent):
+    """A closure running fn on fresh leaves of ``inputs`` and its backward with ``cotangent``."""
+    leaves = [t.detach().requires_grad_() for t in inputs]
+
+    def run():
+        for t in leaves:
+            t.grad = None
+        fn(*leaves).backward(cotangent)
+
+    return run
+
+
 def linear_attention_rows(quick: bool):
     import jax
     import jax.numpy as jnp
@@ -66,14 +78,7 @@ def linear_attention_rows(quick: bool):
     rows.append(("copy 1 GiB", "torch", "", ms, None, f"{copy_gbs:.0f} GB/s"))
 
     def fwd_bwd(fn):
-        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-
-        def run():
-            for t in leaves:
-                t.grad = None
-            fn(*leaves).backward(do)
-
-        return run
+        return _torch_fwd_bwd(fn, (q, k, v), do)
 
     ato = lambda a, b, c, causal: ato_torch.linear_attention(a, b, c, causal=causal, feature_map="elu")  # noqa
     peers = {}
@@ -146,15 +151,99 @@ def linear_attention_rows(quick: bool):
     return rows
 
 
-def run(out: str = "benchmarks/results", quick: bool = False) -> int:
+def flash_attention_rows(quick: bool):
+    """Causal and non-causal, bf16, at B4 H32 N4096 D128 and B4 H64 N4096 D64: ato_torch and
+    ato_jax against SDPA's flash and cuDNN backends, jax.nn.dot_product_attention (cuDNN)
+    and the Pallas GPU mha. TFLOP/s count 4*B*H*N^2*D forward (half that when causal) and
+    3.5x that forward+backward (the FlashAttention convention: the backward is 2.5 forwards)."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import ato_jax
+    import ato_torch
+
+    rows = []
+    reps = 3 if quick else 5
+    for B, H, N, D in ((4, 32, 4096, 128), (4, 64, 4096, 64)):
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+        qj, kj, vj, doj = (jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16) for t in (q, k, v, do))
+        # [B, N, H, D] copies for the JAX peers (their layout)
+        qb, kb, vb, dob = (jnp.transpose(t, (0, 2, 1, 3)) for t in (qj, kj, vj, doj))
+        shape = f"B{B} H{H} N{N} D{D} bf16"
+        for causal in (False, True):
+            flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
+            times = {}
+
+            def torch_fb(fn):
+                return _torch_fwd_bwd(fn, (q, k, v), do)
+
+            ato = lambda a, b, c: ato_torch.flash_attention(a, b, c, causal=causal)  # noqa: E731
+            times["ato_torch fwd"] = _bench_torch(lambda: ato(q, k, v), quick)
+            times["ato_torch fwd+bwd"] = _bench_torch(torch_fb(ato), quick)
+            for name, backend in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION)):
+                def sdpa(a, b, c, backend=backend):
+                    with sdpa_kernel(backend):
+                        return F.scaled_dot_product_attention(a, b, c, is_causal=causal)
+                try:
+                    times[f"{name} fwd"] = _bench_torch(lambda: sdpa(q, k, v), quick)
+                    times[f"{name} fwd+bwd"] = _bench_torch(torch_fb(sdpa), quick)
+                except Exception as exc:  # report, don't hide
+                    rows.append((f"{name} unavailable", shape, type(exc).__name__, None, None, str(exc)[:60]))
+
+            def jax_pair(fwd, layout_bnhd):
+                args = (qb, kb, vb) if layout_bnhd else (qj, kj, vj)
+                cot = dob if layout_bnhd else doj
+
+                def fb(a, b, c, d):
+                    _, vjp = jax.vjp(fwd, a, b, c)
+                    return vjp(d)
+                return jax.jit(fwd), jax.jit(fb), args, cot
+
+            peers_j = {"ato_jax": (lambda a, b, c: ato_jax.flash_attention(a, b, c, causal=causal), False),
+                       "jax cuDNN": (lambda a, b, c: jax.nn.dot_product_attention(a, b, c, is_causal=causal,
+                                                                                 implementation="cudnn"), True)}
+            try:
+                from jax.experimental.pallas.ops.gpu.attention import mha
+
+                peers_j["Pallas mha"] = (lambda a, b, c: mha(a, b, c, None, sm_scale=1.0 / D ** 0.5, causal=causal), True)
+            except Exception as exc:
+                rows.append(("Pallas mha unavailable", shape, type(exc).__name__, None, None, str(exc)[:60]))
+            for name, (fn, bnhd) in peers_j.items():
+                jf, jfb, args, cot = jax_pair(fn, bnhd)
+                try:
+                    times[f"{name} fwd"] = _median_jax(jf, *args, reps=reps, calls=20)
+                    times[f"{name} fwd+bwd"] = _median_jax(jfb, *args, cot, reps=reps, calls=10)
+                except Exception as exc:
+                    rows.append((f"{name} unavailable", shape, type(exc).__name__, None, None, str(exc)[:60]))
+            tag = "causal" if causal else "full"
+            for mode, mult in (("fwd", 1.0), ("fwd+bwd", 3.5)):
+                base = times.get(f"SDPA flash {mode}")
+                for name in [n for n in times if n.endswith(" " + mode)]:
+                    ms = times[name]
+                    tflops = mult * flops / ms / 1e9
+                    rows.append((f"{tag} {name}", shape, "x SDPA flash TFLOP/s", ms,
+                                 (base / ms) if base else None, f"{tflops:.0f} TFLOP/s"))
+            for mode in ("fwd", "fwd+bwd"):
+                if f"ato_jax {mode}" in times:
+                    rows.append((f"{tag} ato_jax / ato_torch {mode}", shape, "time ratio", None,
+                                 times[f"ato_jax {mode}"] / times[f"ato_torch {mode}"], ""))
+                    if f"Pallas mha {mode}" in times:
+                        rows.append((f"{tag} ato_jax vs Pallas mha {mode}", shape, "x Pallas TFLOP/s", None,
+                                     times[f"Pallas mha {mode}"] / times[f"ato_jax {mode}"], ""))
+    return rows
+
+
+FAMILIES = {"linear_attention": linear_attention_rows, "flash_attention": flash_attention_rows}
+
+
+def _versions():
+    import jax
     import torch
     import triton
-
-    if not torch.cuda.is_available():
-        print("ato bench needs a CUDA GPU", file=sys.stderr)
-        return 2
-    gpu = torch.cuda.get_device_name()
-    import jax
 
     versions = f"torch {torch.__version__}, triton {triton.__version__}, jax {jax.__version__}"
     try:
@@ -169,7 +258,11 @@ def run(out: str = "benchmarks/results", quick: bool = False) -> int:
         versions += f", fla {fla.__version__}"
     except Exception:
         pass
-    rows = linear_attention_rows(quick)
+    return versions
+
+
+def write_table(rows, out: str, gpu: str, family: str, header_lines) -> None:
+    """The table (printed and <gpu>-<family>.txt), its CSV and a bar plot of the timed rows."""
     os.makedirs(out, exist_ok=True)
     tag = gpu.replace(" ", "_")
     header = ("benchmark", "shape", "ratio means", "time (us)", "ratio", "rate")
@@ -177,14 +270,13 @@ def run(out: str = "benchmarks/results", quick: bool = False) -> int:
                      "" if r[4] is None else f"{r[4]:.2f}", r[5])
     table = [fmt(r) for r in rows]
     widths = [max(len(x[c]) for x in table + [header]) for c in range(len(header))]
-    lines = [f"GPU {gpu}; {versions}", "command: ato bench" + (" --quick" if quick else ""),
-             "  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines = list(header_lines) + ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
     lines += ["  ".join(x.ljust(w) for x, w in zip(r, widths)) for r in table]
     text = "\n".join(lines)
-    print(text)
-    with open(os.path.join(out, f"{tag}-linear_attention.txt"), "w") as f:
+    print(text, flush=True)
+    with open(os.path.join(out, f"{tag}-{family}.txt"), "w") as f:
         f.write(text + "\n")
-    with open(os.path.join(out, f"{tag}-linear_attention.csv"), "w", newline="") as f:
+    with open(os.path.join(out, f"{tag}-{family}.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(table)
@@ -194,13 +286,28 @@ def run(out: str = "benchmarks/results", quick: bool = False) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        timed = [r for r in rows if r[3] is not None and r[0].startswith("causal")]
-        fig, ax = plt.subplots(figsize=(8, 0.4 * len(timed) + 1))
-        ax.barh([r[0] for r in timed], [r[3] * 1e3 for r in timed])
+        timed = [r for r in rows if r[3] is not None and r[0].split()[0] in ("causal", "full")]
+        fig, ax = plt.subplots(figsize=(9, 0.3 * len(timed) + 1))
+        ax.barh([f"{r[0]} {r[1]}" for r in timed], [r[3] * 1e3 for r in timed])
         ax.set_xlabel("time (us), lower is better")
-        ax.set_title(f"causal linear attention, {rows[1][1] if len(rows) > 1 else ''}, {gpu}", fontsize=9)
+        ax.set_title(f"{family}, {gpu}", fontsize=9)
+        ax.tick_params(axis="y", labelsize=7)
         fig.tight_layout()
-        fig.savefig(os.path.join(out, f"{tag}-linear_attention.png"), dpi=100)
+        fig.savefig(os.path.join(out, f"{tag}-{family}.png"), dpi=100)
     except Exception as exc:
         print(f"(no plot: {exc})", file=sys.stderr)
+
+
+def run(out: str = "benchmarks/results", quick: bool = False, ops=None) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("ato bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    gpu = torch.cuda.get_device_name()
+    versions = _versions()
+    for family in ops or FAMILIES:
+        rows = FAMILIES[family](quick)
+        cmd = f"command: ato bench --op {family}" + (" --quick" if quick else "")
+        write_table(rows, out, gpu, family, [f"GPU {gpu}; {versions}", cmd])
     return 0

@@ -13,12 +13,14 @@ from . import harness as h
 def cases(gpu: bool, quick: bool):
     if gpu:
         dims = [(2, 4, 2048, 64, 64), (1, 4, 1000, 96, 48)]
+        fa_dims = [(2, 8, 2, 1024, 1024, 128), (1, 4, 4, 700, 1500, 80)]  # (B, Hq, Hkv, Nq, Nk, D)
         dtypes = ["float32", "float16", "bfloat16"]
     else:
         dims = [(2, 2, 200, 32, 24), (1, 2, 45, 48, 80)]
+        fa_dims = [(1, 4, 2, 45, 29, 48), (1, 2, 2, 37, 70, 16)]
         dtypes = ["float32", "bfloat16"]
     if quick:
-        dims, dtypes = dims[:1], dtypes[-1:]
+        dims, fa_dims, dtypes = dims[:1], fa_dims[:1], dtypes[-1:]
     out = [h.elu_case((4, 1001), d) for d in dtypes]
     for dtype in dtypes:
         for i, (B, H, N, Dk, Dv) in enumerate(dims):
@@ -26,6 +28,9 @@ def cases(gpu: bool, quick: bool):
                 out.append(h.la_case(B, H, N, Dk, Dv, dtype, causal=causal, feature_map="elu" if i == 0 else None,
                                      state=causal, final=causal, seed=i))
         out.append(h.step_case(2, 4, 64, 64, dtype))
+        for i, fa in enumerate(fa_dims):
+            for causal in (False, True):
+                out.append(h.fa_case(*fa, dtype=dtype, causal=causal, seed=i))
     return out
 
 

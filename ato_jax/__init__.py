@@ -5,6 +5,7 @@ run under Triton's interpreter through ``jax.pure_callback`` (this path needs to
 ``import ato_jax`` never imports jax_triton; the first GPU launch does.
 """
 
+from .flash_attention import flash_attention  # noqa: F401
 from .linear_attention import elu_plus_one, linear_attention, linear_attention_step  # noqa: F401
 
-__all__ = ["elu_plus_one", "linear_attention", "linear_attention_step"]
+__all__ = ["elu_plus_one", "flash_attention", "linear_attention", "linear_attention_step"]

@@ -4,6 +4,7 @@ CUDA tensors run compiled kernels; CPU tensors run the same kernels under Triton
 interpreter (set ATO_INTERPRET=1 to interpret on a GPU too).
 """
 
+from .flash_attention import flash_attention  # noqa: F401
 from .linear_attention import elu_plus_one, linear_attention, linear_attention_step  # noqa: F401
 
-__all__ = ["elu_plus_one", "linear_attention", "linear_attention_step"]
+__all__ = ["elu_plus_one", "flash_attention", "linear_attention", "linear_attention_step"]

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from ato_cli import harness as h
@@ -134,3 +135,109 @@ print("ok")
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
+
+
+# ---- flash_attention ----
+
+FA_GPU_DIMS = [
+    # (B, Hq, Hkv, Nq, Nk, D)
+    (2, 8, 8, 2048, 2048, 128),
+    (1, 16, 4, 4096, 4096, 64),     # GQA
+    (1, 8, 2, 1000, 3000, 80),      # Nq < Nk, D padded to 128
+    (2, 4, 1, 777, 513, 48),        # multi-query, Nq > Nk (causal rows without keys)
+    (1, 4, 4, 1024, 1024, 256),
+    (1, 4, 2, 600, 600, 16),
+]
+
+
+def _fa_case(dims, dtype, causal):
+    return h.fa_case(*dims, dtype=dtype, causal=causal, seed=sum(dims))
+
+
+# fp32 (IEEE fp32 dots: slow to compile and run, the same code) at the shapes of at most
+# about 1M scores per head.
+FA_GPU_RUNS = [(d, dt) for d in FA_GPU_DIMS for dt in ("float16", "bfloat16", "float32")
+               if dt != "float32" or d[3] * d[4] <= 1100000]
+
+
+@pytest.mark.parametrize("dims,dtype", FA_GPU_RUNS, ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else x)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_attention_gpu(dims, dtype, causal):
+    """o, lse and dq, dk, dv of both frameworks against the float64 reference (on the GPU)."""
+    _check(_fa_case(dims, dtype, causal))
+
+
+@pytest.mark.parametrize("dims", FA_GPU_DIMS[:3], ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_attention_cross_framework_bitwise_gpu(dims, causal):
+    t, j, _ = _run(_fa_case(dims, "bfloat16", causal))
+    assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_attention_vs_sdpa_16k(dtype, causal):
+    """N = 16384 against torch's scaled_dot_product_attention on fp32 copies of the same
+    inputs (its float64 reference would need 16k x 16k scores per head): o and gradients
+    within the dtype's tolerance, in both frameworks."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+    import torch.nn.functional as F
+
+    import ato_jax
+    import ato_torch
+
+    B, Hq, Hkv, N, D = 1, 8, 2, 16384, 128
+    tdt = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(11)
+    q = torch.randn(B, Hq, N, D, device="cuda", generator=g).to(tdt)
+    k, v = (torch.randn(B, Hkv, N, D, device="cuda", generator=g).to(tdt) for _ in range(2))
+    do = torch.randn(B, Hq, N, D, device="cuda", generator=g).to(tdt)
+    ref_leaves = [t.float().requires_grad_() for t in (q, k, v)]
+    ref_o = F.scaled_dot_product_attention(*ref_leaves, is_causal=causal, enable_gqa=True)
+    ref_o.backward(do.float())
+    want = [ref_o.detach()] + [t.grad for t in ref_leaves]
+
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    o = ato_torch.flash_attention(*leaves, causal=causal)
+    o.backward(do)
+    got_torch = [o.detach()] + [t.grad for t in leaves]
+    to_j = lambda t: jnp.asarray(t.float().cpu().numpy()).astype(dtype)  # noqa: E731
+    oj, vjp = jax.vjp(lambda a, b, c: ato_jax.flash_attention(a, b, c, causal=causal), *map(to_j, (q, k, v)))
+    got_jax = [oj, *vjp(to_j(do))]
+    tol = h.TOLERANCE[dtype]
+    for name, got in (("torch", got_torch), ("jax", got_jax)):
+        for what, a, b in zip(("o", "dq", "dk", "dv"), got, want):
+            a = a.float().cpu().numpy() if hasattr(a, "cpu") else np.asarray(a, np.float32)
+            err = h.rel_err(a.astype(np.float64), b.double().cpu().numpy())
+            assert err < tol, f"{name} {what}: {err:.3g} >= {tol}"
+
+
+def test_flash_attention_memory_linear_in_n():
+    """Peak memory of forward+backward at N = 8192 and N = 32768 (bf16, B1 H8 D128): what
+    grows is inputs, outputs, gradients and [B, H, N] statistics, all linear in N; a
+    quadratic term would be 16x, and at N = 32768 alone 17 GB of fp32 scores per
+    (batch, head) group of 8."""
+    import torch
+
+    import ato_torch
+
+    peaks = {}
+    for N in (8192, 32768):
+        torch.cuda.empty_cache()
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(1, 8, N, 128, device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_()
+                   for _ in range(3))
+        do = torch.randn_like(q)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        ato_torch.flash_attention(q, k, v, causal=True).backward(do)
+        torch.cuda.synchronize()
+        peaks[N] = torch.cuda.max_memory_allocated() - base
+        per_token = peaks[N] / N
+        # o, dq, dk, dv (bf16) + lse, delta, lse2 (fp32) per token and head: about 8*128*2*4 + 8*4*3 bytes
+        assert per_token < 8 * (128 * 2 * 4 + 4 * 3) * 1.5, f"N={N}: {per_token:.0f} bytes per token"
+        del q, k, v, do
+    assert peaks[32768] / peaks[8192] < 4.5, peaks

@@ -24,6 +24,7 @@ from ato_cli import harness as h
 from ato_core import linear_attention as la_core
 from ato_core import reference as ref
 from ato_core.target import INTERPRETER
+from helpers import check
 
 LA_CASES = [
     # (B, H, N, Dk, Dv): one row; lengths that are no multiple of any block; several
@@ -40,23 +41,6 @@ LA_CASES = [
 def _spec(*shape):
     """The ArraySpec of a contiguous fp32 CPU tensor of this shape (for plan-level tests)."""
     return ato_torch.launcher.spec(torch.empty(shape))
-
-
-def check(case, inputs=None):
-    inputs = h.make_inputs(case) if inputs is None else inputs
-    t = h.run_torch(case, inputs)
-    j = h.run_jax(case, inputs)
-    r = h.run_torch(case, inputs, reference=True)
-    tol = h.TOLERANCE[case.dtype]
-    for name, res in (("torch", t), ("jax", j)):
-        for i, (a, b) in enumerate(zip(res.outputs, r.outputs)):
-            assert h.rel_err(a, b) < tol, f"{name} output {i}: {h.rel_err(a, b):.3g} >= {tol}"
-        for n in r.grads:
-            assert h.rel_err(res.grads[n], r.grads[n]) < tol, f"{name} d{n}: {h.rel_err(res.grads[n], r.grads[n]):.3g}"
-    # Same interpreter, same plan: identical bits (chex for the JAX-side comparison).
-    chex.assert_trees_all_equal(t.outputs, j.outputs)
-    chex.assert_trees_all_equal(t.grads, j.grads)
-    return t, j, r
 
 
 @pytest.mark.parametrize("shape", LA_CASES, ids=lambda s: "x".join(map(str, s)))

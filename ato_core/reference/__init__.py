@@ -3,6 +3,7 @@
 (autograd gives reference gradients) and on JAX (jax.grad). Simple enough to trust by
 reading; kernels never call it."""
 
+from .flash_attention import flash_attention  # noqa: F401
 from .linear_attention import (  # noqa: F401
     elu_plus_one,
     linear_attention,
