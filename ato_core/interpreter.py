@@ -71,7 +71,7 @@ def _twin(kernel):
 @contextlib.contextmanager
 def _interpretable_language():
     """Within the block, the public @jit functions of triton.language (tl.zeros, tl.sum,
-    tl.cdiv, ...) are interpreted functions, as they would be under TRITON_INTERPRET=1.
+    tl.cdiv, tl.rand and the Philox functions it calls, ...) are interpreted functions, as they would be under TRITON_INTERPRET=1.
     Private combine functions stay as they are: the interpreter recognises them by identity."""
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
@@ -81,18 +81,40 @@ def _interpretable_language():
         import triton.experimental.gluon  # noqa: F401
     except ImportError:
         pass
-    saved = []
     with _LANG_LOCK:
+        snapshot = _snapshot_language(tl)
         try:
-            for mod in (tl, tl.core, tl.standard, tl.math):
+            for mod in (tl, tl.core, tl.standard, tl.math, tl.random):
                 for name, value in list(vars(mod).items()):
                     if isinstance(value, JITFunction) and not name.startswith("_"):
-                        saved.append((mod, name, value))
                         setattr(mod, name, InterpretedFunction(value.fn))
             yield
         finally:
-            for mod, name, value in reversed(saved):
-                setattr(mod, name, value)
+            _restore_language(snapshot)
+
+
+def _snapshot_language(tl):
+    """The attribute dicts of triton.language's modules and of its classes (tl.tensor, ...).
+    Triton's interpreter patches tl.core functions and tensor methods for the interpreter
+    and leaves some of them patched after the run (it expects TRITON_INTERPRET for the whole
+    process): a kernel compiled later in the same process then fails in its frontend
+    ("'ir.value' object has no attribute 'dtype'"). Everything is put back after each launch."""
+    objs = [tl, tl.core, tl.standard, tl.math, tl.random]
+    objs += [v for v in vars(tl.core).values() if isinstance(v, type) and v.__module__.startswith("triton.language")]
+    return [(o, dict(vars(o))) for o in objs]
+
+
+def _restore_language(snapshot) -> None:
+    """Puts back every attribute that changed (names added meanwhile stay: lazily imported
+    modules define theirs there)."""
+    for obj, saved in snapshot:
+        current = vars(obj)
+        for name, value in saved.items():
+            if current.get(name, _MISSING) is not value:
+                setattr(obj, name, value)
+
+
+_MISSING = object()
 
 
 class _Interpreted:

@@ -46,17 +46,17 @@ def run_plan(plan: Plan, arrays: Mapping[str, torch.Tensor | None], target: Targ
         if name in env:
             env[name] = env[name].contiguous()
     device = next(iter(env.values())).device
-    for launch in plan.launches:
-        outs = [
-            (torch.zeros if b.zeroed else torch.empty)(b.shape, dtype=_DTYPES[b.dtype], device=device)
-            for b in launch.outputs
-        ]
-        args = [env[name] for name in launch.inputs] + list(launch.scalars) + outs
-        kernel = interpreted(launch.kernel) if target.interpret else launch.kernel
-        with torch.cuda.device(device) if device.type == "cuda" else _nullcontext():
+    with torch.cuda.device(device) if device.type == "cuda" else _nullcontext():
+        for launch in plan.launches:
+            outs = [
+                (torch.zeros if b.zeroed else torch.empty)(b.shape, dtype=_DTYPES[b.dtype], device=device)
+                for b in launch.outputs
+            ]
+            args = [env[name] for name in launch.inputs] + list(launch.scalars) + outs
+            kernel = interpreted(launch.kernel) if target.interpret else launch.kernel
             kernel[launch.grid](*args, **launch.constexprs, num_warps=launch.num_warps,
                                 num_stages=launch.num_stages, enable_fp_fusion=launch.fp_fusion)
-        env.update((b.name, out) for b, out in zip(launch.outputs, outs))
+            env.update((b.name, out) for b, out in zip(launch.outputs, outs))
     return tuple(env[name] for name in plan.results)
 
 

@@ -398,3 +398,32 @@ def test_jax_vmap_runs_each_slice():
                                     step(q[i, :, :, 0], k[i, :, :, 0], v[i, :, :, 0], S[i], z[i]))
     x = jax.random.normal(keys[3], (4, 5, 6))
     chex.assert_trees_all_equal(jax.vmap(ato_jax.elu_plus_one)(x), ato_jax.elu_plus_one(x))
+
+
+def test_interpreter_leaves_triton_language_as_found(tmp_path):
+    """Triton's interpreter leaves tl.core functions and tensor methods patched after a run;
+    a kernel compiled later in the same process (a CUDA tensor after a CPU one) then failed
+    in its frontend ("'ir.value' object has no attribute 'dtype'"). ato_core.interpreter
+    puts triton.language back after every launch. In a fresh process: interpreted ops, then
+    a full compile of a kernel for an sm_90 target (no GPU needed to compile), with an empty
+    cache so that it really compiles."""
+    import subprocess
+
+    code = """
+import torch, triton, ato_torch
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from ato_core.kernels import norms
+ato_torch.layer_norm(torch.randn(3, 100))
+ato_torch.dropout_residual_layer_norm(torch.ones(2, 40), torch.zeros(2, 40), None, None, p=0.5, seed=1)
+sig = dict.fromkeys(["X", "R", "W", "B", "Y", "H", "MEAN", "RSTD"], "*fp32")
+sig.update(M="i32", N="i32", eps="fp32", p="fp32", seed="i32")
+ce = dict(BLOCK_N=128, SINGLE=True, RMS=False, HAS_W=False, HAS_B=False, HAS_RES=True, DROPOUT=True, ALIGN=4)
+sig.update(dict.fromkeys(ce, "constexpr"))
+assert triton.compile(ASTSource(fn=norms.norm_fwd_kernel, signature=sig, constexprs=ce),
+                      target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+print("ok")
+"""
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-2000:]
