@@ -237,7 +237,225 @@ def flash_attention_rows(quick: bool):
     return rows
 
 
-FAMILIES = {"linear_attention": linear_attention_rows, "flash_attention": flash_attention_rows}
+def _copy_gbs(quick: bool) -> float:
+    import torch
+
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * src.numel() / _bench_torch(lambda: dst.copy_(src), quick) / 1e6
+
+
+def transformer_ops_rows(quick: bool):
+    """Forward of layer_norm, rms_norm, softmax (16384 x 4096), swiglu (16384 x 7168) and rope
+    (B8 N4096 Hq32 Hkv8 D128), bf16: GB/s of the bytes each must move (inputs read once,
+    outputs written once) against the copy bandwidth measured here, and time against the
+    fastest peer (torch eager, torch.compile, Liger-Kernel; JAX: the same math under jax.jit).
+    layer_norm forward+backward and cross_entropy loss+gradient (T8192 V128256) by time."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+    import torch.nn.functional as F
+
+    import ato_jax
+    import ato_torch
+
+    rows = []
+    copy = _copy_gbs(quick)
+    rows.append(("copy 1 GiB", "torch", "", 2 * (1 << 30) / copy / 1e6, None, f"{copy:.0f} GB/s"))
+    reps = 3 if quick else 5
+    dev, bf = "cuda", torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(0)
+    rnd = lambda *s: torch.randn(*s, device=dev, dtype=bf, generator=g)  # noqa: E731
+    to_j = lambda t: jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16)  # noqa: E731
+
+    def compiled(fn):
+        try:
+            return torch.compile(fn)
+        except Exception:
+            return None
+
+    def liger(name):
+        try:
+            import importlib
+
+            mod, attr = name.rsplit(":", 1)
+            return getattr(importlib.import_module(mod), attr)
+        except Exception:
+            return None
+
+    def emit(op, shape, nbytes, torch_fns, jax_fns):
+        """Times each callable; rows with GB/s, the ratio to copy bandwidth (ato) and to the
+        fastest peer."""
+        times = {}
+        for name, fn in torch_fns.items():
+            if fn is None:
+                continue
+            try:
+                times[name] = _bench_torch(fn, quick)
+            except Exception as exc:
+                rows.append((f"{op} {name} failed", shape, type(exc).__name__, None, None, str(exc)[:50]))
+        for name, (fn, args) in jax_fns.items():
+            try:
+                times[name] = _median_jax(jax.jit(fn), *args, reps=reps, calls=50)
+            except Exception as exc:
+                rows.append((f"{op} {name} failed", shape, type(exc).__name__, None, None, str(exc)[:50]))
+        peers = [t for n, t in times.items() if not n.startswith("ato")]
+        fastest = min(peers) if peers else None
+        for name, ms in times.items():
+            gbs = nbytes / ms / 1e6 if nbytes else None
+            rate = f"{gbs:.0f} GB/s = {gbs / copy:.2f} of copy" if gbs else ""
+            rows.append((f"{op} {name}", shape, "x fastest peer", ms, ms / fastest if fastest else None, rate))
+        if "ato_jax" in times and "jax jit (XLA)" in times:
+            rows.append((f"{op} ato_jax / jax jit (XLA)", shape, "time ratio", None,
+                         times["ato_jax"] / times["jax jit (XLA)"], ""))
+
+    # layer_norm / rms_norm
+    M, N = 16384, 4096
+    x, w, b, dy = rnd(M, N), rnd(N), rnd(N), rnd(M, N)
+    xj, wj, bj = to_j(x), to_j(w), to_j(b)
+
+    def jln(a, ww, bb):
+        a32 = a.astype(jnp.float32)
+        mu = a32.mean(-1, keepdims=True)
+        var = ((a32 - mu) ** 2).mean(-1, keepdims=True)
+        return ((a32 - mu) * jax.lax.rsqrt(var + 1e-5) * ww + bb).astype(a.dtype)
+
+    def jrms(a, ww):
+        a32 = a.astype(jnp.float32)
+        return (a32 * jax.lax.rsqrt((a32 * a32).mean(-1, keepdims=True) + 1e-6) * ww).astype(a.dtype)
+
+    LigerLN = liger("liger_kernel.transformers.layer_norm:LigerLayerNorm")
+    LigerRMS = liger("liger_kernel.transformers.rms_norm:LigerRMSNorm")
+    lig_ln = LigerLN(N, eps=1e-5).to(dev, bf) if LigerLN else None
+    lig_rms = LigerRMS(N, eps=1e-6).to(dev, bf) if LigerRMS else None
+    eager_ln = lambda a: F.layer_norm(a, (N,), w, b, 1e-5)  # noqa: E731
+    eager_rms = lambda a: F.rms_norm(a, (N,), w, 1e-6)  # noqa: E731
+    c_ln, c_rms = compiled(eager_ln), compiled(eager_rms)
+    nb = 2 * M * N * 2
+    shape = f"{M}x{N} bf16"
+    emit("layer_norm fwd", shape, nb, {
+        "ato_torch": lambda: ato_torch.layer_norm(x, w, b), "torch eager": lambda: eager_ln(x),
+        "torch.compile": (lambda: c_ln(x)) if c_ln else None, "Liger": (lambda: lig_ln(x)) if lig_ln else None},
+        {"ato_jax": (lambda a, ww, bb: ato_jax.layer_norm(a, ww, bb), (xj, wj, bj)), "jax jit (XLA)": (jln, (xj, wj, bj))})
+    emit("rms_norm fwd", shape, nb, {
+        "ato_torch": lambda: ato_torch.rms_norm(x, w), "torch eager": lambda: eager_rms(x),
+        "torch.compile": (lambda: c_rms(x)) if c_rms else None, "Liger": (lambda: lig_rms(x)) if lig_rms else None},
+        {"ato_jax": (lambda a, ww: ato_jax.rms_norm(a, ww), (xj, wj)), "jax jit (XLA)": (jrms, (xj, wj))})
+
+    def fb(fn, *leaves_src):
+        leaves = [t.detach().requires_grad_() for t in leaves_src]
+
+        def run():
+            for t in leaves:
+                t.grad = None
+            fn(*leaves).backward(dy)
+        return run
+
+    ln_fns = {"ato_torch": fb(lambda a, ww, bb: ato_torch.layer_norm(a, ww, bb), x, w, b),
+              "torch eager": fb(lambda a, ww, bb: F.layer_norm(a, (N,), ww, bb, 1e-5), x, w, b)}
+    if LigerLN:
+        lf = liger("liger_kernel.ops.layer_norm:LigerLayerNormFunction")
+        if lf:
+            ln_fns["Liger"] = fb(lambda a, ww, bb: lf.apply(a, ww, bb, 1e-5), x, w, b)
+    c_fb = compiled(lambda a, ww, bb: F.layer_norm(a, (N,), ww, bb, 1e-5))
+    if c_fb:
+        ln_fns["torch.compile"] = fb(c_fb, x, w, b)
+    dyj = to_j(dy)
+
+    def vjp_of(f):
+        def run(a, ww, bb, d):
+            _, back = jax.vjp(f, a, ww, bb)
+            return back(d)
+        return run
+    emit("layer_norm fwd+bwd", shape, None, ln_fns,
+         {"ato_jax": (vjp_of(lambda a, ww, bb: ato_jax.layer_norm(a, ww, bb)), (xj, wj, bj, dyj)),
+          "jax jit (XLA)": (vjp_of(jln), (xj, wj, bj, dyj))})
+
+    # softmax
+    LigerSM = liger("liger_kernel.ops.softmax:LigerSoftmaxFunction")
+    c_sm = compiled(lambda a: torch.softmax(a, -1))
+    emit("softmax fwd", shape, nb, {
+        "ato_torch": lambda: ato_torch.softmax(x), "torch eager": lambda: torch.softmax(x, -1),
+        "torch.compile": (lambda: c_sm(x)) if c_sm else None, "Liger": (lambda: LigerSM.apply(x)) if LigerSM else None},
+        {"ato_jax": (lambda a: ato_jax.softmax(a), (xj,)),
+         "jax jit (XLA)": (lambda a: jax.nn.softmax(a.astype(jnp.float32), -1).astype(a.dtype), (xj,))})
+    del x, dy, xj, dyj
+
+    # swiglu
+    Ms, Ns = 16384, 7168
+    ga, up = rnd(Ms, Ns), rnd(Ms, Ns)
+    gj, uj = to_j(ga), to_j(up)
+    LigerSw = liger("liger_kernel.ops.swiglu:LigerSiLUMulFunction")
+    c_sw = compiled(lambda a, c: F.silu(a) * c)
+    emit("swiglu fwd", f"{Ms}x{Ns} bf16", 3 * Ms * Ns * 2, {
+        "ato_torch": lambda: ato_torch.swiglu(ga, up), "torch eager": lambda: F.silu(ga) * up,
+        "torch.compile": (lambda: c_sw(ga, up)) if c_sw else None,
+        "Liger": (lambda: LigerSw.apply(ga, up)) if LigerSw else None},
+        {"ato_jax": (lambda a, c: ato_jax.swiglu(a, c), (gj, uj)),
+         "jax jit (XLA)": (lambda a, c: (jax.nn.silu(a.astype(jnp.float32)) * c).astype(a.dtype), (gj, uj))})
+    del ga, up, gj, uj
+
+    # rope
+    B, Nr, Hq, Hkv, D = 8, 4096, 32, 8, 128
+    q, k = rnd(B, Hq, Nr, D), rnd(B, Hkv, Nr, D)
+    ang = torch.arange(Nr, device=dev)[:, None] * (10000.0 ** (-torch.arange(D // 2, device=dev) / (D // 2)))[None]
+    cos, sin = ang.cos().to(bf), ang.sin().to(bf)
+    qj, kj, cj, sj = to_j(q), to_j(k), to_j(cos), to_j(sin)
+
+    def rot_half(t, c, s):
+        c2, s2 = torch.cat([c, c], -1), torch.cat([s, s], -1)
+        t1, t2 = t[..., : D // 2], t[..., D // 2:]
+        return t * c2 + torch.cat([-t2, t1], -1) * s2
+
+    def jrot(t, c, s):
+        t1, t2 = t[..., : D // 2].astype(jnp.float32), t[..., D // 2:].astype(jnp.float32)
+        c, s = c.astype(jnp.float32), s.astype(jnp.float32)
+        return jnp.concatenate([t1 * c - t2 * s, t2 * c + t1 * s], -1).astype(t.dtype)
+
+    LigerRope = liger("liger_kernel.ops.rope:LigerRopeFunction")
+    qb, kb = q.transpose(1, 2).contiguous().transpose(1, 2), k.transpose(1, 2).contiguous().transpose(1, 2)
+    cfull, sfull = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+    c_rope = compiled(lambda a, c2, s2: (rot_half(a[0], c2, s2), rot_half(a[1], c2, s2)))
+    emit("rope fwd", f"B{B} N{Nr} Hq{Hq} Hkv{Hkv} D{D} bf16", 2 * (q.numel() + k.numel()) * 2, {
+        "ato_torch": lambda: ato_torch.rope(q, k, cos, sin),
+        "torch eager": lambda: (rot_half(q, cos, sin), rot_half(k, cos, sin)),
+        "torch.compile": (lambda: c_rope((q, k), cos, sin)) if c_rope else None,
+        "Liger": (lambda: LigerRope.apply(qb, kb, cfull, sfull)) if LigerRope else None},
+        {"ato_jax": (lambda a, bb, c, s: ato_jax.rope(a, bb, c, s), (qj, kj, cj, sj)),
+         "jax jit (XLA)": (lambda a, bb, c, s: (jrot(a, c, s), jrot(bb, c, s)), (qj, kj, cj, sj))})
+    del q, k, qb, kb, qj, kj
+
+    # cross_entropy loss + gradient
+    T, V = 8192, 128256
+    logits = rnd(T, V)
+    tgt = torch.randint(0, V, (T,), device=dev, generator=g)
+    lj, tj = to_j(logits), jnp.asarray(tgt.cpu().numpy())
+
+    def ce_fb(fn):
+        leaf = logits.detach().requires_grad_()
+
+        def run():
+            leaf.grad = None
+            fn(leaf, tgt).backward()
+        return run
+    LigerCE = liger("liger_kernel.transformers.cross_entropy:LigerCrossEntropyLoss")
+    lig_ce = LigerCE() if LigerCE else None
+
+    def jce(a, t):
+        a32 = a.astype(jnp.float32)
+        lse = jax.nn.logsumexp(a32, -1)
+        return jnp.mean(lse - jnp.take_along_axis(a32, t[:, None], -1)[:, 0])
+    emit("cross_entropy loss+grad", f"T{T} V{V} bf16", None, {
+        "ato_torch": ce_fb(lambda a, t: ato_torch.cross_entropy(a, t)),
+        "torch eager (fp32 upcast)": ce_fb(lambda a, t: F.cross_entropy(a.float(), t)),
+        "Liger": ce_fb(lambda a, t: lig_ce(a, t)) if lig_ce else None},
+        {"ato_jax": (jax.grad(lambda a, t: ato_jax.cross_entropy(a, t)), (lj, tj)),
+         "jax jit (XLA)": (jax.grad(jce), (lj, tj))})
+    return rows
+
+
+FAMILIES = {"linear_attention": linear_attention_rows, "flash_attention": flash_attention_rows,
+            "transformer_ops": transformer_ops_rows}
 
 
 def _versions():
@@ -286,7 +504,7 @@ def write_table(rows, out: str, gpu: str, family: str, header_lines) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        timed = [r for r in rows if r[3] is not None and r[0].split()[0] in ("causal", "full")]
+        timed = [r for r in rows if r[3] is not None and not r[0].startswith(("copy", "bidir"))]
         fig, ax = plt.subplots(figsize=(9, 0.3 * len(timed) + 1))
         ax.barh([f"{r[0]} {r[1]}" for r in timed], [r[3] * 1e3 for r in timed])
         ax.set_xlabel("time (us), lower is better")

@@ -31,7 +31,22 @@ def cases(gpu: bool, quick: bool):
         for i, fa in enumerate(fa_dims):
             for causal in (False, True):
                 out.append(h.fa_case(*fa, dtype=dtype, causal=causal, seed=i))
+        out += transformer_op_cases(gpu, dtype)
     return out
+
+
+def transformer_op_cases(gpu: bool, dtype: str):
+    M, N, V = (2048, 4096, 32000) if gpu else (6, 300, 500)
+    return [
+        h.norm_case("layer_norm", (M, N), dtype=dtype, seed=1),
+        h.norm_case("rms_norm", (M, N + 1), dtype=dtype, bias=False, seed=2),
+        h.drln_case((M, N), dtype=dtype, p=0.1, dseed=3, seed=3),
+        h.softmax_case((M, N), dtype=dtype, seed=4),
+        h.swiglu_case((M, N), dtype=dtype, seed=5),
+        h.rope_case(2, 8, 2, 256 if gpu else 9, 64 if gpu else 16, dtype=dtype, positions=True,
+                    max_pos=1024 if gpu else 20, seed=6),
+        h.ce_case(M, V, dtype=dtype, label_smoothing=0.1, seed=7),
+    ]
 
 
 def _progress(i: int, n: int, label: str) -> None:

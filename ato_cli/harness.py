@@ -30,8 +30,16 @@ class Case:
     dtype: str = "float32"
     kwargs: Tuple[Tuple[str, object], ...] = ()
     seed: int = 0
-    # inputs that are not differentiated / cast to dtype (states stay fp32)
+    # inputs kept in fp32 whatever the dtype (states, cos/sin tables)
     fp32_inputs: Tuple[str, ...] = ()
+    # integer inputs: (name, low, high) drawn uniformly from [low, high); never differentiated
+    int_inputs: Tuple[Tuple[str, int, int], ...] = ()
+    # float inputs that are not differentiated (cos/sin of rope)
+    nondiff: Tuple[str, ...] = ()
+
+    def differentiated(self, names):
+        ints = {n for n, _, _ in self.int_inputs}
+        return [n for n in names if n not in ints and n not in self.nondiff]
 
     @property
     def label(self) -> str:
@@ -65,6 +73,42 @@ def fa_case(B, Hq, Hkv, Nq, Nk, D, dtype="float32", causal=False, lse=True, scal
     return Case("flash_attention", shapes, dtype, kwargs, seed)
 
 
+def norm_case(op, shape, dtype="float32", weight=True, bias=True, seed=0):
+    """layer_norm (weight, bias optional) or rms_norm (weight optional) over shape[-1]."""
+    N = shape[-1]
+    shapes = [("x", tuple(shape))] + ([("weight", (N,))] if weight else []) + ([("bias", (N,))] if bias else [])
+    return Case(op, tuple(shapes), dtype, (), seed)
+
+
+def drln_case(shape, dtype="float32", p=0.0, dseed=0, seed=0):
+    N = shape[-1]
+    shapes = (("x", tuple(shape)), ("residual", tuple(shape)), ("weight", (N,)), ("bias", (N,)))
+    return Case("dropout_residual_layer_norm", shapes, dtype, (("p", p), ("dseed", dseed)), seed)
+
+
+def softmax_case(shape, dtype="float32", temperature=1.0, seed=0):
+    return Case("softmax", (("x", tuple(shape)),), dtype, (("temperature", temperature),), seed)
+
+
+def swiglu_case(shape, dtype="float32", seed=0):
+    return Case("swiglu", (("gate", tuple(shape)), ("up", tuple(shape))), dtype, (), seed)
+
+
+def rope_case(B, Hq, Hkv, N, D, dtype="float32", interleaved=False, positions=False, max_pos=None, seed=0):
+    max_pos = max_pos or N
+    shapes = (("q", (B, Hq, N, D)), ("k", (B, Hkv, N, D)), ("cos", (max_pos, D // 2)), ("sin", (max_pos, D // 2)))
+    ints = (("positions", 0, max_pos),) if positions else ()
+    return Case("rope", shapes, dtype, (("interleaved", interleaved), ("positions", positions)), seed,
+                ("cos", "sin"), ints, ("cos", "sin"))
+
+
+def ce_case(T, V, dtype="float32", reduction="mean", label_smoothing=0.0, ignore_every=5, scale=1.0, seed=0):
+    """Every ``ignore_every``-th target is ignore_index (-100); logits are scale * N(0, 1)."""
+    kwargs = (("reduction", reduction), ("label_smoothing", label_smoothing), ("ignore_every", ignore_every),
+              ("scale", scale))
+    return Case("cross_entropy", (("logits", (T, V)),), dtype, kwargs, seed, (), (("targets", 0, V),))
+
+
 def elu_case(shape, dtype="float32", seed=0):
     return Case("elu_plus_one", (("x", tuple(shape)),), dtype, (), seed)
 
@@ -84,11 +128,24 @@ def make_inputs(case: Case) -> Dict[str, np.ndarray]:
     out = {}
     for name, shape in case.shapes:
         a = rng.standard_normal(shape).astype(np.float32)
+        if name == "logits":
+            a = a * np.float32(kw.get("scale", 1.0))
+        if name in ("cos", "sin"):  # a real rotary table: angle = position * frequency
+            pos = np.arange(shape[0])[:, None]
+            angle = pos * (10000.0 ** (-np.arange(shape[1]) / shape[1]))[None, :]
+            a = (np.cos(angle) if name == "cos" else np.sin(angle)).astype(np.float32)
         if name in ("q", "k") and kw.get("feature_map", "elu") is None:
             a = np.abs(a)
         if name in ("S0", "z0"):
             a = np.abs(a) * 4.0
         out[name] = a if name in case.fp32_inputs else _round(a, case.dtype)
+    B_N = next((s[0] for n, s in case.shapes if n == "q"), None), next((s[2] for n, s in case.shapes if n == "q"), None)
+    for name, low, high in case.int_inputs:
+        shape = {"positions": B_N, "targets": next((s[:1] for n, s in case.shapes if n == "logits"), None)}[name]
+        a = rng.integers(low, high, size=shape).astype(np.int64)
+        if name == "targets" and kw.get("ignore_every"):
+            a[:: kw["ignore_every"]] = -100
+        out[name] = a
     return out
 
 
@@ -106,11 +163,48 @@ def _call(case: Case, ops, a: Dict[str, object]):
         res = ops.flash_attention(a["q"], a["k"], a["v"], causal=kw["causal"], softmax_scale=kw["softmax_scale"],
                                   return_lse=kw["lse"])
         return tuple(res) if kw["lse"] else (res,)
+    if case.op in ("layer_norm", "rms_norm"):
+        extra = {"bias": a.get("bias")} if case.op == "layer_norm" else {}
+        return (getattr(ops, case.op)(a["x"], a.get("weight"), **extra),)
+    if case.op == "dropout_residual_layer_norm":
+        if getattr(ops, "IS_REFERENCE", False):
+            keep = dropout_keep_mask(case, a["x"])
+            return ops.dropout_residual_layer_norm(a["x"], a["residual"], a["weight"], a["bias"], keep=keep, p=kw["p"])
+        return tuple(ops.dropout_residual_layer_norm(a["x"], a["residual"], a["weight"], a["bias"], p=kw["p"],
+                                                     seed=kw["dseed"]))
+    if case.op == "softmax":
+        return (ops.softmax(a["x"], temperature=kw["temperature"]),)
+    if case.op == "swiglu":
+        return (ops.swiglu(a["gate"], a["up"]),)
+    if case.op == "rope":
+        return tuple(ops.rope(a["q"], a["k"], a["cos"], a["sin"], positions=a.get("positions"),
+                              interleaved=kw["interleaved"]))
+    if case.op == "cross_entropy":
+        return (ops.cross_entropy(a["logits"], a["targets"], reduction=kw["reduction"],
+                                  label_smoothing=kw["label_smoothing"]),)
     if case.op == "linear_attention_step":
         o, (S, z) = ops.linear_attention_step(a["q"], a["k"], a["v"], (a["S0"], a["z0"]),
                                               feature_map=kw["feature_map"])
         return (o, S, z)
     raise ValueError(case.op)
+
+
+def dropout_keep_mask(case: Case, like):
+    """The keep-mask that ato's generator draws for this case's seed and shape (from the
+    kernel itself: dropout of ones, no residual, p -> kept iff nonzero). The reference
+    checks everything else (scaling, residual, LayerNorm, gradients) against it; the mask's
+    own statistics are tested separately."""
+    import torch
+
+    import ato_torch
+
+    kw = dict(case.kwargs)
+    shape = tuple(like.shape)
+    device = like.device if isinstance(like, torch.Tensor) else "cpu"
+    ones = torch.ones(shape, dtype=torch.float32, device=device)
+    _, h = ato_torch.dropout_residual_layer_norm(ones, torch.zeros_like(ones), None, None, p=kw["p"], seed=kw["dseed"])
+    keep = h != 0
+    return keep if isinstance(like, torch.Tensor) else np.asarray(keep)
 
 
 def cotangents(case: Case, outputs) -> list:
@@ -152,8 +246,16 @@ def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", re
             t = t.double()
         return t.to(device).requires_grad_(True)
 
-    ops = ref if reference else ato_torch
-    t_in = {n: to_t(a) for n, a in inputs.items()}
+    def to_const(name, a):
+        a = np.asarray(a)
+        if a.dtype.kind in "iu":
+            return torch.from_numpy(a.copy()).to(device)
+        t = torch.from_numpy(a.astype(np.float32)).to(device)
+        return t.double() if reference else t
+
+    ops = _Reference() if reference else ato_torch
+    diff = case.differentiated(list(inputs))
+    t_in = {n: to_t(a) if n in diff else to_const(n, a) for n, a in inputs.items()}
     start = time.perf_counter()
     outs = _call(case, ops, t_in)
     cts = cotangents(case, outs)
@@ -162,7 +264,7 @@ def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", re
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     secs = time.perf_counter() - start
-    return Result([_f64(o) for o in outs], {n: _f64(t.grad) for n, t in t_in.items()}, secs)
+    return Result([_f64(o) for o in outs], {n: _f64(t_in[n].grad) for n in diff}, secs)
 
 
 def run_jax(case: Case, inputs: Dict[str, np.ndarray], jit: bool = True) -> Result:
@@ -173,22 +275,35 @@ def run_jax(case: Case, inputs: Dict[str, np.ndarray], jit: bool = True) -> Resu
     import ato_jax
 
     names = list(inputs)
+    diff = case.differentiated(names)
     probe = _call(case, _ShapeOnly(), {n: inputs[n] for n in names})
     cts = cotangents(case, probe)
+    consts = {n: jnp.asarray(inputs[n]) for n in names if n not in diff}
 
     def loss(*arrays):
-        outs = _call(case, ato_jax, dict(zip(names, arrays)))
+        outs = _call(case, ato_jax, {**consts, **dict(zip(diff, arrays))})
         total = sum(jnp.sum(o.astype(jnp.float32) * c) for o, c in zip(outs, cts))
         return total, outs
 
-    fn = jax.value_and_grad(loss, argnums=tuple(range(len(names))), has_aux=True)
+    fn = jax.value_and_grad(loss, argnums=tuple(range(len(diff))), has_aux=True)
     fn = jax.jit(fn) if jit else fn
-    args = [jnp.asarray(inputs[n]) for n in names]
+    args = [jnp.asarray(inputs[n]) for n in diff]
     start = time.perf_counter()
     (_, outs), grads = fn(*args)
     jax.block_until_ready((outs, grads))
     secs = time.perf_counter() - start
-    return Result([_f64(o) for o in outs], {n: _f64(g) for n, g in zip(names, grads)}, secs)
+    return Result([_f64(o) for o in outs], {n: _f64(g) for n, g in zip(diff, grads)}, secs)
+
+
+class _Reference:
+    """The reference module, marked so that _call can hand it what only it needs."""
+
+    IS_REFERENCE = True
+
+    def __getattr__(self, name):
+        from ato_core import reference as ref
+
+        return getattr(ref, name)
 
 
 class _ShapeOnly:
@@ -206,6 +321,27 @@ class _ShapeOnly:
     def flash_attention(self, q, k, v, *, causal, softmax_scale, return_lse):
         o = np.empty(np.shape(q))
         return (o, np.empty(np.shape(q)[:3])) if return_lse else o
+
+    def layer_norm(self, x, weight=None, bias=None):
+        return np.empty(np.shape(x))
+
+    def rms_norm(self, x, weight=None):
+        return np.empty(np.shape(x))
+
+    def dropout_residual_layer_norm(self, x, residual, weight, bias, *, p, seed):
+        return np.empty(np.shape(x)), np.empty(np.shape(x))
+
+    def softmax(self, x, *, temperature):
+        return np.empty(np.shape(x))
+
+    def swiglu(self, gate, up):
+        return np.empty(np.shape(gate))
+
+    def rope(self, q, k, cos, sin, *, positions, interleaved):
+        return np.empty(np.shape(q)), np.empty(np.shape(k))
+
+    def cross_entropy(self, logits, targets, *, reduction, label_smoothing):
+        return np.empty(np.shape(logits)[:1]) if reduction == "none" else np.empty(())
 
     def linear_attention_step(self, q, k, v, state, *, feature_map):
         B, H, Dk = np.shape(q)

@@ -241,3 +241,42 @@ def test_flash_attention_memory_linear_in_n():
         assert per_token < 8 * (128 * 2 * 4 + 4 * 3) * 1.5, f"N={N}: {per_token:.0f} bytes per token"
         del q, k, v, do
     assert peaks[32768] / peaks[8192] < 4.5, peaks
+
+
+# ---- transformer ops ----
+
+OPS_GPU_CASES = [
+    lambda dt: h.norm_case("layer_norm", (4096, 4096), dtype=dt, seed=1),
+    lambda dt: h.norm_case("layer_norm", (16, 65536), dtype=dt, seed=2),       # looped: wider than one piece
+    lambda dt: h.norm_case("rms_norm", (4096, 4097), dtype=dt, bias=False, seed=3),
+    lambda dt: h.drln_case((2048, 4096), dtype=dt, p=0.1, dseed=5, seed=4),
+    lambda dt: h.softmax_case((4096, 4096), dtype=dt, seed=5),
+    lambda dt: h.softmax_case((16, 50000), dtype=dt, temperature=0.7, seed=6),  # online
+    lambda dt: h.swiglu_case((4096, 7168), dtype=dt, seed=7),
+    lambda dt: h.rope_case(2, 16, 4, 1024, 128, dtype=dt, positions=True, max_pos=4096, seed=8),
+    lambda dt: h.rope_case(2, 8, 8, 512, 64, dtype=dt, interleaved=True, seed=9),
+    lambda dt: h.ce_case(1024, 32000, dtype=dt, label_smoothing=0.1, seed=10),
+    lambda dt: h.ce_case(512, 128256, dtype=dt, reduction="none", scale=30.0, seed=11),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("i", range(len(OPS_GPU_CASES)), ids=lambda i: OPS_GPU_CASES[i]("float32").label.split()[0])
+def test_transformer_ops_gpu(i, dtype):
+    """Both frameworks against the float64 reference, and bitwise equal to each other."""
+    case = OPS_GPU_CASES[i](dtype)
+    _check(case)
+    t, j, _ = _run(case)
+    assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
+def test_dropout_mask_same_on_cpu_and_gpu():
+    """The same seed draws the same mask compiled on the GPU as interpreted on the CPU."""
+    import torch
+
+    import ato_torch
+
+    x = torch.ones(64, 1000)
+    cpu = ato_torch.dropout_residual_layer_norm(x, x * 0, None, None, p=0.4, seed=9)[1]
+    gpu = ato_torch.dropout_residual_layer_norm(x.cuda(), x.cuda() * 0, None, None, p=0.4, seed=9)[1]
+    assert torch.equal(cpu != 0, (gpu != 0).cpu())

@@ -4,6 +4,11 @@
 reading; kernels never call it."""
 
 from .flash_attention import flash_attention  # noqa: F401
+from .cross_entropy import cross_entropy  # noqa: F401
+from .norms import dropout_residual_layer_norm, layer_norm, rms_norm  # noqa: F401
+from .rope import rope  # noqa: F401
+from .softmax import softmax  # noqa: F401
+from .swiglu import swiglu  # noqa: F401
 from .linear_attention import (  # noqa: F401
     elu_plus_one,
     linear_attention,

@@ -1,0 +1,136 @@
+"""layer_norm, rms_norm, dropout_residual_layer_norm: argument checks and launch plans.
+
+Kernels: ato_core/kernels/norms.py. Reference: ato_core/reference/norms.py. Inputs are
+addressed as row-major [M, N] (N the last axis, M the product of the others); the adapters
+make them contiguous (``Plan.dense``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+from . import checks
+from .kernels import norms as kern
+from .launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel
+from .target import Target
+
+MAX_N = 65536
+# Widest row a program holds in registers (one pass); wider rows are walked in pieces.
+SINGLE_MAX = 8192
+# Programs of the backward (each reduces its rows' dw/db into one partial row) per SM, and
+# their warps (None: as the forward, by block width). Swept on an H100 (benchmarks/ops_sweep.py,
+# layer_norm forward+backward 16384 x 4096 bf16, from torch): 2 x 8 warps 452 us, 4 x 16
+# 458 us, 8 x 4 457 us, 1 x 4 490 us (NVIDIA_H100_80GB_HBM3-transformer_ops-sweep.txt).
+BWD_PROGRAMS_PER_SM = 2
+BWD_WARPS = 8
+# Columns per program of the partial-row sum (N / SUM_COLS programs, each over all G rows).
+SUM_COLS = 64
+
+
+def _rows(x: ArraySpec) -> Tuple[int, int]:
+    N = x.shape[-1]
+    return numel(x.shape[:-1]), N
+
+
+def _block(N: int, target: Target) -> Tuple[int, bool]:
+    single_max = 64 if target.interpret else SINGLE_MAX  # the interpreter: exercise the looped path
+    if N <= single_max:
+        return max(next_pow2(N), 16), True
+    return (32 if target.interpret else 4096), False
+
+
+def _warps(block: int) -> int:
+    return 4 if block <= 1024 else 8 if block <= 4096 else 16
+
+
+def check_norm(name_x: str, x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[ArraySpec], eps) -> int:
+    checks.check_float(name_x, x)
+    if x.ndim < 1:
+        raise ValueError(f"{name_x}: expected at least 1 dimension, got shape {tuple(x.shape)}")
+    N = x.shape[-1]
+    checks.check_range(f"{name_x}.shape[-1]", N, 1, MAX_N)
+    checks.check_range(f"{name_x}: rows (the product of the leading dimensions)", numel(x.shape[:-1]), 1)
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            checks.check_float(name, t)
+            checks.check_shape(name, t, (N,), f"[N] with N = {N}, the last axis of {name_x}")
+            if t.device != x.device:
+                raise ValueError(f"{name}: expected device {x.device} (the device of {name_x}), got {t.device}")
+    if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0 and math.isfinite(eps)):
+        raise ValueError(f"eps: expected a positive float, got {eps!r}")
+    return N
+
+
+def check_dropout(p, seed, training) -> None:
+    if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p < 1.0):
+        raise ValueError(f"p: expected a float in [0, 1), got {p!r}")
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2 ** 31):
+        raise ValueError(f"seed: expected an int in [0, 2**31), got {seed!r}")
+    if not isinstance(training, bool):
+        raise TypeError(f"training: expected a bool, got {type(training).__name__}")
+
+
+def _dtype(spec: Optional[ArraySpec], default: str) -> str:
+    return default if spec is None else spec.dtype
+
+
+@cached_plan
+def forward_plan(x: ArraySpec, residual: Optional[ArraySpec], weight: Optional[ArraySpec],
+                 bias: Optional[ArraySpec], *, rms: bool, eps: float, p: float, seed: int, target: Target) -> Plan:
+    """Inputs: x, residual (dropout + residual when given), weight, bias. Results: y (x's
+    shape and dtype), h (with a residual: dropout(x) + residual), mean [M] (LayerNorm),
+    rstd [M] (fp32)."""
+    N = check_norm("x", x, weight, bias, eps)
+    if residual is not None:
+        checks.check_shape("residual", residual, tuple(x.shape), "the shape of x")
+        checks.check_same_dtype(("x", "residual"), (x, residual))
+    M, N = _rows(x)
+    block, single = _block(N, target)
+    outs = [Buffer("y", tuple(x.shape), x.dtype), Buffer("h", tuple(x.shape) if residual else (1,), x.dtype),
+            Buffer("mean", (max(M, 1),) if not rms else (1,), "float32"), Buffer("rstd", (max(M, 1),), "float32")]
+    launch = Launch(
+        kern.norm_fwd_kernel, (max(M, 1),), ("x", "residual" if residual else "x", "weight" if weight else "x",
+                                            "bias" if bias else "x"),
+        (M, N, float(eps), float(p), int(seed)), tuple(outs),
+        {"BLOCK_N": block, "SINGLE": single, "RMS": rms, "HAS_W": weight is not None, "HAS_B": bias is not None,
+         "HAS_RES": residual is not None, "DROPOUT": p > 0, "ALIGN": alignment(N)},
+        num_warps=_warps(block),
+    )
+    return Plan((launch,), ("y", "h", "mean", "rstd"), dense=("x", "residual", "weight", "bias"))
+
+
+@cached_plan
+def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[ArraySpec], *, rms: bool,
+                  has_residual: bool, has_dh: bool, p: float, seed: int, target: Target) -> Plan:
+    """Inputs: hx (h with a residual, else x), weight, dy, dh (the cotangent of h, with
+    has_dh), mean, rstd. Results: dx, dresidual (with a residual), dw, db (the dtypes of
+    weight and bias; dummies when absent)."""
+    M, N = _rows(x)
+    block, single = _block(N, target)
+    G = max(1, min(M, 4 if target.interpret else target.num_sms * BWD_PROGRAMS_PER_SM))
+    rpp = cdiv(M, G)
+    G = max(cdiv(M, rpp), 1)
+    part = (G, N)
+    bwd = Launch(
+        kern.norm_bwd_kernel, (G,), ("hx", "weight" if weight else "hx", "dy", "dh" if has_dh else "dy",
+                                     "mean", "rstd"),
+        (M, N, rpp, float(p), int(seed)),
+        (Buffer("dx", tuple(x.shape), x.dtype), Buffer("dresidual", tuple(x.shape) if has_residual else (1,), x.dtype),
+         # the looped kernel adds into its partial rows; the single-piece one writes them whole
+         Buffer("dw_part", part if weight else (1,), "float32", zeroed=not single),
+         Buffer("db_part", part if bias else (1,), "float32", zeroed=not single)),
+        {"BLOCK_N": block, "SINGLE": single, "RMS": rms, "HAS_W": weight is not None, "HAS_B": bias is not None,
+         "HAS_RES": has_residual, "HAS_DH": has_dh, "DROPOUT": p > 0, "ALIGN": alignment(N)},
+        num_warps=BWD_WARPS or _warps(block),
+    )
+    launches = [bwd]
+    results = ["dx", "dresidual"]
+    for name, spec in (("dw", weight), ("db", bias)):
+        if spec is not None:
+            launches.append(Launch(kern.partial_sum_kernel, (cdiv(N, SUM_COLS),), (f"{name}_part",), (G, N),
+                                   (Buffer(name, (N,), spec.dtype),), {"BLOCK": SUM_COLS, "ROWS": 32}, num_warps=4))
+            results.append(name)
+        else:
+            results.append(f"{name}_part")
+    return Plan(tuple(launches), tuple(results), dense=("hx", "weight", "dy", "dh"))

@@ -1,0 +1,23 @@
+"""Reference cross-entropy: logits [T, V], targets [T]; loss_i = lse_i - (1 - eps) x_{i,t_i}
+- eps * mean_j x_ij for targets other than ignore_index (0 for those); mean divides by
+their count."""
+
+from __future__ import annotations
+
+from array_api_compat import array_namespace, device
+
+
+def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    xp = array_namespace(logits)
+    T, V = logits.shape
+    m = xp.max(logits, axis=-1, keepdims=True)
+    lse = xp.log(xp.sum(xp.exp(logits - m), axis=-1)) + m[:, 0]
+    onehot = xp.astype(xp.arange(V, device=device(logits))[None, :] == targets[:, None], logits.dtype)
+    xt = xp.sum(logits * onehot, axis=-1)
+    loss = lse - (1 - label_smoothing) * xt - label_smoothing * xp.mean(logits, axis=-1)
+    valid = targets != ignore_index
+    loss = xp.where(valid, loss, xp.zeros_like(loss))
+    if reduction == "none":
+        return loss
+    total = xp.sum(loss)
+    return total / xp.sum(xp.astype(valid, logits.dtype)) if reduction == "mean" else total

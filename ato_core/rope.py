@@ -1,0 +1,62 @@
+"""rope: argument checks and launch plans (kernels: ato_core/kernels/rope.py; reference:
+ato_core/reference/transformer_ops.py). q, k row-major [B, H, N, D]."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from . import checks
+from .kernels import rope as kern
+from .launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, next_pow2
+from .target import Target
+
+INT_DTYPES = ("int32", "int64")
+
+
+def check_rope(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, positions: Optional[ArraySpec],
+               interleaved) -> None:
+    checks.check_rank("q", q, 4, "[B, Hq, N, D]")
+    checks.check_rank("k", k, 4, "[B, Hkv, N, D]")
+    for name, spec in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
+        checks.check_float(name, spec)
+    checks.check_same_dtype(("q", "k"), (q, k))
+    checks.check_same_device(("q", "k", "cos", "sin"), (q, k, cos, sin))
+    B, _, N, D = q.shape
+    checks.check_dim("k", k, 0, B, "B, as in q")
+    checks.check_dim("k", k, 2, N, "N, as in q")
+    checks.check_dim("k", k, 3, D, "D, as in q")
+    if D % 2:
+        raise ValueError(f"q: expected an even head size D (pairs are rotated), got D={D}")
+    checks.check_rank("cos", cos, 2, "[max_positions, D/2]")
+    checks.check_dim("cos", cos, 1, D // 2, "D/2")
+    checks.check_shape("sin", sin, tuple(cos.shape), "the shape of cos")
+    if positions is not None:
+        if positions.dtype not in INT_DTYPES:
+            raise TypeError(f"positions: expected an integer dtype in {INT_DTYPES}, got {positions.dtype}")
+        checks.check_shape("positions", positions, (B, N), "[B, N]")
+    elif N > cos.shape[0]:
+        raise ValueError(f"cos: expected at least N={N} positions (rows) when positions is None, got {cos.shape[0]}")
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"interleaved: expected a bool, got {type(interleaved).__name__}")
+
+
+@cached_plan
+def plan(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, positions: Optional[ArraySpec], *,
+         interleaved: bool, inverse: bool, target: Target) -> Plan:
+    """Inputs: q, k, cos, sin, positions. Results: q_rot, k_rot (the inverse rotation with
+    ``inverse``: the backward, applied to the cotangents)."""
+    check_rope(q, k, cos, sin, positions, interleaved)
+    B, Hq, N, D = q.shape
+    Hkv = k.shape[1]
+    half = D // 2
+    block_i = max(next_pow2(half), 16)
+    block_h = max(1, min(next_pow2(max(Hq, Hkv)), 4096 // block_i))
+    launch = Launch(
+        kern.rope_kernel, (B * N,), ("q", "k", "cos", "sin", "positions" if positions is not None else "cos"),
+        (N, Hq, Hkv, D, cos.shape[0]),
+        (Buffer("q_rot", tuple(q.shape), q.dtype), Buffer("k_rot", tuple(k.shape), k.dtype)),
+        {"BLOCK_H": block_h, "BLOCK_I": block_i, "HAS_POS": positions is not None, "INTERLEAVED": interleaved,
+         "SIGN": -1.0 if inverse else 1.0, "ALIGN": alignment(D)},
+        num_warps=4,
+    )
+    return Plan((launch,), ("q_rot", "k_rot"), dense=("q", "k", "cos", "sin", "positions"))

@@ -1,0 +1,83 @@
+"""Tuning of the transformer ops on the GPU, then their bench table with the winners (not a
+test). On the GPU machine, after ``source benchmarks/gpu_env.sh``: python benchmarks/ops_sweep.py
+[--no-ce] (--no-ce: keep cross_entropy's settings).
+
+Sweeps the layer_norm backward (programs per SM x warps; timed as forward+backward,
+16384 x 4096 bf16) and cross_entropy (vocabulary piece x warps; loss+gradient, T8192
+V128256 bf16), prints every point, sets the fastest, then runs ``ato bench --op
+transformer_ops`` in this process and writes its table to $OUT. The winners then go into
+ato_core/norms.py (BWD_PROGRAMS_PER_SM, BWD_WARPS) and ato_core/cross_entropy.py (BLOCK_V, WARPS).
+"""
+
+import os
+import sys
+
+import torch
+
+import ato_torch
+from ato_cli import bench
+from ato_core import cross_entropy as ce
+from ato_core import norms
+
+
+def _fb(fn, leaves, cot=None):
+    leaves = [t.detach().requires_grad_() for t in leaves]
+
+    def run():
+        for t in leaves:
+            t.grad = None
+        out = fn(*leaves)
+        out.backward(cot) if cot is not None else out.backward()
+    return run
+
+
+def main():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    bf = torch.bfloat16
+    x, dy = (torch.randn(16384, 4096, device="cuda", dtype=bf, generator=g) for _ in range(2))
+    w, b = (torch.randn(4096, device="cuda", dtype=bf, generator=g) for _ in range(2))
+    best = None
+    for per_sm in (1, 2, 4, 8):
+        for warps in (4, 8, 16):
+            norms.BWD_PROGRAMS_PER_SM, norms.BWD_WARPS = per_sm, warps
+            norms.backward_plan.cache_clear()
+            ms = bench._bench_torch(_fb(lambda a, ww, bb: ato_torch.layer_norm(a, ww, bb), (x, w, b), dy), False)
+            print(f"layer_norm fwd+bwd programs/SM {per_sm:2d} warps {warps:2d}: {ms * 1e3:7.1f} us", flush=True)
+            best = min(best or (ms, per_sm, warps), (ms, per_sm, warps))
+    norms.BWD_PROGRAMS_PER_SM, norms.BWD_WARPS = best[1], best[2]
+    norms.backward_plan.cache_clear()
+    print(f"best layer_norm backward: programs/SM {best[1]} warps {best[2]}: {best[0] * 1e3:.1f} us", flush=True)
+    del x, dy
+    if "--no-ce" in sys.argv:
+        return _bench_table()
+    logits = torch.randn(8192, 128256, device="cuda", dtype=bf, generator=g)
+    tgt = torch.randint(0, 128256, (8192,), device="cuda", generator=g)
+    best = None
+    for block in (2048, 4096, 8192, 16384):
+        for warps in (4, 8, 16):
+            ce.BLOCK_V, ce.WARPS = block, warps
+            ce.forward_plan.cache_clear()
+            ce.backward_plan.cache_clear()
+            ms = bench._bench_torch(_fb(lambda a: ato_torch.cross_entropy(a, tgt), (logits,)), False)
+            print(f"cross_entropy loss+grad BLOCK_V {block:5d} warps {warps:2d}: {ms * 1e3:7.1f} us", flush=True)
+            best = min(best or (ms, block, warps), (ms, block, warps))
+    ce.BLOCK_V, ce.WARPS = best[1], best[2]
+    ce.forward_plan.cache_clear()
+    ce.backward_plan.cache_clear()
+    print(f"best cross_entropy: BLOCK_V {best[1]} warps {best[2]}: {best[0] * 1e3:.1f} us", flush=True)
+    del logits
+    _bench_table()
+
+
+def _bench_table():
+    torch.cuda.empty_cache()
+    gpu = torch.cuda.get_device_name()
+    settings = (f"norms.BWD_PROGRAMS_PER_SM={norms.BWD_PROGRAMS_PER_SM} BWD_WARPS={norms.BWD_WARPS} "
+                f"cross_entropy.BLOCK_V={ce.BLOCK_V} WARPS={ce.WARPS}")
+    bench.write_table(bench.transformer_ops_rows(False), os.environ.get("OUT", "/tmp/out"), gpu, "transformer_ops",
+                      [f"GPU {gpu}; {bench._versions()}",
+                       f"command: python benchmarks/ops_sweep.py (ato bench --op transformer_ops with {settings})"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""layer_norm, rms_norm, dropout_residual_layer_norm, softmax, rope, swiglu, cross_entropy:
+CPU tier (Triton's interpreter).
+
+Each case runs in ato_torch and ato_jax (jax.jit(jax.value_and_grad)) and is compared with
+the float64 reference (outputs and every gradient, per-dtype tolerances of
+ato_cli.harness.TOLERANCE); the two frameworks must agree bit for bit. On the interpreter a
+program holds at most 64 columns in one piece, so widths past 64 (1000, 4097) run the
+looped multi-pass kernels and narrow ones (1, 3) the single-piece ones.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import ato_jax
+import ato_torch
+from ato_cli import harness as h
+from helpers import check
+
+WIDTHS = [1, 3, 1000, 4097]
+
+
+@pytest.mark.parametrize("N", WIDTHS)
+def test_layer_norm(N):
+    check(h.norm_case("layer_norm", (2, 3, N), seed=N))
+    if N == 1000:
+        check(h.norm_case("layer_norm", (5, N), weight=False, bias=False, seed=1))
+        check(h.norm_case("layer_norm", (5, N), bias=False, seed=2))
+
+
+@pytest.mark.parametrize("N", WIDTHS[1:])
+def test_rms_norm(N):
+    check(h.norm_case("rms_norm", (3, 2, N), bias=False, seed=N))
+    if N == 3:
+        check(h.norm_case("rms_norm", (4, N), weight=False, bias=False, seed=1))
+
+
+def test_rms_norm_width_one():
+    """N = 1: y = x / sqrt(x^2 + eps) * w is +-w up to eps, and dx = w * eps / (x^2 + eps)^1.5
+    is ~1e-6, the difference of two numbers near 1: fp32 gets it to a few ulps of 1 (1e-7),
+    not relatively. So: y and dw against the reference as usual, dx to 4 ulps absolute."""
+    case = h.norm_case("rms_norm", (6, 1), bias=False, seed=1)
+    x = h.make_inputs(case)
+    r = h.run_torch(case, x, reference=True)
+    for res in (h.run_torch(case, x), h.run_jax(case, x)):
+        assert h.rel_err(res.outputs[0], r.outputs[0]) < 1e-6
+        assert h.rel_err(res.grads["weight"], r.grads["weight"]) < 1e-6
+        np.testing.assert_allclose(res.grads["x"], r.grads["x"], rtol=0, atol=4 * 2.0 ** -23)
+
+
+@pytest.mark.parametrize("N", [3, 1000])
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_dropout_residual_layer_norm(N, p):
+    check(h.drln_case((4, N), p=p, dseed=7, seed=N))
+
+
+@pytest.mark.parametrize("N", WIDTHS)
+def test_softmax(N):
+    check(h.softmax_case((2, 2, N), seed=N))
+    check(h.softmax_case((3, N), temperature=0.5, seed=N + 1))
+
+
+@pytest.mark.parametrize("shape", [(1,), (3, 1000), (4097,), (2, 3, 7)])
+def test_swiglu(shape):
+    check(h.swiglu_case(shape, seed=len(shape)))
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("positions", [False, True])
+def test_rope(interleaved, positions):
+    check(h.rope_case(2, 4, 2, 11, 24, interleaved=interleaved, positions=positions, max_pos=40, seed=3))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_cross_entropy(reduction, label_smoothing):
+    check(h.ce_case(9, 1000, reduction=reduction, label_smoothing=label_smoothing, seed=4))
+
+
+def test_cross_entropy_odd_vocabularies_and_large_logits():
+    """V = 1, 3, 4097, and logits of magnitude 1e4 (exp would overflow without the online
+    maximum): finite and right."""
+    check(h.ce_case(4, 1, ignore_every=0, seed=1))
+    check(h.ce_case(5, 3, seed=2))
+    check(h.ce_case(3, 4097, seed=3))
+    t, j, r = check(h.ce_case(6, 300, scale=1e4, seed=5))
+    assert np.all(np.isfinite(t.outputs[0])) and np.all(np.isfinite(t.grads["logits"]))
+
+
+def test_cross_entropy_ignores_targets():
+    """Ignored rows contribute nothing and get zero gradient; mean divides by the others."""
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((6, 10)).astype(np.float32)
+    targets = np.array([1, -100, 3, -100, 9, 0])
+    x = torch.from_numpy(logits).requires_grad_()
+    loss = ato_torch.cross_entropy(x, torch.from_numpy(targets))
+    loss.backward()
+    keep = targets != -100
+    want = torch.nn.functional.cross_entropy(torch.from_numpy(logits[keep]), torch.from_numpy(targets[keep]))
+    torch.testing.assert_close(loss, want, rtol=1e-6, atol=1e-6)
+    assert torch.all(x.grad[~torch.from_numpy(keep)] == 0)
+    gj = jax.grad(lambda a: ato_jax.cross_entropy(a, jnp.asarray(targets)))(jnp.asarray(logits))
+    np.testing.assert_array_equal(np.asarray(gj), x.grad.numpy())
+
+
+def test_half_dtypes():
+    for dtype in ("bfloat16", "float16"):
+        check(h.norm_case("layer_norm", (3, 200), dtype=dtype, seed=1))
+        check(h.norm_case("rms_norm", (3, 40), dtype=dtype, bias=False, seed=2))
+        check(h.drln_case((2, 100), dtype=dtype, p=0.1, dseed=1, seed=3))
+        check(h.softmax_case((3, 200), dtype=dtype, seed=4))
+        check(h.swiglu_case((5, 33), dtype=dtype, seed=5))
+        check(h.rope_case(1, 2, 1, 5, 16, dtype=dtype, seed=6))
+        check(h.ce_case(5, 500, dtype=dtype, label_smoothing=0.1, seed=7))
+
+
+def _dropout_h(framework, shape, p, seed):
+    ones = np.ones(shape, np.float32)
+    if framework == "torch":
+        t = torch.from_numpy(ones)
+        return ato_torch.dropout_residual_layer_norm(t, torch.zeros_like(t), None, None, p=p, seed=seed)[1].numpy()
+    a = jnp.asarray(ones)
+    return np.asarray(ato_jax.dropout_residual_layer_norm(a, jnp.zeros_like(a), None, None, p=p, seed=seed)[1])
+
+
+def test_dropout_mask():
+    """The kept fraction is within a binomial bound of 1-p; kept values are 1/(1-p); the mask
+    depends only on (seed, flat index): the same in both frameworks, for any row split of the
+    same elements, and another seed gives another mask; training=False or p=0 drops nothing."""
+    p, n = 0.3, 250 * 64
+    a = _dropout_h("torch", (250, 64), p, 11)
+    kept = a != 0
+    sigma = np.sqrt(p * (1 - p) / n)
+    assert abs(kept.mean() - (1 - p)) < 5 * sigma, kept.mean()
+    np.testing.assert_allclose(a[kept], 1 / (1 - p), rtol=1e-6)
+    np.testing.assert_array_equal(_dropout_h("jax", (250, 64), p, 11), a)
+    np.testing.assert_array_equal(_dropout_h("torch", (500, 32), p, 11).reshape(250, 64), a)
+    other = _dropout_h("torch", (250, 64), p, 12) != 0
+    assert (other != kept).mean() > 0.3
+    t = torch.ones(4, 8)
+    y, hh = ato_torch.dropout_residual_layer_norm(t, t, None, None, p=0.5, seed=1, training=False)
+    assert torch.equal(hh, t + t)
+
+
+def test_weight_gradients_are_deterministic():
+    """Two runs give the same bits (partial sums, then a fixed-order second pass)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 40, generator=g)
+    w, b = (torch.randn(40, generator=g).requires_grad_() for _ in range(2))
+    dy = torch.randn(300, 40, generator=g)
+    grads = []
+    for _ in range(2):
+        w.grad = b.grad = None
+        ato_torch.layer_norm(x, w, b).backward(dy)
+        grads.append((w.grad.clone(), b.grad.clone()))
+    assert all(torch.equal(a, c) for a, c in zip(*grads))
+
+
+BAD = [
+    ("weight shape", lambda m, a: m.layer_norm(a["x"], a["w5"]), ValueError, "weight: expected shape (4,)"),
+    ("bias shape", lambda m, a: m.layer_norm(a["x"], a["w4"], a["w5"]), ValueError, "bias: expected shape (4,)"),
+    ("integer x", lambda m, a: m.rms_norm(a["xi"]), TypeError, "x: expected a floating dtype"),
+    ("eps", lambda m, a: m.layer_norm(a["x"], eps=0.0), ValueError, "eps: expected a positive float"),
+    ("p = 1", lambda m, a: m.dropout_residual_layer_norm(a["x"], a["x"], None, None, p=1.0), ValueError,
+     "p: expected a float in [0, 1)"),
+    ("p < 0", lambda m, a: m.dropout_residual_layer_norm(a["x"], a["x"], None, None, p=-0.1), ValueError,
+     "p: expected a float in [0, 1)"),
+    ("residual shape", lambda m, a: m.dropout_residual_layer_norm(a["x"], a["x"][:1], None, None), ValueError,
+     "residual: expected shape (3, 4)"),
+    ("temperature", lambda m, a: m.softmax(a["x"], temperature=0), ValueError, "temperature: expected a positive"),
+    ("swiglu shapes", lambda m, a: m.swiglu(a["x"], a["x"][:1]), ValueError, "up: expected shape (3, 4)"),
+    ("rope odd D", lambda m, a: m.rope(a["q5"], a["q5"], a["cs"], a["cs"]), ValueError, "q: expected an even head"),
+    ("rope cos shape", lambda m, a: m.rope(a["q4"], a["q4"], a["cs"], a["cs"]), ValueError,
+     "cos: expected size 4 on axis 1 (D/2)"),
+    ("rope positions dtype", lambda m, a: m.rope(a["q4"], a["q4"], a["cs4"], a["cs4"], positions=a["posf"]),
+     TypeError, "positions: expected an integer dtype"),
+    ("non-float logits", lambda m, a: m.cross_entropy(a["xi"], a["t"]), TypeError, "logits: expected a floating"),
+    ("target out of range", lambda m, a: m.cross_entropy(a["x"], a["t_bad"]), ValueError,
+     "targets: expected values in [0, 4) or ignore_index=-100, got 7"),
+    ("float targets", lambda m, a: m.cross_entropy(a["x"], a["x"][:, 0]), TypeError, "targets: expected an integer"),
+    ("reduction", lambda m, a: m.cross_entropy(a["x"], a["t"], reduction="avg"), ValueError,
+     "reduction: expected one of"),
+]
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("desc,call,exc,fragment", BAD, ids=[b[0] for b in BAD])
+def test_bad_inputs(framework, desc, call, exc, fragment):
+    arr = torch.from_numpy if framework == "torch" else jnp.asarray
+    a = {"x": np.ones((3, 4), np.float32), "w5": np.ones(5, np.float32), "w4": np.ones(4, np.float32),
+         "xi": np.ones((3, 4), np.int32), "q5": np.ones((1, 2, 3, 5), np.float32),
+         "q4": np.ones((1, 2, 3, 8), np.float32), "cs": np.ones((3, 2), np.float32),
+         "cs4": np.ones((3, 4), np.float32), "posf": np.zeros((1, 3), np.float32),
+         "t": np.array([0, 1, 3]), "t_bad": np.array([0, 7, -100])}
+    mod = ato_torch if framework == "torch" else ato_jax
+    with pytest.raises(exc) as info:
+        call(mod, {k: arr(v) for k, v in a.items()})
+    assert fragment in str(info.value)
