@@ -85,6 +85,7 @@ def forward_plan(x: ArraySpec, residual: Optional[ArraySpec], weight: Optional[A
     if residual is not None:
         checks.check_shape("residual", residual, tuple(x.shape), "the shape of x")
         checks.check_same_dtype(("x", "residual"), (x, residual))
+        checks.check_same_device(("x", "residual"), (x, residual))
     M, N = _rows(x)
     block, single = _block(N, target)
     outs = [Buffer("y", tuple(x.shape), x.dtype), Buffer("h", tuple(x.shape) if residual else (1,), x.dtype),
