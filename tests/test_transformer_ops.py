@@ -198,3 +198,17 @@ def test_bad_inputs(framework, desc, call, exc, fragment):
     with pytest.raises(exc) as info:
         call(mod, {k: arr(v) for k, v in a.items()})
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_rope_positions_out_of_range_give_zeros(framework):
+    """A position outside [0, max_positions) reads nothing out of bounds: its rows are 0."""
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((1, 2, 4, 8)).astype(np.float32), rng.standard_normal((1, 1, 4, 8)).astype(np.float32)
+    cos, sin = np.ones((6, 4), np.float32), np.zeros((6, 4), np.float32)
+    pos = np.array([[0, 6, -1, 5]])
+    mod, arr = (ato_torch, torch.from_numpy) if framework == "torch" else (ato_jax, jnp.asarray)
+    qr, kr = (np.asarray(t) for t in mod.rope(arr(q), arr(k), arr(cos), arr(sin), positions=arr(pos)))
+    for got, x in ((qr, q), (kr, k)):
+        np.testing.assert_array_equal(got[:, :, [0, 3]], x[:, :, [0, 3]])  # angle 0: unchanged
+        assert not got[:, :, [1, 2]].any()

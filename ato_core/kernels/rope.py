@@ -53,10 +53,13 @@ def rope_kernel(
     else:
         pos = n
     ok = (pos >= 0) & (pos < max_pos)
+    pos = tl.where(ok, pos, 0)  # an out-of-range position reads row 0 and is zeroed below
     offs_i = tl.arange(0, BLOCK_I)
-    cm = (offs_i < HALF) & ok
-    c = tl.load(COS + pos * HALF + offs_i, mask=cm, other=0.0).to(tl.float32)[None, :]
-    s = tl.load(SIN + pos * HALF + offs_i, mask=cm, other=0.0).to(tl.float32)[None, :] * SIGN
+    imask = offs_i < HALF
+    c = tl.load(COS + pos * HALF + offs_i, mask=imask, other=0.0).to(tl.float32)
+    s = tl.load(SIN + pos * HALF + offs_i, mask=imask, other=0.0).to(tl.float32)
+    c = tl.where(ok, c, 0.0)[None, :]
+    s = (tl.where(ok, s, 0.0) * SIGN)[None, :]
     offs_h = tl.arange(0, BLOCK_H)
     _rotate_heads(Q, QO, b, n, Hq, N, D, c, s, offs_h, offs_i, HALF, BLOCK_H, INTERLEAVED)
     _rotate_heads(K, KO, b, n, Hkv, N, D, c, s, offs_h, offs_i, HALF, BLOCK_H, INTERLEAVED)

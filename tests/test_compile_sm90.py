@@ -1,0 +1,93 @@
+"""Every kernel compiles for an H100 (sm_90) as its GPU plan launches it, on a CPU-only
+machine: Triton's frontend, its passes and ptxas run without a GPU. Catches what the
+interpreter cannot (constexpr globals, layouts, shared-memory budgets, the types a
+compiled kernel infers), before a GPU run. One representative plan per op, bf16."""
+
+import pytest
+
+from ato_core import cross_entropy, flash_attention, linear_attention, norms, rope, softmax, swiglu
+from ato_core.launch import ArraySpec, row_major_strides
+from ato_core.target import Target
+
+H100 = Target(interpret=False, num_sms=132, capability=(9, 0))
+_TT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int64": "i64"}
+
+
+def _spec(shape, dtype="bfloat16"):
+    return ArraySpec(tuple(shape), dtype, row_major_strides(shape), "cuda:0")
+
+
+def _plans():
+    x, w = _spec((64, 4096)), _spec((4096,))
+    yield "layer_norm", norms.forward_plan(x, None, w, w, rms=False, eps=1e-5, p=0.0, seed=0, target=H100), \
+        {"x": x, "weight": w, "bias": w}
+    yield "layer_norm bwd", norms.backward_plan(x, w, w, rms=False, has_residual=False, has_dh=False, p=0.0, seed=0,
+                                                target=H100), \
+        {"hx": x, "weight": w, "dy": x, "mean": _spec((64,), "float32"), "rstd": _spec((64,), "float32")}
+    wide = _spec((4, 65536))
+    yield "drln looped", norms.forward_plan(wide, wide, _spec((65536,)), None, rms=False, eps=1e-5, p=0.1, seed=1,
+                                            target=H100), \
+        {"x": wide, "residual": wide, "weight": _spec((65536,))}
+    yield "softmax", softmax.forward_plan(_spec((8, 50000)), temperature=1.0, target=H100), {"x": _spec((8, 50000))}
+    g = _spec((64, 7168))
+    yield "swiglu bwd", swiglu.backward_plan(g, target=H100), {"gate": g, "up": g, "dy": g}
+    q, k, cs, pos = _spec((2, 32, 16, 128)), _spec((2, 8, 16, 128)), _spec((64, 64)), _spec((2, 16), "int64")
+    yield "rope", rope.plan(q, k, cs, cs, pos, interleaved=False, inverse=True, target=H100), \
+        {"q": q, "k": k, "cos": cs, "sin": cs, "positions": pos}
+    lg, t = _spec((16, 128256)), _spec((16,), "int64")
+    yield "cross_entropy", cross_entropy.forward_plan(lg, t, ignore_index=-100, reduction="mean", label_smoothing=0.1,
+                                                      target=H100), {"logits": lg, "targets": t}
+    yield "cross_entropy bwd", cross_entropy.backward_plan(lg, t, ignore_index=-100, reduction="mean",
+                                                           label_smoothing=0.0, target=H100), \
+        {"logits": lg, "targets": t, "dloss": _spec((), "float32"), "lse": _spec((16,), "float32"),
+         "count": _spec((1,), "float32")}
+    q, k = _spec((1, 8, 256, 128)), _spec((1, 2, 256, 128))
+    yield "flash_attention", flash_attention.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100), \
+        {"q": q, "k": k, "v": k}
+    yield "flash_attention bwd", flash_attention.backward_plan(q, k, k, q, causal=True, softmax_scale=None,
+                                                               has_dlse=True, target=H100), \
+        {"q": q, "k": k, "v": k, "o": q, "do": q, "lse": _spec((1, 8, 256), "float32"),
+         "dlse": _spec((1, 8, 256), "float32")}
+    q = _spec((2, 4, 512, 64))
+    plan, _ = linear_attention.forward_plan(q, q, q, causal=True, feature_map="elu", eps=1e-6, initial_state=None,
+                                            target=H100)
+    yield "linear_attention", plan, {"q": q, "k": q, "v": q}
+
+
+def _scalar_type(v):
+    if isinstance(v, bool):
+        return "i1"
+    if isinstance(v, int):
+        return "i64" if abs(v) >= 2 ** 31 else "i32"
+    return "fp32"
+
+
+PLANS = list(_plans())
+
+
+@pytest.mark.parametrize("name,plan,inputs", PLANS, ids=[p[0] for p in PLANS])
+def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    for launch in plan.launches:
+        dtypes = [(inputs[n] if n in inputs else plan.buffer(n)).dtype for n in launch.inputs]
+        dtypes += [b.dtype for b in launch.outputs]
+        params = [p.name for p in launch.kernel.params]
+        n_in, n_sc = len(launch.inputs), len(launch.scalars)
+        sig = {}
+        for i, pname in enumerate(params):
+            if i < n_in:
+                sig[pname] = "*" + _TT[dtypes[i]]
+            elif i < n_in + n_sc:
+                sig[pname] = _scalar_type(launch.scalars[i - n_in])
+            elif i < n_in + n_sc + len(launch.outputs):
+                sig[pname] = "*" + _TT[dtypes[i - n_sc]]
+            else:
+                sig[pname] = "constexpr"
+        src = ASTSource(fn=launch.kernel, signature=sig, constexprs=dict(launch.constexprs))
+        opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+        assert compiled.asm["ptx"], f"{name}: {launch.name}"
