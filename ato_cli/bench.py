@@ -41,8 +41,9 @@ def _bench_torch(fn, quick: bool) -> float:
     return do_bench(fn, warmup=25 if quick else 100, rep=100 if quick else 500, return_mode="median")
 
 
-def _torch_fwd_bwd(fn, inputs, cotangent):
-    """A closure running fn on fresh leaves of ``inputs`` and its backward with ``cotangent``."""
+def _torch_fwd_bwd(fn, inputs, cotangent=None):
+    """A closure running fn on fresh leaves of ``inputs`` and its backward with ``cotangent``
+    (None for a scalar output)."""
     leaves = [t.detach().requires_grad_() for t in inputs]
 
     def run():
@@ -342,14 +343,8 @@ def transformer_ops_rows(quick: bool):
         "torch.compile": (lambda: c_rms(x)) if c_rms else None, "Liger": (lambda: lig_rms(x)) if lig_rms else None},
         {"ato_jax": (lambda a, ww: ato_jax.rms_norm(a, ww), (xj, wj)), "jax jit (XLA)": (jrms, (xj, wj))})
 
-    def fb(fn, *leaves_src):
-        leaves = [t.detach().requires_grad_() for t in leaves_src]
-
-        def run():
-            for t in leaves:
-                t.grad = None
-            fn(*leaves).backward(dy)
-        return run
+    def fb(fn, *inputs):
+        return _torch_fwd_bwd(fn, inputs, dy)
 
     ln_fns = {"ato_torch": fb(lambda a, ww, bb: ato_torch.layer_norm(a, ww, bb), x, w, b),
               "torch eager": fb(lambda a, ww, bb: F.layer_norm(a, (N,), ww, bb, 1e-5), x, w, b)}
@@ -432,12 +427,7 @@ def transformer_ops_rows(quick: bool):
     lj, tj = to_j(logits), jnp.asarray(tgt.cpu().numpy())
 
     def ce_fb(fn):
-        leaf = logits.detach().requires_grad_()
-
-        def run():
-            leaf.grad = None
-            fn(leaf, tgt).backward()
-        return run
+        return _torch_fwd_bwd(lambda a: fn(a, tgt), (logits,))
     LigerCE = liger("liger_kernel.transformers.cross_entropy:LigerCrossEntropyLoss")
     lig_ce = LigerCE() if LigerCE else None
 

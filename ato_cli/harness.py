@@ -32,13 +32,13 @@ class Case:
     seed: int = 0
     # inputs kept in fp32 whatever the dtype (states, cos/sin tables)
     fp32_inputs: Tuple[str, ...] = ()
-    # integer inputs: (name, low, high) drawn uniformly from [low, high); never differentiated
-    int_inputs: Tuple[Tuple[str, int, int], ...] = ()
+    # integer inputs: (name, shape, low, high), drawn uniformly from [low, high); never differentiated
+    int_inputs: Tuple[Tuple[str, Tuple[int, ...], int, int], ...] = ()
     # float inputs that are not differentiated (cos/sin of rope)
     nondiff: Tuple[str, ...] = ()
 
     def differentiated(self, names):
-        ints = {n for n, _, _ in self.int_inputs}
+        ints = {n for n, _, _, _ in self.int_inputs}
         return [n for n in names if n not in ints and n not in self.nondiff]
 
     @property
@@ -97,7 +97,7 @@ def swiglu_case(shape, dtype="float32", seed=0):
 def rope_case(B, Hq, Hkv, N, D, dtype="float32", interleaved=False, positions=False, max_pos=None, seed=0):
     max_pos = max_pos or N
     shapes = (("q", (B, Hq, N, D)), ("k", (B, Hkv, N, D)), ("cos", (max_pos, D // 2)), ("sin", (max_pos, D // 2)))
-    ints = (("positions", 0, max_pos),) if positions else ()
+    ints = (("positions", (B, N), 0, max_pos),) if positions else ()
     return Case("rope", shapes, dtype, (("interleaved", interleaved), ("positions", positions)), seed,
                 ("cos", "sin"), ints, ("cos", "sin"))
 
@@ -106,7 +106,7 @@ def ce_case(T, V, dtype="float32", reduction="mean", label_smoothing=0.0, ignore
     """Every ``ignore_every``-th target is ignore_index (-100); logits are scale * N(0, 1)."""
     kwargs = (("reduction", reduction), ("label_smoothing", label_smoothing), ("ignore_every", ignore_every),
               ("scale", scale))
-    return Case("cross_entropy", (("logits", (T, V)),), dtype, kwargs, seed, (), (("targets", 0, V),))
+    return Case("cross_entropy", (("logits", (T, V)),), dtype, kwargs, seed, (), (("targets", (T,), 0, V),))
 
 
 def elu_case(shape, dtype="float32", seed=0):
@@ -139,9 +139,7 @@ def make_inputs(case: Case) -> Dict[str, np.ndarray]:
         if name in ("S0", "z0"):
             a = np.abs(a) * 4.0
         out[name] = a if name in case.fp32_inputs else _round(a, case.dtype)
-    B_N = next((s[0] for n, s in case.shapes if n == "q"), None), next((s[2] for n, s in case.shapes if n == "q"), None)
-    for name, low, high in case.int_inputs:
-        shape = {"positions": B_N, "targets": next((s[:1] for n, s in case.shapes if n == "logits"), None)}[name]
+    for name, shape, low, high in case.int_inputs:
         a = rng.integers(low, high, size=shape).astype(np.int64)
         if name == "targets" and kw.get("ignore_every"):
             a[:: kw["ignore_every"]] = -100
@@ -235,7 +233,6 @@ def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", re
     import torch
 
     import ato_torch
-    from ato_core import reference as ref
 
     def to_t(a):
         a = np.asarray(a)

@@ -1,5 +1,5 @@
 """cross_entropy: argument checks and launch plans (kernels: ato_core/kernels/cross_entropy.py;
-reference: ato_core/reference/transformer_ops.py). logits row-major [T, V]."""
+reference: ato_core/reference/cross_entropy.py). logits row-major [T, V]."""
 
 from __future__ import annotations
 
@@ -39,6 +39,18 @@ def check_cross_entropy(logits: ArraySpec, targets: ArraySpec, ignore_index, red
     if not (isinstance(label_smoothing, (int, float)) and not isinstance(label_smoothing, bool)
             and 0.0 <= label_smoothing <= 1.0):
         raise ValueError(f"label_smoothing: expected a float in [0, 1], got {label_smoothing!r}")
+
+
+def check_target_values(targets, V: int, ignore_index: int) -> None:
+    """Targets that are not ignore_index must lie in [0, V). ``targets``: an integer NumPy
+    array (the adapters pass the values where they can see them; under jax.jit they cannot,
+    and the kernels give such a row NaN instead of reading out of bounds)."""
+    import numpy as np
+
+    t = np.asarray(targets)
+    bad = (t != ignore_index) & ((t < 0) | (t >= V))
+    if bad.any():
+        raise ValueError(f"targets: expected values in [0, {V}) or ignore_index={ignore_index}, got {int(t[bad][0])}")
 
 
 @cached_plan

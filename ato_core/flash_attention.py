@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 
 from . import checks
 from .kernels import flash_attention as kern
-from .launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, row_major_strides
+from .launch import ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, row_alignment, row_major_strides
 from .target import Target
 
 MAX_HEAD_DIM = 256
@@ -114,9 +114,7 @@ def resolve_scale(softmax_scale: Optional[float], D: int) -> float:
 
 
 def _align(D: int, *arrays: ArraySpec) -> int:
-    """ALIGN of a launch: divides D and the b, h, n strides of the arrays it reads (what
-    it writes is row-major, strides multiples of D)."""
-    return alignment(D, *(st for a in arrays for st in a.strides[:-1]))
+    return row_alignment((D,), arrays)
 
 
 def _constexprs(cfg: Config, tiles: Tiles, D: int, causal: bool, align: int) -> dict:

@@ -132,6 +132,13 @@ def alignment(*values: int, limit: int = 16) -> int:
     return a
 
 
+def row_alignment(sizes: Sequence[int], arrays: Sequence["ArraySpec"]) -> int:
+    """ALIGN of a launch over [..., rows, features] arrays: divides the feature sizes and every
+    stride but the last (contiguous) one of the arrays it reads. What a launch writes is
+    row-major, its strides multiples of the feature sizes, so it needs no term here."""
+    return alignment(*sizes, *(st for a in arrays for st in a.strides[:-1]))
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """A sequence of launches and the names of the arrays handed back to the caller.

@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 from . import checks
 from .feature_maps import feature_map_code
 from .kernels import linear_attention as kern
-from .launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, row_major_strides
+from .launch import ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, row_alignment, row_major_strides
 from .target import Target
 
 MAX_HEAD_DIM = 256
@@ -166,9 +166,7 @@ def _scan(cfg: Config, partial: str, init: Optional[str], out: Tuple[str, str, s
 
 
 def _align(Dk: int, Dv: int, *arrays: ArraySpec) -> int:
-    """ALIGN of a launch: divides Dk, Dv and the b, h, n strides of the arrays it reads
-    (the buffers it writes are row-major, so their strides are multiples of Dk or Dv)."""
-    return alignment(Dk, Dv, *(st for a in arrays for st in a.strides[:-1]))
+    return row_alignment((Dk, Dv), arrays)
 
 
 def _state_addressing(cfg: Config, causal: bool) -> Tuple[int, int]:

@@ -55,20 +55,22 @@ def check_norm(name_x: str, x: ArraySpec, weight: Optional[ArraySpec], bias: Opt
         if t is not None:
             checks.check_float(name, t)
             checks.check_shape(name, t, (N,), f"[N] with N = {N}, the last axis of {name_x}")
-            if t.device != x.device:
-                raise ValueError(f"{name}: expected device {x.device} (the device of {name_x}), got {t.device}")
+            checks.check_same_device((name_x, name), (x, t))
     if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0 and math.isfinite(eps)):
         raise ValueError(f"eps: expected a positive float, got {eps!r}")
     return N
 
 
-def check_dropout(p, seed, training) -> None:
+def check_dropout(p, seed, training) -> float:
+    """Validates the dropout arguments; returns the dropout probability that applies (0 when
+    not training)."""
     if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p < 1.0):
         raise ValueError(f"p: expected a float in [0, 1), got {p!r}")
     if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2 ** 31):
         raise ValueError(f"seed: expected an int in [0, 2**31), got {seed!r}")
     if not isinstance(training, bool):
         raise TypeError(f"training: expected a bool, got {type(training).__name__}")
+    return float(p) if training else 0.0
 
 
 def _dtype(spec: Optional[ArraySpec], default: str) -> str:

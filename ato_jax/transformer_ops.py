@@ -87,8 +87,8 @@ def dropout_residual_layer_norm(x, residual, weight, bias, *, p=0.0, seed=0, eps
     int: it selects the mask at trace time)."""
     x, residual, weight, bias = jnp.asarray(x), jnp.asarray(residual), _arr(weight), _arr(bias)
     norm_core.check_norm("x", spec(x), _spec(weight), _spec(bias), eps)
-    norm_core.check_dropout(p, seed, training)
-    return _norm(x, residual, weight, bias, (False, float(eps), float(p) if training else 0.0, int(seed)))
+    p = norm_core.check_dropout(p, seed, training)
+    return _norm(x, residual, weight, bias, (False, float(eps), p, int(seed)))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -225,10 +225,5 @@ def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label
     logits, targets = jnp.asarray(logits), jnp.asarray(targets)
     ce_core.check_cross_entropy(spec(logits), spec(targets), ignore_index, reduction, label_smoothing)
     if not isinstance(targets, jax.core.Tracer):
-        t = np.asarray(targets)
-        V = logits.shape[1]
-        bad = (t != ignore_index) & ((t < 0) | (t >= V))
-        if bad.any():
-            raise ValueError(f"targets: expected values in [0, {V}) or ignore_index={ignore_index}, "
-                             f"got {int(t[bad][0])}")
+        ce_core.check_target_values(np.asarray(targets), logits.shape[1], ignore_index)
     return _cross_entropy(logits, targets, (int(ignore_index), reduction, float(label_smoothing)))

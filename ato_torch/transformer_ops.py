@@ -73,8 +73,8 @@ def dropout_residual_layer_norm(x, residual, weight, bias, *, p=0.0, seed=0, eps
     it by 1/(1-p): the same seed gives the same mask in both frameworks, on CPU and GPU;
     the backward draws it again (no mask is stored). p in [0, 1), seed in [0, 2**31)."""
     norm_core.check_norm("x", spec(x), _spec(weight), _spec(bias), eps)
-    norm_core.check_dropout(p, seed, training)
-    return _Norm.apply(x, residual, weight, bias, False, float(eps), float(p) if training else 0.0, int(seed))
+    p = norm_core.check_dropout(p, seed, training)
+    return _Norm.apply(x, residual, weight, bias, False, float(eps), p, int(seed))
 
 
 class _Softmax(torch.autograd.Function):
@@ -197,9 +197,5 @@ def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label
     "mean" divides by the count of the others. reduction: "none" ([T] fp32), "sum" or
     "mean" (a scalar, fp32). Targets outside [0, V) that are not ignored raise ValueError."""
     ce_core.check_cross_entropy(spec(logits), spec(targets), ignore_index, reduction, label_smoothing)
-    V = logits.shape[1]
-    bad = (targets != ignore_index) & ((targets < 0) | (targets >= V))
-    if bool(bad.any()):
-        raise ValueError(f"targets: expected values in [0, {V}) or ignore_index={ignore_index}, "
-                         f"got {int(targets[bad][0])}")
+    ce_core.check_target_values(targets.cpu().numpy(), logits.shape[1], ignore_index)
     return _CrossEntropy.apply(logits, targets, int(ignore_index), reduction, float(label_smoothing))

@@ -20,17 +20,6 @@ from ato_core import cross_entropy as ce
 from ato_core import norms
 
 
-def _fb(fn, leaves, cot=None):
-    leaves = [t.detach().requires_grad_() for t in leaves]
-
-    def run():
-        for t in leaves:
-            t.grad = None
-        out = fn(*leaves)
-        out.backward(cot) if cot is not None else out.backward()
-    return run
-
-
 def main():
     g = torch.Generator(device="cuda").manual_seed(0)
     bf = torch.bfloat16
@@ -41,7 +30,7 @@ def main():
         for warps in (4, 8, 16):
             norms.BWD_PROGRAMS_PER_SM, norms.BWD_WARPS = per_sm, warps
             norms.backward_plan.cache_clear()
-            ms = bench._bench_torch(_fb(lambda a, ww, bb: ato_torch.layer_norm(a, ww, bb), (x, w, b), dy), False)
+            ms = bench._bench_torch(bench._torch_fwd_bwd(lambda a, ww, bb: ato_torch.layer_norm(a, ww, bb), (x, w, b), dy), False)
             print(f"layer_norm fwd+bwd programs/SM {per_sm:2d} warps {warps:2d}: {ms * 1e3:7.1f} us", flush=True)
             best = min(best or (ms, per_sm, warps), (ms, per_sm, warps))
     norms.BWD_PROGRAMS_PER_SM, norms.BWD_WARPS = best[1], best[2]
@@ -58,7 +47,7 @@ def main():
             ce.BLOCK_V, ce.WARPS = block, warps
             ce.forward_plan.cache_clear()
             ce.backward_plan.cache_clear()
-            ms = bench._bench_torch(_fb(lambda a: ato_torch.cross_entropy(a, tgt), (logits,)), False)
+            ms = bench._bench_torch(bench._torch_fwd_bwd(lambda a: ato_torch.cross_entropy(a, tgt), (logits,)), False)
             print(f"cross_entropy loss+grad BLOCK_V {block:5d} warps {warps:2d}: {ms * 1e3:7.1f} us", flush=True)
             best = min(best or (ms, block, warps), (ms, block, warps))
     ce.BLOCK_V, ce.WARPS = best[1], best[2]

@@ -1,8 +1,10 @@
-"""GPU tier: compiled kernels at realistic shapes, all three dtypes, both frameworks.
+"""GPU tier: compiled kernels at realistic shapes, all three dtypes, both frameworks, for
+every op family (linear attention, flash attention, the fused transformer ops).
 
 Collected everywhere, skipped without CUDA (conftest.py). Tolerances as in the CPU tier
 (ato_cli.harness.TOLERANCE). torch and JAX launch the same plan, so the same kernel with
-the same launch configuration: their results must be bitwise equal.
+the same launch configuration: their results must be bitwise equal. The whole tier takes
+longer than one 10-minute device command on a cold cache: benchmarks/gpu_run.sh splits it.
 """
 
 import os
@@ -280,3 +282,41 @@ def test_dropout_mask_same_on_cpu_and_gpu():
     cpu = ato_torch.dropout_residual_layer_norm(x, x * 0, None, None, p=0.4, seed=9)[1]
     gpu = ato_torch.dropout_residual_layer_norm(x.cuda(), x.cuda() * 0, None, None, p=0.4, seed=9)[1]
     assert torch.equal(cpu != 0, (gpu != 0).cpu())
+
+
+def test_run_after_run_bitwise_gpu():
+    """Every reduction of the fused ops (dw, db of the norms, the cross-entropy mean) and the
+    GQA dk/dv of flash attention is done in a fixed order, never by float atomics: two runs
+    give the same bits. (On the CPU the interpreter runs programs one by one, so only a GPU
+    can show a run-to-run difference.)"""
+    import torch
+
+    import ato_torch
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    bf = torch.bfloat16
+    x, dy = (torch.randn(8192, 4096, device="cuda", dtype=bf, generator=g) for _ in range(2))
+    w, b = (torch.randn(4096, device="cuda", dtype=bf, generator=g) for _ in range(2))
+    logits = torch.randn(1024, 32000, device="cuda", dtype=bf, generator=g)
+    tgt = torch.randint(0, 32000, (1024,), device="cuda", generator=g)
+    q = torch.randn(2, 16, 1024, 128, device="cuda", dtype=bf, generator=g)
+    k, v = (torch.randn(2, 2, 1024, 128, device="cuda", dtype=bf, generator=g) for _ in range(2))
+    do = torch.randn_like(q)
+
+    def run():
+        leaves = [t.detach().requires_grad_() for t in (x, w, b)]
+        ato_torch.layer_norm(*leaves).backward(dy)
+        out = [t.grad for t in leaves]
+        leaves = [t.detach().requires_grad_() for t in (x, w)]
+        ato_torch.rms_norm(*leaves).backward(dy)
+        out += [t.grad for t in leaves]
+        lg = logits.detach().requires_grad_()
+        loss = ato_torch.cross_entropy(lg, tgt)
+        loss.backward()
+        out += [loss.detach(), lg.grad]
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        ato_torch.flash_attention(*leaves, causal=True).backward(do)
+        return out + [t.grad for t in leaves]
+
+    first, second = run(), run()
+    assert all(torch.equal(a, c) for a, c in zip(first, second))

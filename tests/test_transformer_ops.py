@@ -144,20 +144,6 @@ def test_dropout_mask():
     assert torch.equal(hh, t + t)
 
 
-def test_weight_gradients_are_deterministic():
-    """Two runs give the same bits (partial sums, then a fixed-order second pass)."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(300, 40, generator=g)
-    w, b = (torch.randn(40, generator=g).requires_grad_() for _ in range(2))
-    dy = torch.randn(300, 40, generator=g)
-    grads = []
-    for _ in range(2):
-        w.grad = b.grad = None
-        ato_torch.layer_norm(x, w, b).backward(dy)
-        grads.append((w.grad.clone(), b.grad.clone()))
-    assert all(torch.equal(a, c) for a, c in zip(*grads))
-
-
 BAD = [
     ("weight shape", lambda m, a: m.layer_norm(a["x"], a["w5"]), ValueError, "weight: expected shape (4,)"),
     ("bias shape", lambda m, a: m.layer_norm(a["x"], a["w4"], a["w5"]), ValueError, "bias: expected shape (4,)"),
