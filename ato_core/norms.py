@@ -24,8 +24,9 @@ SINGLE_MAX = 8192
 # 458 us, 8 x 4 457 us, 1 x 4 490 us (NVIDIA_H100_80GB_HBM3-transformer_ops-sweep.txt).
 BWD_PROGRAMS_PER_SM = 2
 BWD_WARPS = 8
-# Columns per program of the partial-row sum (N / SUM_COLS programs, each over all G rows).
-SUM_COLS = 64
+# Columns per program of the partial-row sums (N / SUM_COLS programs for each of dw and db,
+# each over all G rows).
+SUM_COLS = 32
 
 
 def _rows(x: ArraySpec) -> Tuple[int, int]:
@@ -128,12 +129,12 @@ def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[Arra
         num_warps=BWD_WARPS or _warps(block),
     )
     launches = [bwd]
-    results = ["dx", "dresidual"]
-    for name, spec in (("dw", weight), ("db", bias)):
-        if spec is not None:
-            launches.append(Launch(kern.partial_sum_kernel, (cdiv(N, SUM_COLS),), (f"{name}_part",), (G, N),
-                                   (Buffer(name, (N,), spec.dtype),), {"BLOCK": SUM_COLS, "ROWS": 32}, num_warps=4))
-            results.append(name)
-        else:
-            results.append(f"{name}_part")
-    return Plan(tuple(launches), tuple(results), dense=("hx", "weight", "dy", "dh"))
+    sums = [(name, spec) for name, spec in (("dw", weight), ("db", bias)) if spec is not None]
+    if sums:  # dw and db in one launch (axis 1 of its grid)
+        launches.append(Launch(
+            kern.partial_sum_kernel, (cdiv(N, SUM_COLS), len(sums)), ("dw_part", "db_part"), (G, N),
+            (Buffer("dw", (N,), weight.dtype) if weight else Buffer("dw_unused", (1,), "float32"),
+             Buffer("db", (N,), bias.dtype) if bias else Buffer("db_unused", (1,), "float32")),
+            {"BLOCK": SUM_COLS, "ROWS": 32, "HAS_W": weight is not None, "HAS_B": bias is not None}, num_warps=4))
+    results = ("dx", "dresidual", "dw" if weight else "dw_part", "db" if bias else "db_part")
+    return Plan(tuple(launches), results, dense=("hx", "weight", "dy", "dh"))

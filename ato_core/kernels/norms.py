@@ -225,14 +225,23 @@ def norm_bwd_kernel(
 
 @triton.jit
 def partial_sum_kernel(
-    PART,
+    PART_W, PART_B,
     G, N,
-    OUT,
-    BLOCK: tl.constexpr, ROWS: tl.constexpr,
+    OUT_W, OUT_B,
+    BLOCK: tl.constexpr, ROWS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
 ):
-    """Grid (column blocks,). OUT[cols] = the sum over g of PART[g, cols], in a fixed order
-    (ROWS partial rows at a time into a [ROWS, BLOCK] accumulator, then a tree over ROWS):
-    deterministic. fp32 sum, stored in OUT's dtype."""
+    """Grid (column blocks, HAS_W + HAS_B): axis 1 picks the partial rows of dw (first, when
+    HAS_W) or db. OUT[cols] = the sum over g of PART[g, cols], in a fixed order (ROWS partial
+    rows at a time into a [ROWS, BLOCK] accumulator, then a tree over ROWS): deterministic.
+    fp32 sum, stored in OUT's dtype."""
+    if HAS_W and tl.program_id(1) == 0:
+        _partial_sum(PART_W, OUT_W, G, N, BLOCK, ROWS)
+    elif HAS_B:
+        _partial_sum(PART_B, OUT_B, G, N, BLOCK, ROWS)
+
+
+@triton.jit
+def _partial_sum(PART, OUT, G, N, BLOCK: tl.constexpr, ROWS: tl.constexpr):
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     cmask = cols < N
     offs_g = tl.arange(0, ROWS)
