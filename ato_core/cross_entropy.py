@@ -11,11 +11,13 @@ from .target import Target
 MAX_V = 262144
 REDUCTIONS = ("none", "sum", "mean")
 INT_DTYPES = ("int32", "int64")
-# Vocabulary piece per loop step and warps of the per-row kernels (compiled). Swept on an
-# H100 (benchmarks/ops_sweep.py, T8192 V128256 bf16 loss+grad): 2048 x 8 warps 2760 us,
-# 4096 x 8 2924 us, 8192 x 16 2935 us, 16384 x 16 3307 us.
-BLOCK_V = 2048
-WARPS = 8
+# Vocabulary piece per loop step, warps, and programs per SM of the forward's persistent
+# grid. Swept on an H100 (benchmarks/ops_sweep.py, T8192 V128256 bf16 loss+grad from torch:
+# 1 x 16384 x 32 warps 2543 us, 2 x 16384 x 32 2543, 2 x 4096 x 32 2645, 1 x 8192 x 32 2881;
+# 8 or 16 warps 3000-7200), NVIDIA_H100_80GB_HBM3-transformer_ops-sweep.txt.
+BLOCK_V = 16384
+WARPS = 32
+PROGRAMS_PER_SM = 1
 
 
 def _block_v(V: int, target: Target) -> int:
@@ -43,8 +45,10 @@ def check_cross_entropy(logits: ArraySpec, targets: ArraySpec, ignore_index, red
 
 def check_target_values(targets, V: int, ignore_index: int) -> None:
     """Targets that are not ignore_index must lie in [0, V). ``targets``: an integer NumPy
-    array (the adapters pass the values where they can see them; under jax.jit they cannot,
-    and the kernels give such a row NaN instead of reading out of bounds)."""
+    array. The adapters check the values where they are on the host already: on a GPU that
+    would cost a device-to-host synchronisation every call, and under jax.jit the values
+    are unknown; there the kernels give such a row a NaN loss and gradient instead of
+    reading out of bounds."""
     import numpy as np
 
     t = np.asarray(targets)
@@ -53,31 +57,43 @@ def check_target_values(targets, V: int, ignore_index: int) -> None:
         raise ValueError(f"targets: expected values in [0, {V}) or ignore_index={ignore_index}, got {int(t[bad][0])}")
 
 
+def _programs(T: int, target: Target) -> int:
+    """Persistent grid of the forward: few enough rows in flight that each is still in L2
+    when its program reads it the second time (for the gradient)."""
+    return max(1, min(T, target.num_sms * PROGRAMS_PER_SM))
+
+
 @cached_plan
 def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, reduction: str,
-                 label_smoothing: float, target: Target) -> Plan:
-    """Inputs: logits, targets. Results: loss ([T], or [] when reduced), lse [T], count [1]
-    (targets not ignored, fp32)."""
+                 label_smoothing: float, grad: bool, target: Target) -> Plan:
+    """Inputs: logits, targets. Results: loss ([T] fp32 for "none", else a scalar), dlogits
+    (with ``grad``: the gradient for dloss = 1, logits' shape and dtype; else a dummy)."""
     check_cross_entropy(logits, targets, ignore_index, reduction, label_smoothing)
     T, V = logits.shape
-    fwd = Launch(kern.ce_fwd_kernel, (T,), ("logits", "targets"), (T, V, int(ignore_index), float(label_smoothing)),
-                 (Buffer("row_loss", (T,), "float32"), Buffer("lse", (T,), "float32")),
-                 {"BLOCK_V": _block_v(V, target), "SMOOTH": label_smoothing > 0}, num_warps=WARPS)
-    red = Launch(kern.ce_reduce_kernel, (1,), ("row_loss", "targets"), (T, int(ignore_index)),
-                 (Buffer("total", (), "float32"), Buffer("count", (1,), "float32")),
-                 {"BLOCK": 1024, "MEAN": reduction == "mean"}, num_warps=4)
+    mean = reduction == "mean"
+    launches = []
+    if mean:
+        launches.append(Launch(kern.ce_count_kernel, (1,), ("targets",), (T, int(ignore_index)),
+                               (Buffer("count", (1,), "float32"),), {"BLOCK": 1024}, num_warps=4))
+    launches.append(Launch(
+        kern.ce_fwd_kernel, (_programs(T, target),), ("logits", "targets", "count" if mean else "targets"),
+        (T, V, int(ignore_index), float(label_smoothing)),
+        (Buffer("row_loss", (T,), "float32"), Buffer("dlogits", (T, V) if grad else (1,), logits.dtype)),
+        {"BLOCK_V": _block_v(V, target), "SMOOTH": label_smoothing > 0, "MEAN": mean, "GRAD": grad},
+        num_warps=WARPS))
+    if reduction != "none":
+        launches.append(Launch(kern.ce_reduce_kernel, (1,), ("row_loss", "count" if mean else "row_loss"), (T,),
+                               (Buffer("total", (), "float32"),), {"BLOCK": 1024, "MEAN": mean}, num_warps=4))
     loss = "row_loss" if reduction == "none" else "total"
-    return Plan((fwd, red), (loss, "lse", "count"), dense=("logits", "targets"))
+    return Plan(tuple(launches), (loss, "dlogits"), dense=("logits", "targets"))
 
 
 @cached_plan
-def backward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, reduction: str,
-                  label_smoothing: float, target: Target) -> Plan:
-    """Inputs: logits, targets, lse, dloss ([T] or []), count. Results: dlogits (logits'
-    shape and dtype)."""
-    T, V = logits.shape
-    launch = Launch(kern.ce_bwd_kernel, (T,), ("logits", "targets", "lse", "dloss", "count"),
-                    (T, V, int(ignore_index), float(label_smoothing)),
-                    (Buffer("dlogits", (T, V), logits.dtype),),
-                    {"BLOCK_V": _block_v(V, target), "REDUCTION": REDUCTIONS.index(reduction)}, num_warps=WARPS)
-    return Plan((launch,), ("dlogits",), dense=("logits", "targets", "dloss"))
+def backward_plan(dlogits: ArraySpec, dloss: ArraySpec, *, target: Target) -> Plan:
+    """Inputs: dlogits (the forward's gradient for dloss = 1), dloss ([T] for reduction
+    "none", else a scalar). Result: dlogits * dloss, written in place over dlogits."""
+    T, V = dlogits.shape
+    launch = Launch(kern.ce_bwd_kernel, (T,), ("dlogits", "dloss"), (V,),
+                    (Buffer("scaled", (T, V), dlogits.dtype, alias="dlogits"),),
+                    {"BLOCK_V": _block_v(V, target), "PER_ROW": dloss.ndim == 1}, num_warps=WARPS)
+    return Plan((launch,), ("scaled",), dense=("dloss",))

@@ -24,18 +24,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 
 
-@dataclasses.dataclass(frozen=True)
-class ArraySpec:
+class ArraySpec(NamedTuple):
     """Shape, dtype name, element strides and device of an array an adapter holds.
 
     ``strides`` are in elements. JAX arrays are always row-major; torch tensors report
     their own strides, so a transposed view is read in place. ``device`` is only compared
-    for equality (torch: ``str(tensor.device)``; JAX: a platform name).
+    for equality (torch: ``str(tensor.device)``; JAX: a platform name). A NamedTuple: the
+    adapters make several per call, and the plan caches hash them.
     """
 
     shape: tuple[int, ...]
@@ -72,6 +72,10 @@ class Buffer:
     shape: tuple[int, ...]
     dtype: str
     zeroed: bool = False
+    # The name of a launch input that this output overwrites in place: no new memory. The
+    # input must be the plan's own intermediate (a buffer its caller handed over), never an
+    # array the user still holds. (JAX: an input_output_alias, copied first if still live.)
+    alias: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +99,9 @@ class Launch:
     # Triton and XLA assemble the same PTX with different ptxas builds, and only PTX with no
     # contraction left to the assembler is sure to give both frameworks the same bits.
     fp_fusion: bool = False
+    # Filled by an adapter that launches compiled binaries itself (ato_torch.launcher): its
+    # per-launch cache of them. Not part of the launch's description.
+    compiled: dict = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self):
         _no_alignment_specialisation(self.kernel, len(self.inputs), len(self.scalars))

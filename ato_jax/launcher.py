@@ -28,7 +28,8 @@ def spec(x) -> ArraySpec:
     return ArraySpec(tuple(x.shape), str(jnp.dtype(x.dtype)), row_major_strides(x.shape), "jax")
 
 
-def _platform(arrays) -> str:
+def platform_of(arrays) -> str:
+    """The platform ("cpu", "gpu") of the first concrete array, else JAX's default backend."""
     for x in arrays:
         if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
             return next(iter(x.devices())).platform
@@ -36,7 +37,7 @@ def _platform(arrays) -> str:
 
 
 def target_for(*arrays) -> Target:
-    if force_interpret() or _platform(arrays) != "gpu":
+    if force_interpret() or platform_of(arrays) != "gpu":
         return INTERPRETER
     return cuda_target(0)
 
@@ -97,6 +98,9 @@ def triton_call_kwargs(launch, api_04: bool) -> dict:
     out = [_shape_dtype(b) for b in launch.outputs]
     kw = dict(kernel=launch.kernel, grid=launch.grid, num_warps=launch.num_warps, num_stages=launch.num_stages,
               zeroed_outputs=tuple(i for i, b in enumerate(launch.outputs) if b.zeroed), **launch.constexprs)
+    aliases = {launch.inputs.index(b.alias): i for i, b in enumerate(launch.outputs) if b.alias}
+    if aliases:  # indices among the array arguments, which come first
+        kw["input_output_aliases"] = aliases
     if api_04:
         kw.update(out_type=out, backend_options={"enable_fp_fusion": launch.fp_fusion})
     else:

@@ -16,7 +16,7 @@ from ato_core import rope as rope_core
 from ato_core import softmax as softmax_core
 from ato_core import swiglu as swiglu_core
 
-from .launcher import run_plan, spec, target_for
+from .launcher import platform_of, run_plan, spec, target_for
 
 
 def _spec(x):
@@ -188,26 +188,27 @@ def rope(q, k, cos, sin, *, positions=None, interleaved=False):
 # static = (ignore_index, reduction, label_smoothing)
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _cross_entropy(logits, targets, static):
-    return _ce_fwd(logits, targets, static)[0]
+    return _ce_run(logits, targets, static, grad=False)[0]
 
 
-def _ce_fwd(logits, targets, static):
+def _ce_run(logits, targets, static, grad):
     ignore_index, reduction, label_smoothing = static
     target = target_for(logits)
     plan = ce_core.forward_plan(spec(logits), spec(targets), ignore_index=ignore_index, reduction=reduction,
-                                label_smoothing=label_smoothing, target=target)
-    loss, lse, count = run_plan(plan, {"logits": logits, "targets": targets}, target)
-    return loss, (logits, targets, lse, count)
+                                label_smoothing=label_smoothing, grad=grad, target=target)
+    return run_plan(plan, {"logits": logits, "targets": targets}, target)
+
+
+def _ce_fwd(logits, targets, static):
+    loss, dlogits = _ce_run(logits, targets, static, grad=True)
+    return loss, (dlogits,)
 
 
 def _ce_bwd(static, res, dloss):
-    ignore_index, reduction, label_smoothing = static
-    logits, targets, lse, count = res
-    target = target_for(logits)
-    plan = ce_core.backward_plan(spec(logits), spec(targets), ignore_index=ignore_index, reduction=reduction,
-                                 label_smoothing=label_smoothing, target=target)
-    (dlogits,) = run_plan(plan, {"logits": logits, "targets": targets, "lse": lse, "dloss": dloss, "count": count},
-                          target)
+    (dlogits,) = res
+    target = target_for(dlogits)
+    (dlogits,) = run_plan(ce_core.backward_plan(spec(dlogits), spec(dloss), target=target),
+                          {"dlogits": dlogits, "dloss": dloss}, target)
     return dlogits, None
 
 
@@ -217,13 +218,18 @@ _cross_entropy.defvjp(_ce_fwd, _ce_bwd)
 def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """Cross-entropy of logits [T, V] (V up to 262144) against integer targets [T].
 
-    Online log-sum-exp over the vocabulary (no fp32 copy of the logits); the gradient is
-    written in the logits' dtype. Targets equal to ignore_index contribute nothing, and
-    "mean" divides by the count of the others. reduction: "none" ([T] fp32), "sum" or
-    "mean" (a scalar, fp32). Targets outside [0, V) that are not ignored raise ValueError
-    when their values are known (outside jax.jit); under jit such a row's loss is NaN."""
+    Online log-sum-exp over the vocabulary (no fp32 copy of the logits). reduction: "none"
+    ([T] fp32), "sum" or "mean" (a scalar, fp32); targets equal to ignore_index contribute
+    nothing, and "mean" divides by the count of the others. Targets outside [0, V) that are
+    not ignored raise ValueError when their values are on the host (CPU arrays outside
+    jax.jit); on a GPU or under jit such a row's loss and gradient are NaN.
+
+    Under differentiation the gradient is computed in the forward (one more read of each
+    row) and kept as the residual; the backward scales it by dloss in place
+    (nothing to do when dloss is 1). It is rounded to the logits' dtype before that scaling
+    (once more when dloss != 1)."""
     logits, targets = jnp.asarray(logits), jnp.asarray(targets)
     ce_core.check_cross_entropy(spec(logits), spec(targets), ignore_index, reduction, label_smoothing)
-    if not isinstance(targets, jax.core.Tracer):
+    if not isinstance(targets, jax.core.Tracer) and platform_of([targets]) == "cpu":
         ce_core.check_target_values(np.asarray(targets), logits.shape[1], ignore_index)
     return _cross_entropy(logits, targets, (int(ignore_index), reduction, float(label_smoothing)))

@@ -12,12 +12,10 @@ from .launcher import run_plan, spec, target_for
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, softmax_scale):
-        target = target_for(q)
-        plan = core.forward_plan(spec(q), spec(k), spec(v), causal=causal, softmax_scale=softmax_scale, target=target)
+    def forward(ctx, q, k, v, plan, target, causal, softmax_scale):
         o, lse = run_plan(plan, {"q": q, "k": k, "v": v}, target)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.args = (causal, softmax_scale)
+        ctx.args = (target, causal, softmax_scale)
         ctx.set_materialize_grads(False)
         return o, lse
 
@@ -25,13 +23,12 @@ class _FlashAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, do, dlse):
         q, k, v, o, lse = ctx.saved_tensors
-        causal, softmax_scale = ctx.args
+        target, causal, softmax_scale = ctx.args
         do = torch.zeros_like(o) if do is None else do
-        target = target_for(q)
         plan = core.backward_plan(spec(q), spec(k), spec(v), spec(do), causal=causal, softmax_scale=softmax_scale,
                                   has_dlse=dlse is not None, target=target)
         dq, dk, dv = run_plan(plan, {"q": q, "k": k, "v": v, "o": o, "do": do, "lse": lse, "dlse": dlse}, target)
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None, None
 
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False):
@@ -51,8 +48,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
       o [B, Hq, Nq, D] in q's dtype, or (o, lse). Differentiable with respect to q, k and v
       (through lse too).
     """
-    core.check_flash_attention(spec(q), spec(k), spec(v), causal=causal, softmax_scale=softmax_scale,
-                               return_lse=return_lse)
-    scale = None if softmax_scale is None else float(softmax_scale)
-    o, lse = _FlashAttention.apply(q, k, v, causal, scale)
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
+    target = target_for(q)
+    plan = core.forward_plan(spec(q), spec(k), spec(v), causal=causal, softmax_scale=softmax_scale, target=target)
+    o, lse = _FlashAttention.apply(q, k, v, plan, target, causal, softmax_scale)
     return (o, lse) if return_lse else o

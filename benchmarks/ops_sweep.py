@@ -3,10 +3,10 @@ test). On the GPU machine, after ``source benchmarks/gpu_env.sh``: python benchm
 [--no-ce] (--no-ce: keep cross_entropy's settings).
 
 Sweeps the layer_norm backward (programs per SM x warps; timed as forward+backward,
-16384 x 4096 bf16) and cross_entropy (vocabulary piece x warps; loss+gradient, T8192
+16384 x 4096 bf16) and cross_entropy (programs per SM x vocabulary piece x warps; loss+gradient, T8192
 V128256 bf16), prints every point, sets the fastest, then runs ``ato bench --op
 transformer_ops`` in this process and writes its table to $OUT. The winners then go into
-ato_core/norms.py (BWD_PROGRAMS_PER_SM, BWD_WARPS) and ato_core/cross_entropy.py (BLOCK_V, WARPS).
+ato_core/norms.py (BWD_PROGRAMS_PER_SM, BWD_WARPS) and ato_core/cross_entropy.py (PROGRAMS_PER_SM, BLOCK_V, WARPS).
 """
 
 import os
@@ -42,18 +42,22 @@ def main():
     logits = torch.randn(8192, 128256, device="cuda", dtype=bf, generator=g)
     tgt = torch.randint(0, 128256, (8192,), device="cuda", generator=g)
     best = None
-    for block in (2048, 4096, 8192, 16384):
-        for warps in (4, 8, 16):
-            ce.BLOCK_V, ce.WARPS = block, warps
-            ce.forward_plan.cache_clear()
-            ce.backward_plan.cache_clear()
-            ms = bench._bench_torch(bench._torch_fwd_bwd(lambda a: ato_torch.cross_entropy(a, tgt), (logits,)), False)
-            print(f"cross_entropy loss+grad BLOCK_V {block:5d} warps {warps:2d}: {ms * 1e3:7.1f} us", flush=True)
-            best = min(best or (ms, block, warps), (ms, block, warps))
-    ce.BLOCK_V, ce.WARPS = best[1], best[2]
+    for per_sm in (1, 2):
+        for block in (4096, 8192, 16384):
+            for warps in (8, 16, 32):
+                ce.PROGRAMS_PER_SM, ce.BLOCK_V, ce.WARPS = per_sm, block, warps
+                ce.forward_plan.cache_clear()
+                ce.backward_plan.cache_clear()
+                ms = bench._bench_torch(bench._torch_fwd_bwd(lambda a: ato_torch.cross_entropy(a, tgt), (logits,)),
+                                        False)
+                print(f"cross_entropy loss+grad programs/SM {per_sm} BLOCK_V {block:5d} warps {warps:2d}: "
+                      f"{ms * 1e3:7.1f} us", flush=True)
+                best = min(best or (ms, per_sm, block, warps), (ms, per_sm, block, warps))
+    ce.PROGRAMS_PER_SM, ce.BLOCK_V, ce.WARPS = best[1:]
     ce.forward_plan.cache_clear()
     ce.backward_plan.cache_clear()
-    print(f"best cross_entropy: BLOCK_V {best[1]} warps {best[2]}: {best[0] * 1e3:.1f} us", flush=True)
+    print(f"best cross_entropy: programs/SM {best[1]} BLOCK_V {best[2]} warps {best[3]}: {best[0] * 1e3:.1f} us",
+          flush=True)
     del logits
     _bench_table()
 
@@ -62,7 +66,7 @@ def _bench_table():
     torch.cuda.empty_cache()
     gpu = torch.cuda.get_device_name()
     settings = (f"norms.BWD_PROGRAMS_PER_SM={norms.BWD_PROGRAMS_PER_SM} BWD_WARPS={norms.BWD_WARPS} "
-                f"cross_entropy.BLOCK_V={ce.BLOCK_V} WARPS={ce.WARPS}")
+                f"cross_entropy.PROGRAMS_PER_SM={ce.PROGRAMS_PER_SM} BLOCK_V={ce.BLOCK_V} WARPS={ce.WARPS}")
     bench.write_table(bench.transformer_ops_rows(False), os.environ.get("OUT", "/tmp/out"), gpu, "transformer_ops",
                       [f"GPU {gpu}; {bench._versions()}",
                        f"command: python benchmarks/ops_sweep.py (ato bench --op transformer_ops with {settings})"])

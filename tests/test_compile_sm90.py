@@ -36,11 +36,9 @@ def _plans():
         {"q": q, "k": k, "cos": cs, "sin": cs, "positions": pos}
     lg, t = _spec((16, 128256)), _spec((16,), "int64")
     yield "cross_entropy", cross_entropy.forward_plan(lg, t, ignore_index=-100, reduction="mean", label_smoothing=0.1,
-                                                      target=H100), {"logits": lg, "targets": t}
-    yield "cross_entropy bwd", cross_entropy.backward_plan(lg, t, ignore_index=-100, reduction="mean",
-                                                           label_smoothing=0.0, target=H100), \
-        {"logits": lg, "targets": t, "dloss": _spec((), "float32"), "lse": _spec((16,), "float32"),
-         "count": _spec((1,), "float32")}
+                                                      grad=True, target=H100), {"logits": lg, "targets": t}
+    yield "cross_entropy bwd", cross_entropy.backward_plan(lg, _spec((16,), "float32"), target=H100), \
+        {"dlogits": lg, "dloss": _spec((16,), "float32")}
     q, k = _spec((1, 8, 256, 128)), _spec((1, 2, 256, 128))
     yield "flash_attention", flash_attention.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100), \
         {"q": q, "k": k, "v": k}
@@ -91,3 +89,23 @@ def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
         opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
         assert compiled.asm["ptx"], f"{name}: {launch.name}"
+
+
+@pytest.mark.parametrize("name,plan,inputs", PLANS, ids=[p[0] for p in PLANS])
+def test_direct_launch_finds_every_parameter(name, plan, inputs):
+    """ato_torch launches a cached binary by passing every kernel parameter in signature
+    order: the plan's pointers and scalars, then the constexprs. Every GPU launch must be
+    laid out so (else it would always take Triton's slower path, or misplace arguments)."""
+    from ato_torch.launcher import _direct
+
+    class Binary:
+        run = function = packed_metadata = None
+
+    for launch in plan.launches:
+        nargs = len(launch.inputs) + len(launch.scalars) + len(launch.outputs)
+        binary, tail = _direct(launch, Binary(), nargs)
+        params = launch.kernel.params
+        assert binary is not None, launch.name
+        assert len(tail) == len(params) - nargs == sum(p.is_constexpr for p in params)
+        for p, v in zip(params[nargs:], tail):
+            assert v == launch.constexprs.get(p.name, p.default), (launch.name, p.name)

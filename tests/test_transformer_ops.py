@@ -105,6 +105,37 @@ def test_cross_entropy_ignores_targets():
     np.testing.assert_array_equal(np.asarray(gj), x.grad.numpy())
 
 
+def test_cross_entropy_gradient_for_unit_dloss():
+    """loss.backward() gives dloss = 1 exactly: the backward leaves the forward's gradient as
+    it is (no pass over it). That gradient against torch's, for mean and sum (fp32 values
+    of order 1/T: 1e-6 absolute is a few ulps), and the same in both frameworks."""
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((7, 50)).astype(np.float32)
+    targets = np.array([3, -100, 49, 0, 7, -100, 12])
+    for reduction in ("mean", "sum"):
+        x = torch.from_numpy(logits).requires_grad_()
+        ato_torch.cross_entropy(x, torch.from_numpy(targets), reduction=reduction, label_smoothing=0.1).backward()
+        ref = torch.from_numpy(logits).requires_grad_()
+        torch.nn.functional.cross_entropy(ref, torch.from_numpy(targets), reduction=reduction,
+                                          label_smoothing=0.1).backward()
+        torch.testing.assert_close(x.grad, ref.grad, rtol=0, atol=1e-6)
+        gj = jax.grad(lambda a: ato_jax.cross_entropy(a, jnp.asarray(targets), reduction=reduction,
+                                                      label_smoothing=0.1))(jnp.asarray(logits))
+        np.testing.assert_array_equal(np.asarray(gj), x.grad.numpy())
+
+
+def test_cross_entropy_second_backward_is_refused():
+    """The forward's gradient is handed to the first backward (and scaled in place there): a
+    second backward over a retained graph raises instead of returning it scaled twice."""
+    x = torch.randn(4, 9, requires_grad=True)
+    loss = ato_torch.cross_entropy(x, torch.tensor([0, 1, 2, 3]))
+    (2.0 * loss).backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backward called a second time"):
+        loss.backward()
+    with torch.no_grad():  # no gradient wanted: none computed, no graph
+        assert ato_torch.cross_entropy(x, torch.tensor([0, 1, 2, 3])).grad_fn is None
+
+
 def test_half_dtypes():
     for dtype in ("bfloat16", "float16"):
         check(h.norm_case("layer_norm", (3, 200), dtype=dtype, seed=1))

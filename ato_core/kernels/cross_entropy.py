@@ -4,10 +4,20 @@ Per row, an online log-sum-exp over the vocabulary in BLOCK_V pieces (the logits
 in their own dtype; nothing of [T, V] is stored in fp32). With label smoothing eps:
 loss = lse - (1 - eps) x_target - eps * mean_j x_j. A target equal to ignore_index gives
 loss 0 and gradient 0; a target outside [0, V) otherwise gives NaN (the adapters reject
-such targets where they can see the values; a kernel never reads out of bounds).
-``ce_reduce_kernel`` sums the row losses in a fixed order (one program: deterministic) and
-counts the targets that are not ignored. Backward: dlogits = (softmax(x) - eps / V -
-(1 - eps) onehot(target)) * dloss_row, written in the logits' dtype.
+such targets where the values are on the host; a kernel never reads out of bounds).
+
+The gradient is computed in the forward, as Liger-Kernel does, when the caller will need it:
+right after a row's log-sum-exp the same program reads the row again and writes
+dlogits = (softmax(x) - eps / V - (1 - eps) onehot(target)) * s, with s = 1 / count for
+"mean" and 1 otherwise: the gradient for dloss = 1. The backward then only multiplies by
+dloss, in place, and a program whose factor is exactly 1 (``loss.backward()``) returns
+without touching memory. The grid is persistent (PROGRAMS_PER_SM per SM) to keep few rows in
+flight between a row's two reads, in the hope of the second coming from L2; on an H100 at
+V = 128256 (250 KB a row) it mostly does not (benchmarks/ce_inplace_probe.py: the forward
+with the gradient takes 2.1x the loss-only forward), so the op moves about three passes over
+[T, V] (read, read, write), as before, in one kernel instead of two.
+``ce_count_kernel`` counts the targets that are not ignored and ``ce_reduce_kernel`` sums the
+row losses, each in one program (a fixed order: deterministic).
 """
 
 import triton
@@ -15,94 +25,115 @@ import triton.language as tl
 
 
 @triton.jit
-def ce_fwd_kernel(
-    LOGITS, TARGETS,
-    T, V, ignore_index, smoothing,
-    LOSS, LSE,
-    BLOCK_V: tl.constexpr, SMOOTH: tl.constexpr,
+def ce_count_kernel(
+    TARGETS,
+    T, ignore_index,
+    COUNT,
+    BLOCK: tl.constexpr,
 ):
-    """Grid (T,). loss and lse of one row (fp32)."""
-    row = tl.program_id(0).to(tl.int64)
-    base = LOGITS + row * V
+    """Grid (1,). COUNT = the number of targets that are not ignore_index (fp32)."""
+    offs = tl.arange(0, BLOCK)
+    cnt = tl.zeros([BLOCK], tl.float32)
+    for r0 in range(0, T, BLOCK):
+        rows = r0 + offs
+        t = tl.load(TARGETS + rows, mask=rows < T, other=ignore_index)
+        cnt += tl.where(t != ignore_index, 1.0, 0.0)
+    tl.store(COUNT, tl.sum(cnt, 0))
+
+
+@triton.jit
+def ce_fwd_kernel(
+    LOGITS, TARGETS, COUNT,
+    T, V, ignore_index, smoothing,
+    LOSS, DLOGITS,
+    BLOCK_V: tl.constexpr, SMOOTH: tl.constexpr, MEAN: tl.constexpr, GRAD: tl.constexpr,
+):
+    """Grid (G,): program p takes rows p, p + G, ... LOSS [T]: each row's loss (fp32; 0 if
+    ignored). With GRAD, DLOGITS [T, V]: the row's gradient for dloss = 1 (see the module
+    docstring), scaled by 1 / COUNT when MEAN."""
     offs = tl.arange(0, BLOCK_V)
-    m = tl.full([BLOCK_V], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_V], tl.float32)
-    sx = tl.zeros([BLOCK_V], tl.float32)
-    for c0 in range(0, V, BLOCK_V):
-        cols = c0 + offs
-        cmask = cols < V
-        x = tl.load(base + cols, mask=cmask, other=float("-inf")).to(tl.float32)
-        m_new = tl.maximum(m, x)
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        l = l * tl.exp(m - m_use) + tl.exp(x - m_use)
-        m = m_new
+    if MEAN:
+        inv_count = 1.0 / tl.load(COUNT)  # count 0: every row is ignored and scaled by 0 below
+    else:
+        inv_count = 1.0
+    for r in range(tl.program_id(0), T, tl.num_programs(0)):
+        row = tl.cast(r, tl.int64)  # (the interpreter's loop index is a Python int)
+        base = row * V
+        m = tl.full([BLOCK_V], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_V], tl.float32)
+        sx = tl.zeros([BLOCK_V], tl.float32)
+        for c0 in range(0, V, BLOCK_V):
+            cols = c0 + offs
+            cmask = cols < V
+            x = tl.load(LOGITS + base + cols, mask=cmask, other=float("-inf")).to(tl.float32)
+            m_new = tl.maximum(m, x)
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            l = l * tl.exp(m - m_use) + tl.exp(x - m_use)
+            m = m_new
+            if SMOOTH:
+                sx += tl.where(cmask, x, 0.0)
+        m_row = tl.max(m, 0)
+        lse = m_row + tl.log(tl.sum(l * tl.exp(m - m_row), 0))
+        t = tl.load(TARGETS + row).to(tl.int64)
+        valid = t != ignore_index
+        in_range = (t >= 0) & (t < V)
+        xt = tl.load(LOGITS + base + tl.where(in_range, t, 0)).to(tl.float32)
+        loss = lse - (1.0 - smoothing) * xt
         if SMOOTH:
-            sx += tl.where(cmask, x, 0.0)
-    m_row = tl.max(m, 0)
-    lse = m_row + tl.log(tl.sum(l * tl.exp(m - m_row), 0))
-    t = tl.load(TARGETS + row).to(tl.int64)
-    valid = t != ignore_index
-    in_range = (t >= 0) & (t < V)
-    xt = tl.load(base + tl.where(in_range, t, 0)).to(tl.float32)
-    loss = lse - (1.0 - smoothing) * xt
-    if SMOOTH:
-        loss -= smoothing * tl.sum(sx, 0) / V
-    loss = tl.where(in_range, loss, float("nan"))
-    tl.store(LOSS + row, tl.where(valid, loss, 0.0))
-    tl.store(LSE + row, lse)
+            loss -= smoothing * tl.sum(sx, 0) / V
+        loss = tl.where(in_range, loss, float("nan"))
+        tl.store(LOSS + row, tl.where(valid, loss, 0.0))
+        if GRAD:
+            scale = tl.where(valid, inv_count, 0.0)
+            scale = tl.where(in_range | (t == ignore_index), scale, float("nan"))
+            for c0 in range(0, V, BLOCK_V):
+                cols = c0 + offs
+                cmask = cols < V
+                x = tl.load(LOGITS + base + cols, mask=cmask, other=0.0).to(tl.float32)
+                g = tl.exp(x - lse) - smoothing / V - tl.where(cols == t, 1.0 - smoothing, 0.0)
+                tl.store(DLOGITS + base + cols, (g * scale).to(DLOGITS.dtype.element_ty), mask=cmask)
 
 
 @triton.jit
 def ce_reduce_kernel(
-    LOSS, TARGETS,
-    T, ignore_index,
-    OUT, COUNT,
+    LOSS, COUNT,
+    T,
+    OUT,
     BLOCK: tl.constexpr, MEAN: tl.constexpr,
 ):
-    """Grid (1,). OUT = sum of the row losses (divided by the count of targets that are not
-    ignored when MEAN; 0/0 = NaN when all are), COUNT = that count (fp32)."""
+    """Grid (1,). OUT = the sum of the row losses, divided by COUNT when MEAN (0/0 = NaN when
+    every target is ignored)."""
     offs = tl.arange(0, BLOCK)
     acc = tl.zeros([BLOCK], tl.float32)
-    cnt = tl.zeros([BLOCK], tl.float32)
     for r0 in range(0, T, BLOCK):
         rows = r0 + offs
-        rmask = rows < T
-        acc += tl.load(LOSS + rows, mask=rmask, other=0.0)
-        t = tl.load(TARGETS + rows, mask=rmask, other=ignore_index)
-        cnt += tl.where(rmask & (t != ignore_index), 1.0, 0.0)
+        acc += tl.load(LOSS + rows, mask=rows < T, other=0.0)
     total = tl.sum(acc, 0)
-    count = tl.sum(cnt, 0)
     if MEAN:
-        total = total / count
+        total = total / tl.load(COUNT)
     tl.store(OUT, total)
-    tl.store(COUNT, count)
 
 
 @triton.jit
 def ce_bwd_kernel(
-    LOGITS, TARGETS, LSE, DLOSS, COUNT,
-    T, V, ignore_index, smoothing,
+    GRAD, DLOSS,
+    V,
     DLOGITS,
-    BLOCK_V: tl.constexpr, REDUCTION: tl.constexpr,
+    BLOCK_V: tl.constexpr, PER_ROW: tl.constexpr,
 ):
-    """Grid (T,). REDUCTION: 0 none (DLOSS [T]), 1 sum, 2 mean (DLOSS a scalar)."""
-    row = tl.program_id(0).to(tl.int64)
-    t = tl.load(TARGETS + row).to(tl.int64)
-    if REDUCTION == 0:
-        scale = tl.load(DLOSS + row).to(tl.float32)
-    elif REDUCTION == 1:
-        scale = tl.load(DLOSS).to(tl.float32)
+    """Grid (T,). DLOGITS (the same memory as GRAD: in place) = GRAD * dloss, dloss per row
+    (PER_ROW, reduction "none": DLOSS [T]) or one scalar. A factor of exactly 1 leaves the
+    row untouched."""
+    row = tl.program_id(0)
+    if PER_ROW:
+        d = tl.load(DLOSS + row).to(tl.float32)
     else:
-        scale = tl.load(DLOSS).to(tl.float32) / tl.load(COUNT)
-    scale = tl.where(t != ignore_index, scale, 0.0)
-    in_range = (t >= 0) & (t < V)
-    scale = tl.where(in_range | (t == ignore_index), scale, float("nan"))
-    lse = tl.load(LSE + row)
-    base = row * V
-    offs = tl.arange(0, BLOCK_V)
-    for c0 in range(0, V, BLOCK_V):
-        cols = c0 + offs
-        cmask = cols < V
-        x = tl.load(LOGITS + base + cols, mask=cmask, other=0.0).to(tl.float32)
-        g = tl.exp(x - lse) - smoothing / V - tl.where(cols == t, 1.0 - smoothing, 0.0)
-        tl.store(DLOGITS + base + cols, (g * scale).to(DLOGITS.dtype.element_ty), mask=cmask)
+        d = tl.load(DLOSS).to(tl.float32)
+    if d != 1.0:
+        base = row.to(tl.int64) * V
+        offs = tl.arange(0, BLOCK_V)
+        for c0 in range(0, V, BLOCK_V):
+            cols = c0 + offs
+            cmask = cols < V
+            g = tl.load(GRAD + base + cols, mask=cmask, other=0.0).to(tl.float32)
+            tl.store(DLOGITS + base + cols, (g * d).to(DLOGITS.dtype.element_ty), mask=cmask)
