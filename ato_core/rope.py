@@ -7,10 +7,13 @@ from typing import Optional
 
 from . import checks
 from .kernels import rope as kern
-from .launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, next_pow2
+from .launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2
 from .target import Target
 
 INT_DTYPES = ("int32", "int64")
+# Elements of q or k per program (BLOCK_N positions x D) and its warps.
+ROPE_ELEMENTS = 4096
+ROPE_WARPS = 4
 
 
 def check_rope(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, positions: Optional[ArraySpec],
@@ -50,13 +53,17 @@ def plan(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, positions: 
     Hkv = k.shape[1]
     half = D // 2
     block_i = max(next_pow2(half), 16)
-    block_h = max(1, min(next_pow2(max(Hq, Hkv)), 4096 // block_i))
+    # BLOCK_N positions of one head per program: BLOCK_N * D contiguous elements (8 KB of bf16
+    # at D = 128), where one program per position and all heads read D-element pieces a head
+    # apart (N * D elements). The interpreter takes 4 positions, to exercise several blocks.
+    block_n = 4 if target.interpret else max(1, ROPE_ELEMENTS // (2 * block_i))
     launch = Launch(
-        kern.rope_kernel, (B * N,), ("q", "k", "cos", "sin", "positions" if positions is not None else "cos"),
+        kern.rope_kernel, (B * (Hq + Hkv), cdiv(N, block_n)),  # axis 1 holds at most 65535
+        ("q", "k", "cos", "sin", "positions" if positions is not None else "cos"),
         (N, Hq, Hkv, D, cos.shape[0]),
         (Buffer("q_rot", tuple(q.shape), q.dtype), Buffer("k_rot", tuple(k.shape), k.dtype)),
-        {"BLOCK_H": block_h, "BLOCK_I": block_i, "HAS_POS": positions is not None, "INTERLEAVED": interleaved,
+        {"BLOCK_N": block_n, "BLOCK_I": block_i, "HAS_POS": positions is not None, "INTERLEAVED": interleaved,
          "SIGN": -1.0 if inverse else 1.0, "ALIGN": alignment(D)},
-        num_warps=4,
+        num_warps=ROPE_WARPS,
     )
     return Plan((launch,), ("q_rot", "k_rot"), dense=("q", "k", "cos", "sin", "positions"))

@@ -15,8 +15,8 @@ from .common import aligned
 
 
 @triton.jit
-def _rotate_heads(X, OUT, b, n, H, N, D, c, s, offs_h, offs_i, HALF, BLOCK_H: tl.constexpr,
-                  INTERLEAVED: tl.constexpr):
+def _rotate(X, OUT, b, h, H, N, D, offs_n, nmask, c, s, offs_i, HALF, INTERLEAVED: tl.constexpr):
+    """Rotates rows offs_n of head h of X [B, H, N, D] (a contiguous [BLOCK_N, D] piece)."""
     imask = offs_i < HALF
     if INTERLEAVED:
         i1 = 2 * offs_i
@@ -24,14 +24,12 @@ def _rotate_heads(X, OUT, b, n, H, N, D, c, s, offs_h, offs_i, HALF, BLOCK_H: tl
     else:
         i1 = offs_i
         i2 = offs_i + HALF
-    for h0 in range(0, H, BLOCK_H):
-        heads = h0 + offs_h
-        m = (heads < H)[:, None] & imask[None, :]
-        row = ((b * H + heads.to(tl.int64)) * N + n) * D
-        x1 = tl.load(X + row[:, None] + i1[None, :], mask=m, other=0.0).to(tl.float32)
-        x2 = tl.load(X + row[:, None] + i2[None, :], mask=m, other=0.0).to(tl.float32)
-        tl.store(OUT + row[:, None] + i1[None, :], (x1 * c - x2 * s).to(OUT.dtype.element_ty), mask=m)
-        tl.store(OUT + row[:, None] + i2[None, :], (x2 * c + x1 * s).to(OUT.dtype.element_ty), mask=m)
+    m = nmask[:, None] & imask[None, :]
+    row = ((b * H + h) * N + offs_n.to(tl.int64)) * D
+    x1 = tl.load(X + row[:, None] + i1[None, :], mask=m, other=0.0).to(tl.float32)
+    x2 = tl.load(X + row[:, None] + i2[None, :], mask=m, other=0.0).to(tl.float32)
+    tl.store(OUT + row[:, None] + i1[None, :], (x1 * c - x2 * s).to(OUT.dtype.element_ty), mask=m)
+    tl.store(OUT + row[:, None] + i2[None, :], (x2 * c + x1 * s).to(OUT.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -39,27 +37,31 @@ def rope_kernel(
     Q, K, COS, SIN, POS,
     N, Hq, Hkv, D, max_pos,
     QO, KO,
-    BLOCK_H: tl.constexpr, BLOCK_I: tl.constexpr, HAS_POS: tl.constexpr, INTERLEAVED: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, HAS_POS: tl.constexpr, INTERLEAVED: tl.constexpr,
     SIGN: tl.constexpr, ALIGN: tl.constexpr,
 ):
-    """Grid (B*N,). Every head of q and k at one (b, n)."""
-    pid = tl.program_id(0)
-    b = (pid // N).to(tl.int64)
-    n = (pid % N).to(tl.int64)
+    """Grid (B * (Hq + Hkv), cdiv(N, BLOCK_N)): BLOCK_N consecutive positions of one head of
+    q (axis-0 index h < Hq) or k: a contiguous piece of memory, read and written whole."""
+    bh = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    b = (bh // (Hq + Hkv)).to(tl.int64)
+    h = (bh % (Hq + Hkv)).to(tl.int64)
     D = aligned(D, ALIGN)
     HALF = D // 2
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = offs_n < N
     if HAS_POS:
-        pos = tl.load(POS + b * N + n).to(tl.int64)
+        pos = tl.load(POS + b * N + offs_n, mask=nmask, other=0).to(tl.int64)
     else:
-        pos = n
-    ok = (pos >= 0) & (pos < max_pos)
-    pos = tl.where(ok, pos, 0)  # an out-of-range position reads row 0 and is zeroed below
+        pos = offs_n.to(tl.int64)
+    ok = nmask & (pos >= 0) & (pos < max_pos)
+    pos = tl.where(ok, pos, 0)  # an out-of-range position reads nothing and is zeroed
     offs_i = tl.arange(0, BLOCK_I)
-    imask = offs_i < HALF
-    c = tl.load(COS + pos * HALF + offs_i, mask=imask, other=0.0).to(tl.float32)
-    s = tl.load(SIN + pos * HALF + offs_i, mask=imask, other=0.0).to(tl.float32)
-    c = tl.where(ok, c, 0.0)[None, :]
-    s = (tl.where(ok, s, 0.0) * SIGN)[None, :]
-    offs_h = tl.arange(0, BLOCK_H)
-    _rotate_heads(Q, QO, b, n, Hq, N, D, c, s, offs_h, offs_i, HALF, BLOCK_H, INTERLEAVED)
-    _rotate_heads(K, KO, b, n, Hkv, N, D, c, s, offs_h, offs_i, HALF, BLOCK_H, INTERLEAVED)
+    cs = pos[:, None] * HALF + offs_i[None, :]
+    cm = ok[:, None] & (offs_i < HALF)[None, :]
+    c = tl.load(COS + cs, mask=cm, other=0.0).to(tl.float32)
+    s = tl.load(SIN + cs, mask=cm, other=0.0).to(tl.float32) * SIGN
+    if h < Hq:
+        _rotate(Q, QO, b, h, Hq, N, D, offs_n, nmask, c, s, offs_i, HALF, INTERLEAVED)
+    else:
+        _rotate(K, KO, b, h - Hq, Hkv, N, D, offs_n, nmask, c, s, offs_i, HALF, INTERLEAVED)
