@@ -58,24 +58,27 @@ def run_plan(plan: Plan, arrays: Mapping[str, torch.Tensor | None], target: Targ
     """
     env = {name: t for name, t in arrays.items() if t is not None}
     for name in plan.dense:
-        if name in env:
-            env[name] = env[name].contiguous()
+        t = env.get(name)
+        if t is not None:
+            env[name] = t.contiguous()
     device = next(iter(env.values())).device
     # Triton launches on the current device: make it the arrays' (a no-op context when it is).
     guard = device.type == "cuda" and device.index != torch.cuda.current_device()
     with torch.cuda.device(device) if guard else _nullcontext():
         for launch in plan.launches:
-            outs = [
-                env[b.alias] if b.alias else
-                (torch.zeros if b.zeroed else torch.empty)(b.shape, dtype=_DTYPES[b.dtype], device=device)
-                for b in launch.outputs
-            ]
             inputs = [env[name] for name in launch.inputs]
+            outs = []
+            for b in launch.outputs:
+                if b.alias:
+                    out = env[b.alias]
+                else:
+                    out = (torch.zeros if b.zeroed else torch.empty)(b.shape, dtype=_DTYPES[b.dtype], device=device)
+                outs.append(out)
+                env[b.name] = out
             if target.interpret:
                 _jit_launch(interpreted(launch.kernel), launch, inputs + list(launch.scalars) + outs)
             else:
                 _cuda_launch(launch, inputs, outs, device)
-            env.update((b.name, out) for b, out in zip(launch.outputs, outs))
     return tuple(env[name] for name in plan.results)
 
 
