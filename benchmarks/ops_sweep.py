@@ -1,6 +1,6 @@
 """Tuning of the transformer ops on the GPU, then their bench table with the winners (not a
 test). On the GPU machine, after ``source benchmarks/gpu_env.sh``: python benchmarks/ops_sweep.py
-[--no-ce] (--no-ce: keep cross_entropy's settings).
+[--no-ce] (--no-ce: keep cross_entropy's settings), or ... --rope (only the rope sweep).
 
 Sweeps the layer_norm backward (programs per SM x warps; timed as forward+backward,
 16384 x 4096 bf16) and cross_entropy (programs per SM x vocabulary piece x warps; loss+gradient, T8192
@@ -20,7 +20,36 @@ from ato_core import cross_entropy as ce
 from ato_core import norms
 
 
+def rope_sweep():
+    """rope forward, B8 N4096 Hq32 Hkv8 D128 bf16: elements per program x warps, beside Liger."""
+    from ato_core import rope
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(8, 32, 4096, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(8, 8, 4096, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    cos, sin = (torch.randn(4096, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    try:
+        from liger_kernel.ops.rope import LigerRopeFunction
+        qb, kb = q.transpose(1, 2).contiguous().transpose(1, 2), k.transpose(1, 2).contiguous().transpose(1, 2)
+        c2, s2 = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+        ms = bench._bench_torch(lambda: LigerRopeFunction.apply(qb, kb, c2, s2), False)
+        print(f"rope fwd Liger: {ms * 1e3:7.1f} us", flush=True)
+    except Exception as exc:  # noqa: BLE001
+        print(f"Liger rope not timed: {exc}")
+    best = None
+    for elements in (2048, 4096, 8192, 16384):
+        for warps in (2, 4, 8):
+            rope.ROPE_ELEMENTS, rope.ROPE_WARPS = elements, warps
+            rope.plan.cache_clear()
+            ms = bench._bench_torch(lambda: ato_torch.rope(q, k, cos, sin), False)
+            print(f"rope fwd elements/program {elements:5d} warps {warps}: {ms * 1e3:7.1f} us", flush=True)
+            best = min(best or (ms, elements, warps), (ms, elements, warps))
+    print(f"best rope: elements/program {best[1]} warps {best[2]}: {best[0] * 1e3:.1f} us", flush=True)
+
+
 def main():
+    if "--rope" in sys.argv:
+        return rope_sweep()
     g = torch.Generator(device="cuda").manual_seed(0)
     bf = torch.bfloat16
     x, dy = (torch.randn(16384, 4096, device="cuda", dtype=bf, generator=g) for _ in range(2))
