@@ -113,9 +113,19 @@ def _cuda_launch(launch: Launch, inputs, outs, device) -> None:
     if binary is None:  # this Triton's compiled kernel has no launcher we know how to call
         _jit_launch(launch.kernel, launch, args)
         return
-    grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
-    stream = torch.cuda.current_stream(device).cuda_stream
-    binary.run(*grid, stream, binary.function, binary.packed_metadata, None, None, None, *args, *constexpr_tail)
+    gx, gy, gz = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
+    binary.run(gx, gy, gz, _stream(device), binary.function, binary.packed_metadata, None, None, None, *args,
+               *constexpr_tail)
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton's own launcher calls
+
+
+def _stream(device) -> int:
+    """The handle of the current CUDA stream of ``device``."""
+    if _raw_stream is not None:
+        return _raw_stream(device.index)
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def _hooked(hook) -> bool:
