@@ -86,7 +86,7 @@ def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
             else:
                 sig[pname] = "constexpr"
         src = ASTSource(fn=launch.kernel, signature=sig, constexprs=dict(launch.constexprs))
-        opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+        opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "enable_fp_fusion": launch.fp_fusion}
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
         assert compiled.asm["ptx"], f"{name}: {launch.name}"
 

@@ -124,6 +124,21 @@ def test_cross_entropy_gradient_for_unit_dloss():
         np.testing.assert_array_equal(np.asarray(gj), x.grad.numpy())
 
 
+def test_cross_entropy_out_of_range_target_under_jit_gives_nan_row():
+    """Under jax.jit the target values are unknown to the adapter: a target outside [0, V)
+    (not ignored) makes that row's loss and gradient NaN, and nothing else."""
+    rng = np.random.default_rng(5)
+    logits = jnp.asarray(rng.standard_normal((4, 6)).astype(np.float32))
+    bad = jnp.asarray(np.array([1, 6, 2, -100]))
+    good = jnp.asarray(np.array([1, 0, 2, -100]))
+    f = jax.jit(lambda a, t: ato_jax.cross_entropy(a, t, reduction="none"))
+    loss_bad, loss_good = np.asarray(f(logits, bad)), np.asarray(f(logits, good))
+    assert np.isnan(loss_bad[1]) and not np.isnan(loss_bad[[0, 2, 3]]).any()
+    np.testing.assert_array_equal(loss_bad[[0, 2, 3]], loss_good[[0, 2, 3]])
+    g = np.asarray(jax.jit(jax.grad(lambda a, t: ato_jax.cross_entropy(a, t, reduction="sum")))(logits, bad))
+    assert np.isnan(g[1]).all() and np.isfinite(g[[0, 2, 3]]).all() and not g[3].any()
+
+
 def test_cross_entropy_second_backward_is_refused():
     """The forward's gradient is handed to the first backward (and scaled in place there): a
     second backward over a retained graph raises instead of returning it scaled twice."""
