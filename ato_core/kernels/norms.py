@@ -54,6 +54,14 @@ def _affine(xhat, W, B, cols, cmask, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
 
 
 @triton.jit
+def _h_again(X, H, row, cols, cmask, N, HAS_RES: tl.constexpr):
+    """A piece of the normalised row read again (looped passes): h as stored, or x (fp32)."""
+    if HAS_RES:
+        return tl.load(H + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
+    return tl.load(X + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def norm_fwd_kernel(
     X, R, W, B,
     M, N, eps, p, seed,
@@ -102,20 +110,14 @@ def norm_fwd_kernel(
         for c0 in range(0, N, BLOCK_N):
             cols = c0 + offs
             cmask = cols < N
-            if HAS_RES:
-                h = tl.load(H + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
-            else:
-                h = tl.load(X + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
+            h = _h_again(X, H, row, cols, cmask, N, HAS_RES)
             hc = tl.where(cmask, h - mean, 0.0)
             acc += hc * hc
         rstd = 1.0 / tl.sqrt(tl.sum(acc, 0) / N + eps)
         for c0 in range(0, N, BLOCK_N):
             cols = c0 + offs
             cmask = cols < N
-            if HAS_RES:
-                h = tl.load(H + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
-            else:
-                h = tl.load(X + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
+            h = _h_again(X, H, row, cols, cmask, N, HAS_RES)
             y = _affine((h - mean) * rstd, W, B, cols, cmask, HAS_W, HAS_B)
             tl.store(Y + row * N + cols, y.to(Y.dtype.element_ty), mask=cmask)
     if not RMS:

@@ -13,6 +13,14 @@ from .common import aligned
 
 
 @triton.jit
+def _row(N, BLOCK_N: tl.constexpr, ALIGN: tl.constexpr):
+    """This program's row: (N with its alignment, the row's first element, the lane offsets)."""
+    row = tl.program_id(0).to(tl.int64)
+    N = aligned(N, ALIGN)
+    return N, row * N, tl.arange(0, BLOCK_N)
+
+
+@triton.jit
 def softmax_fwd_kernel(
     X,
     M, N, inv_temp,
@@ -20,10 +28,7 @@ def softmax_fwd_kernel(
     BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (M,). One row."""
-    row = tl.program_id(0).to(tl.int64)
-    N = aligned(N, ALIGN)
-    offs = tl.arange(0, BLOCK_N)
-    base = row * N
+    N, base, offs = _row(N, BLOCK_N, ALIGN)
     if SINGLE:
         cmask = offs < N
         s = tl.load(X + base + offs, mask=cmask, other=float("-inf")).to(tl.float32) * inv_temp
@@ -56,10 +61,7 @@ def softmax_bwd_kernel(
     BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (M,). dx = y * (dy - sum(dy * y)) * inv_temp for one row."""
-    row = tl.program_id(0).to(tl.int64)
-    N = aligned(N, ALIGN)
-    offs = tl.arange(0, BLOCK_N)
-    base = row * N
+    N, base, offs = _row(N, BLOCK_N, ALIGN)
     if SINGLE:
         cmask = offs < N
         y = tl.load(Y + base + offs, mask=cmask, other=0.0).to(tl.float32)

@@ -1,0 +1,79 @@
+"""Fingerprints of the sm_90 PTX of every op's GPU plan (not a test; no GPU needed).
+
+A refactor of kernel code that should not change what runs (a shared @triton.jit helper, a
+renamed variable) can be checked without a GPU: run this before and after, and compare.
+Line information (.loc, DWARF sections, $L__tmp labels) is left out, so moving code within a
+file changes nothing. Plans: tests/test_compile_sm90.py's, plus norms and softmax at a
+single-piece and a looped width.
+
+    python benchmarks/ptx_fingerprint.py [--dump DIR] > before.txt
+"""
+
+import hashlib
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="ato-ptx-"))
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+import test_compile_sm90 as base  # noqa: E402
+from ato_core import norms, softmax  # noqa: E402
+
+
+def plans():
+    yield from base.PLANS
+    for N in (1000, 65536):
+        x, w = base._spec((64, N)), base._spec((N,))
+        h100 = base.H100
+        yield f"ln{N}", norms.forward_plan(x, None, w, w, rms=False, eps=1e-5, p=0.0, seed=0, target=h100), \
+            {"x": x, "weight": w, "bias": w}
+        yield f"rms{N}", norms.forward_plan(x, None, w, None, rms=True, eps=1e-5, p=0.0, seed=0, target=h100), \
+            {"x": x, "weight": w}
+        yield f"drln{N}", norms.forward_plan(x, x, w, w, rms=False, eps=1e-5, p=0.1, seed=0, target=h100), \
+            {"x": x, "residual": x, "weight": w, "bias": w}
+        yield f"softmax{N}", softmax.forward_plan(x, temperature=1.0, target=h100), {"x": x}
+        yield f"softmax bwd{N}", softmax.backward_plan(x, temperature=1.0, target=h100), {"y": x, "dy": x}
+
+
+def ptx(launch, plan, inputs) -> str:
+    dtypes = [(inputs[n] if n in inputs else plan.buffer(n)).dtype for n in launch.inputs]
+    dtypes += [b.dtype for b in launch.outputs]
+    n_in, n_sc, n_out = len(launch.inputs), len(launch.scalars), len(launch.outputs)
+    sig = {}
+    for i, p in enumerate(launch.kernel.params):
+        if i < n_in:
+            sig[p.name] = "*" + base._TT[dtypes[i]]
+        elif i < n_in + n_sc:
+            sig[p.name] = base._scalar_type(launch.scalars[i - n_in])
+        elif i < n_in + n_sc + n_out:
+            sig[p.name] = "*" + base._TT[dtypes[i - n_sc]]
+        else:
+            sig[p.name] = "constexpr"
+    src = ASTSource(fn=launch.kernel, signature=sig, constexprs=dict(launch.constexprs))
+    opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "enable_fp_fusion": launch.fp_fusion}
+    text = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts).asm["ptx"]
+    text = text.split(".section\t.debug")[0].split(".section .debug")[0]
+    return "\n".join(line for line in text.splitlines()
+                     if not line.strip().startswith((".loc", ".file", "//", "$L__tmp")))
+
+
+def main():
+    dump = sys.argv[sys.argv.index("--dump") + 1] if "--dump" in sys.argv else None
+    for name, plan, inputs in plans():
+        for i, launch in enumerate(plan.launches):
+            text = ptx(launch, plan, inputs)
+            print(f"{name}:{i}:{launch.name} {hashlib.sha1(text.encode()).hexdigest()[:12]}", flush=True)
+            if dump:
+                os.makedirs(dump, exist_ok=True)
+                with open(os.path.join(dump, f"{name.replace(' ', '_')}-{i}.ptx"), "w") as f:
+                    f.write(text)
+
+
+if __name__ == "__main__":
+    main()
