@@ -141,6 +141,23 @@ def _query_block(CAUSAL: tl.constexpr):
 
 
 @triton.jit
+def _query_tile(Hq, G, D, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
+                ALIGN: tl.constexpr):
+    """The query block and head of a program of grid (query blocks, B*Hq): (bh, b, hq, hk (the
+    kv head, int64), first (its first query row), row, key and head-dim offsets, the head-dim
+    mask)."""
+    pid_m = _query_block(CAUSAL)
+    bh = tl.program_id(1)
+    D = aligned(D, ALIGN)
+    b = (bh // Hq).to(tl.int64)
+    hq = bh % Hq
+    hk = (hq // G).to(tl.int64)
+    offs_d = tl.arange(0, BD)
+    return (bh, b, hq.to(tl.int64), hk, pid_m * BLOCK_M, tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N), offs_d,
+            offs_d < D)
+
+
+@triton.jit
 def fa_fwd_kernel(
     Q, K, V,
     Hq, G, Nq, Nk, D, qk_scale,
@@ -151,19 +168,8 @@ def fa_fwd_kernel(
 ):
     """Grid (query blocks, B*Hq). o[rows] and lse[rows] of one query block of one head.
     qk_scale = softmax_scale * log2(e). Causal: the last query blocks (the most keys) run first."""
-    pid_m = _query_block(CAUSAL)
-    bh = tl.program_id(1)
-    D = aligned(D, ALIGN)
-    b = (bh // Hq).to(tl.int64)
-    hq = bh % Hq
-    hk = (hq // G).to(tl.int64)
-    hq = hq.to(tl.int64)
-    first = pid_m * BLOCK_M
-    offs_r = tl.arange(0, BLOCK_M)
+    bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
     offs_m = first + offs_r
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BD)
-    dmask = offs_d < D
     q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
     k_ptrs = _tile_ptrs(_head_base(K, b, hk, skb, skh, ALIGN), 0, offs_n, offs_d, skn, skd, ALIGN)
     v_ptrs = _tile_ptrs(_head_base(V, b, hk, svb, svh, ALIGN), 0, offs_n, offs_d, svn, svd, ALIGN)
@@ -348,19 +354,8 @@ def fa_bwd_dq_kernel(
 ):
     """Grid (query blocks, B*Hq). dq of one query block, over the keys it sees (causal: the
     last blocks first)."""
-    pid_m = _query_block(CAUSAL)
-    bh = tl.program_id(1)
-    D = aligned(D, ALIGN)
-    b = (bh // Hq).to(tl.int64)
-    hq = bh % Hq
-    hk = (hq // G).to(tl.int64)
-    hq = hq.to(tl.int64)
-    first = pid_m * BLOCK_M
-    offs_r = tl.arange(0, BLOCK_M)
+    bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
     offs_m = first + offs_r
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BD)
-    dmask = offs_d < D
     mmask = offs_m < Nq
     q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
     do = _load_block(DO, b, hq, sdb, sdh, sdn, sdd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
