@@ -4,7 +4,7 @@ A refactor of kernel code that should not change what runs (a shared @triton.jit
 renamed variable) can be checked without a GPU: run this before and after, and compare.
 Line information (.loc, DWARF sections, $L__tmp labels) is left out, so moving code within a
 file changes nothing. Plans: tests/test_compile_sm90.py's, plus norms and softmax at a
-single-piece and a looped width.
+single-piece and a looped width, and the linear_attention backward with separate dk and dv kernels.
 
     python benchmarks/ptx_fingerprint.py [--dump DIR] > before.txt
 """
@@ -23,11 +23,21 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 import test_compile_sm90 as base  # noqa: E402
-from ato_core import norms, softmax  # noqa: E402
+from ato_core import linear_attention, norms, softmax  # noqa: E402
 
 
 def plans():
     yield from base.PLANS
+    wide = base._spec((2, 4, 512, 256))  # a [256, 256] state: the separate dk and dv kernels
+    for causal in (True, False):
+        fwd, _ = linear_attention.forward_plan(wide, wide, wide, causal=causal, feature_map="elu", eps=1e-6,
+                                               initial_state=None, target=base.H100)
+        bwd = linear_attention.backward_plan(wide, wide, wide, wide, causal=causal, feature_map="elu", eps=1e-6,
+                                             has_dfinal=False, target=base.H100)
+        res = dict(zip(("rden", "S_res", "z_res"), fwd.results[3:]))
+        yield f"linear_attention D256 {causal=} bwd", bwd, {
+            "q": wide, "k": wide, "v": wide, "o": wide, "do": wide,
+            **{n: fwd.buffer(res[n]) for n in res}}
     for N in (1000, 65536):
         x, w = base._spec((64, N)), base._spec((N,))
         h100 = base.H100

@@ -47,9 +47,19 @@ def _plans():
         {"q": q, "k": k, "v": k, "o": q, "do": q, "lse": _spec((1, 8, 256), "float32"),
          "dlse": _spec((1, 8, 256), "float32")}
     q = _spec((2, 4, 512, 64))
-    plan, _ = linear_attention.forward_plan(q, q, q, causal=True, feature_map="elu", eps=1e-6, initial_state=None,
-                                            target=H100)
-    yield "linear_attention", plan, {"q": q, "k": q, "v": q}
+    for causal in (True, False):
+        tag = "causal" if causal else "bidir"
+        fwd, _ = linear_attention.forward_plan(q, q, q, causal=causal, feature_map="elu", eps=1e-6,
+                                               initial_state=None, target=H100)
+        yield f"linear_attention {tag}", fwd, {"q": q, "k": q, "v": q}
+        bwd = linear_attention.backward_plan(q, q, q, q, causal=causal, feature_map="elu", eps=1e-6,
+                                             has_dfinal=False, target=H100)
+        written = {b.name for launch in bwd.launches for b in launch.outputs}
+        needed = {n for launch in bwd.launches for n in launch.inputs} - written - {"q", "k", "v", "o", "do"}
+        # the forward's residuals (rden, S_res, z_res: its results 3-5) as the forward plan writes them
+        res = dict(zip(("rden", "S_res", "z_res"), fwd.results[3:]))
+        yield f"linear_attention {tag} bwd", bwd, {"q": q, "k": q, "v": q, "o": q, "do": q,
+                                                   **{n: fwd.buffer(res.get(n, n)) for n in needed}}
 
 
 def _scalar_type(v):

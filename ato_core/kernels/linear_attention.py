@@ -188,6 +188,21 @@ def la_sum_kernel(
 
 
 @triton.jit
+def _segment(SS, ZS, bh, s, offs_k, offs_v, kmask, vmask, Dk, Dv, N, seg_len, nseg_state, state_seg_mult,
+             HAS_Z: tl.constexpr):
+    """Where a kernel's walk over segment s starts: the state there ([BK, BV] of SS and, with
+    HAS_Z, [BK] of ZS; else 0) and the segment's rows [start, end)."""
+    sidx = bh * nseg_state + s * state_seg_mult
+    S = tl.load(_state_ptrs(SS, sidx, offs_k, offs_v, Dk, Dv), mask=kmask[:, None] & vmask[None, :], other=0.0)
+    if HAS_Z:
+        z = tl.load(ZS + sidx.to(tl.int64) * Dk + offs_k, mask=kmask, other=0.0)
+    else:
+        z = 0.0
+    start = s * seg_len
+    return S, z, start, tl.minimum(start + seg_len, N)
+
+
+@triton.jit
 def la_fwd_kernel(
     Q, K, V, SS, ZS,
     H, N, seg_len, Dk, Dv, nseg_state, state_seg_mult, eps,
@@ -215,11 +230,8 @@ def la_fwd_kernel(
     offs_v = vb * BV + tl.arange(0, BV)
     kmask = offs_k < Dk
     vmask = offs_v < Dv
-    sidx = bh * nseg_state + s * state_seg_mult
-    S = tl.load(_state_ptrs(SS, sidx, offs_k, offs_v, Dk, Dv), mask=kmask[:, None] & vmask[None, :], other=0.0)
-    z = tl.load(ZS + sidx.to(tl.int64) * Dk + offs_k, mask=kmask, other=0.0)
-    start = s * seg_len
-    end = tl.minimum(start + seg_len, N)
+    S, z, start, end = _segment(SS, ZS, bh, s, offs_k, offs_v, kmask, vmask, Dk, Dv, N, seg_len, nseg_state,
+                                state_seg_mult, True)
     for c0 in range(start, end, CHUNK):
         rows = c0 + tl.arange(0, CHUNK)
         rmask = rows < end
@@ -322,11 +334,8 @@ def la_bwd_dq_kernel(
     offs_v = tl.arange(0, BV)
     kmask = offs_k < Dk
     vmask = offs_v < Dv
-    sidx = bh * nseg_state + s * state_seg_mult
-    S = tl.load(_state_ptrs(SS, sidx, offs_k, offs_v, Dk, Dv), mask=kmask[:, None] & vmask[None, :], other=0.0)
-    z = tl.load(ZS + sidx.to(tl.int64) * Dk + offs_k, mask=kmask, other=0.0)
-    start = s * seg_len
-    end = tl.minimum(start + seg_len, N)
+    S, z, start, end = _segment(SS, ZS, bh, s, offs_k, offs_v, kmask, vmask, Dk, Dv, N, seg_len, nseg_state,
+                                state_seg_mult, True)
     for c0 in range(start, end, CHUNK):
         rows = c0 + tl.arange(0, CHUNK)
         rmask = rows < end
@@ -378,11 +387,8 @@ def la_bwd_dk_kernel(
     offs_v = tl.arange(0, BV)
     kmask = offs_k < Dk
     vmask = offs_v < Dv
-    sidx = bh * nseg_state + s * state_seg_mult
-    R = tl.load(_state_ptrs(RS, sidx, offs_k, offs_v, Dk, Dv), mask=kmask[:, None] & vmask[None, :], other=0.0)
-    r = tl.load(RZS + sidx.to(tl.int64) * Dk + offs_k, mask=kmask, other=0.0)
-    start = s * seg_len
-    end = tl.minimum(start + seg_len, N)
+    R, r, start, end = _segment(RS, RZS, bh, s, offs_k, offs_v, kmask, vmask, Dk, Dv, N, seg_len, nseg_state,
+                                state_seg_mult, True)
     nchunks = tl.cdiv(end - start, CHUNK)
     for i in range(0, nchunks):
         rows = start + (nchunks - 1 - i) * CHUNK + tl.arange(0, CHUNK)
@@ -432,10 +438,8 @@ def la_bwd_dv_kernel(
     offs_v = vb * BV + tl.arange(0, BV)
     kmask = offs_k < Dk
     vmask = offs_v < Dv
-    sidx = bh * nseg_state + s * state_seg_mult
-    R = tl.load(_state_ptrs(RS, sidx, offs_k, offs_v, Dk, Dv), mask=kmask[:, None] & vmask[None, :], other=0.0)
-    start = s * seg_len
-    end = tl.minimum(start + seg_len, N)
+    R, _, start, end = _segment(RS, RS, bh, s, offs_k, offs_v, kmask, vmask, Dk, Dv, N, seg_len, nseg_state,
+                                state_seg_mult, False)
     nchunks = tl.cdiv(end - start, CHUNK)
     for i in range(0, nchunks):
         rows = start + (nchunks - 1 - i) * CHUNK + tl.arange(0, CHUNK)
@@ -486,11 +490,8 @@ def la_bwd_dkdv_kernel(
     offs_v = tl.arange(0, BV)
     kmask = offs_k < Dk
     vmask = offs_v < Dv
-    sidx = bh * nseg_state + s * state_seg_mult
-    R = tl.load(_state_ptrs(RS, sidx, offs_k, offs_v, Dk, Dv), mask=kmask[:, None] & vmask[None, :], other=0.0)
-    r = tl.load(RZS + sidx.to(tl.int64) * Dk + offs_k, mask=kmask, other=0.0)
-    start = s * seg_len
-    end = tl.minimum(start + seg_len, N)
+    R, r, start, end = _segment(RS, RZS, bh, s, offs_k, offs_v, kmask, vmask, Dk, Dv, N, seg_len, nseg_state,
+                                state_seg_mult, True)
     nchunks = tl.cdiv(end - start, CHUNK)
     for i in range(0, nchunks):
         rows = start + (nchunks - 1 - i) * CHUNK + tl.arange(0, CHUNK)
