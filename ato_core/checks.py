@@ -51,3 +51,8 @@ def check_range(name: str, value: int, lo: int, hi: int | None = None) -> None:
 def check_choice(name: str, value, choices: Sequence) -> None:
     if value not in choices:
         raise ValueError(f"{name}: expected one of {tuple(choices)}, got {value!r}")
+
+
+def check_bool(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")

@@ -99,10 +99,8 @@ def check_flash_attention(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal, s
     if Hq % Hkv:
         raise ValueError(f"k: expected a number of kv heads that divides Hq={Hq} (grouped-query attention), "
                          f"got Hkv={Hkv}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
+    checks.check_bool("causal", causal)
+    checks.check_bool("return_lse", return_lse)
     if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
                                           and math.isfinite(softmax_scale)):
         raise ValueError(f"softmax_scale: expected None or a finite float, got {softmax_scale!r}")

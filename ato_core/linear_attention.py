@@ -109,8 +109,7 @@ def check_linear_attention(
     checks.check_range("q.shape[3] (Dk)", Dk, 1, MAX_HEAD_DIM)
     checks.check_range("v.shape[3] (Dv)", Dv, 1, MAX_HEAD_DIM)
     feature_map_code(feature_map)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+    checks.check_bool("causal", causal)
     if not (isinstance(eps, (int, float)) and eps >= 0):
         raise ValueError(f"eps: expected a non-negative float, got {eps!r}")
     if initial_state is not None:

@@ -69,8 +69,7 @@ def check_dropout(p, seed, training) -> float:
         raise ValueError(f"p: expected a float in [0, 1), got {p!r}")
     if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2 ** 31):
         raise ValueError(f"seed: expected an int in [0, 2**31), got {seed!r}")
-    if not isinstance(training, bool):
-        raise TypeError(f"training: expected a bool, got {type(training).__name__}")
+    checks.check_bool("training", training)
     return float(p) if training else 0.0
 
 

@@ -39,8 +39,7 @@ def check_rope(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, posit
         checks.check_shape("positions", positions, (B, N), "[B, N]")
     elif N > cos.shape[0]:
         raise ValueError(f"cos: expected at least N={N} positions (rows) when positions is None, got {cos.shape[0]}")
-    if not isinstance(interleaved, bool):
-        raise TypeError(f"interleaved: expected a bool, got {type(interleaved).__name__}")
+    checks.check_bool("interleaved", interleaved)
 
 
 @cached_plan
@@ -57,6 +56,8 @@ def plan(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, positions: 
     # at D = 128), where one program per position and all heads read D-element pieces a head
     # apart (N * D elements). The interpreter takes 4 positions, to exercise several blocks.
     block_n = 4 if target.interpret else max(1, ROPE_ELEMENTS // (2 * block_i))
+    if not target.interpret:  # grid axis 1 (position blocks) holds at most 65535
+        checks.check_range("q.shape[2] (N)", N, 1, 65535 * block_n)
     launch = Launch(
         kern.rope_kernel, (B * (Hq + Hkv), cdiv(N, block_n)),  # axis 1 holds at most 65535
         ("q", "k", "cos", "sin", "positions" if positions is not None else "cos"),

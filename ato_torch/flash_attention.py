@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from ato_core import checks
 from ato_core import flash_attention as core
 
 from .launcher import run_plan, spec, target_for
@@ -48,8 +49,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
       o [B, Hq, Nq, D] in q's dtype, or (o, lse). Differentiable with respect to q, k and v
       (through lse too).
     """
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse: expected a bool, got {type(return_lse).__name__}")
+    checks.check_bool("return_lse", return_lse)  # the plan, which checks the rest, has no use for it
     target = target_for(q)
     plan = core.forward_plan(spec(q), spec(k), spec(v), causal=causal, softmax_scale=softmax_scale, target=target)
     o, lse = _FlashAttention.apply(q, k, v, plan, target, causal, softmax_scale)

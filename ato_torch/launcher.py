@@ -114,18 +114,8 @@ def _cuda_launch(launch: Launch, inputs, outs, device) -> None:
         _jit_launch(launch.kernel, launch, args)
         return
     gx, gy, gz = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
-    binary.run(gx, gy, gz, _stream(device), binary.function, binary.packed_metadata, None, None, None, *args,
-               *constexpr_tail)
-
-
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton's own launcher calls
-
-
-def _stream(device) -> int:
-    """The handle of the current CUDA stream of ``device``."""
-    if _raw_stream is not None:
-        return _raw_stream(device.index)
-    return torch.cuda.current_stream(device).cuda_stream
+    binary.run(gx, gy, gz, triton.runtime.driver.active.get_current_stream(device.index), binary.function,
+               binary.packed_metadata, None, None, None, *args, *constexpr_tail)
 
 
 def _hooked(hook) -> bool:

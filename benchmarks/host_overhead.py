@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import ato_torch
+from ato_cli.bench import _torch_fwd_bwd
 from ato_torch import launcher
 
 
@@ -27,17 +28,6 @@ def per_call_us(fn, calls=2000):
     return (time.perf_counter() - t) / calls * 1e6
 
 
-def fwd_bwd(fn, *inputs):
-    leaves = [t.detach().requires_grad_() for t in inputs]
-
-    def run():
-        for t in leaves:
-            t.grad = None
-        out = fn(*leaves)
-        (out if out.ndim == 0 else out.float().sum()).backward()
-    return run
-
-
 def main():
     dev, bf = "cuda", torch.bfloat16
     x = torch.randn(8, 256, device=dev, dtype=bf)
@@ -45,6 +35,7 @@ def main():
     q, k = torch.randn(1, 4, 16, 64, device=dev, dtype=bf), torch.randn(1, 2, 16, 64, device=dev, dtype=bf)
     cos, sin = torch.randn(16, 32, device=dev, dtype=bf), torch.randn(16, 32, device=dev, dtype=bf)
     tgt = torch.randint(0, 256, (8,), device=dev)
+    dy = torch.randn_like(x)
     try:
         from liger_kernel.ops.layer_norm import LigerLayerNormFunction as LLN
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction as LRMS
@@ -54,25 +45,25 @@ def main():
         lce = LigerCrossEntropyLoss()
         liger = {
             "layer_norm fwd": lambda: LLN.apply(x, w, b, 1e-5),
-            "layer_norm fwd+bwd": fwd_bwd(lambda a, ww, bb: LLN.apply(a, ww, bb, 1e-5), x, w, b),
+            "layer_norm fwd+bwd": _torch_fwd_bwd(lambda a, ww, bb: LLN.apply(a, ww, bb, 1e-5), (x, w, b), dy),
             "rms_norm fwd": lambda: LRMS.apply(x, w, 1e-6),
             "softmax fwd": lambda: LSM.apply(x),
             "swiglu fwd": lambda: LSW.apply(x, x),
-            "cross_entropy loss+grad": fwd_bwd(lambda a: lce(a, tgt), x),
+            "cross_entropy loss+grad": _torch_fwd_bwd(lambda a: lce(a, tgt), (x,)),
         }
     except Exception as exc:  # noqa: BLE001
         print(f"Liger not timed: {exc}")
         liger = {}
     ops = {
         "layer_norm fwd": (lambda: ato_torch.layer_norm(x, w, b), lambda: F.layer_norm(x, (256,), w, b)),
-        "layer_norm fwd+bwd": (fwd_bwd(lambda a, ww, bb: ato_torch.layer_norm(a, ww, bb), x, w, b),
-                               fwd_bwd(lambda a, ww, bb: F.layer_norm(a, (256,), ww, bb), x, w, b)),
+        "layer_norm fwd+bwd": (_torch_fwd_bwd(lambda a, ww, bb: ato_torch.layer_norm(a, ww, bb), (x, w, b), dy),
+                               _torch_fwd_bwd(lambda a, ww, bb: F.layer_norm(a, (256,), ww, bb), (x, w, b), dy)),
         "rms_norm fwd": (lambda: ato_torch.rms_norm(x, w), lambda: F.rms_norm(x, (256,), w, 1e-6)),
         "softmax fwd": (lambda: ato_torch.softmax(x), lambda: torch.softmax(x, -1)),
         "swiglu fwd": (lambda: ato_torch.swiglu(x, x), lambda: F.silu(x) * x),
         "rope fwd": (lambda: ato_torch.rope(q, k, cos, sin), None),
-        "cross_entropy loss+grad": (fwd_bwd(lambda a: ato_torch.cross_entropy(a, tgt), x),
-                                    fwd_bwd(lambda a: F.cross_entropy(a.float(), tgt), x)),
+        "cross_entropy loss+grad": (_torch_fwd_bwd(lambda a: ato_torch.cross_entropy(a, tgt), (x,)),
+                                    _torch_fwd_bwd(lambda a: F.cross_entropy(a.float(), tgt), (x,))),
         "flash_attention fwd": (lambda: ato_torch.flash_attention(q, k, k), None),
     }
     print(f"GPU {torch.cuda.get_device_name()}; host us per call (tiny inputs, 2000 calls)")

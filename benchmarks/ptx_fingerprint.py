@@ -18,26 +18,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="ato-ptx-"))
 
-import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
-
 import test_compile_sm90 as base  # noqa: E402
-from ato_core import linear_attention, norms, softmax  # noqa: E402
+from ato_core import norms, softmax  # noqa: E402
 
 
 def plans():
     yield from base.PLANS
-    wide = base._spec((2, 4, 512, 256))  # a [256, 256] state: the separate dk and dv kernels
-    for causal in (True, False):
-        fwd, _ = linear_attention.forward_plan(wide, wide, wide, causal=causal, feature_map="elu", eps=1e-6,
-                                               initial_state=None, target=base.H100)
-        bwd = linear_attention.backward_plan(wide, wide, wide, wide, causal=causal, feature_map="elu", eps=1e-6,
-                                             has_dfinal=False, target=base.H100)
-        res = dict(zip(("rden", "S_res", "z_res"), fwd.results[3:]))
-        yield f"linear_attention D256 {causal=} bwd", bwd, {
-            "q": wide, "k": wide, "v": wide, "o": wide, "do": wide,
-            **{n: fwd.buffer(res[n]) for n in res}}
+    # a [256, 256] state: the backward's separate dk and dv kernels
+    yield from base.linear_attention_plans(base._spec((2, 4, 512, 256)), "linear_attention D256")
     for N in (1000, 65536):
         x, w = base._spec((64, N)), base._spec((N,))
         h100 = base.H100
@@ -52,22 +40,7 @@ def plans():
 
 
 def ptx(launch, plan, inputs) -> str:
-    dtypes = [(inputs[n] if n in inputs else plan.buffer(n)).dtype for n in launch.inputs]
-    dtypes += [b.dtype for b in launch.outputs]
-    n_in, n_sc, n_out = len(launch.inputs), len(launch.scalars), len(launch.outputs)
-    sig = {}
-    for i, p in enumerate(launch.kernel.params):
-        if i < n_in:
-            sig[p.name] = "*" + base._TT[dtypes[i]]
-        elif i < n_in + n_sc:
-            sig[p.name] = base._scalar_type(launch.scalars[i - n_in])
-        elif i < n_in + n_sc + n_out:
-            sig[p.name] = "*" + base._TT[dtypes[i - n_sc]]
-        else:
-            sig[p.name] = "constexpr"
-    src = ASTSource(fn=launch.kernel, signature=sig, constexprs=dict(launch.constexprs))
-    opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "enable_fp_fusion": launch.fp_fusion}
-    text = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts).asm["ptx"]
+    text = base.compile_sm90(launch, plan, inputs).asm["ptx"]
     text = text.split(".section\t.debug")[0].split(".section .debug")[0]
     return "\n".join(line for line in text.splitlines()
                      if not line.strip().startswith((".loc", ".file", "//", "$L__tmp")))

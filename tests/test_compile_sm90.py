@@ -46,20 +46,23 @@ def _plans():
                                                                has_dlse=True, target=H100), \
         {"q": q, "k": k, "v": k, "o": q, "do": q, "lse": _spec((1, 8, 256), "float32"),
          "dlse": _spec((1, 8, 256), "float32")}
-    q = _spec((2, 4, 512, 64))
+    yield from linear_attention_plans(_spec((2, 4, 512, 64)))
+
+
+def linear_attention_plans(q, label="linear_attention"):
+    """The linear_attention forward and backward plans at q's shape (k = v = q), causal and
+    not, with the forward's residuals as the backward's inputs."""
     for causal in (True, False):
-        tag = "causal" if causal else "bidir"
+        tag = f"{label} {'causal' if causal else 'bidir'}"
         fwd, _ = linear_attention.forward_plan(q, q, q, causal=causal, feature_map="elu", eps=1e-6,
                                                initial_state=None, target=H100)
-        yield f"linear_attention {tag}", fwd, {"q": q, "k": q, "v": q}
+        yield tag, fwd, {"q": q, "k": q, "v": q}
         bwd = linear_attention.backward_plan(q, q, q, q, causal=causal, feature_map="elu", eps=1e-6,
                                              has_dfinal=False, target=H100)
-        written = {b.name for launch in bwd.launches for b in launch.outputs}
-        needed = {n for launch in bwd.launches for n in launch.inputs} - written - {"q", "k", "v", "o", "do"}
         # the forward's residuals (rden, S_res, z_res: its results 3-5) as the forward plan writes them
         res = dict(zip(("rden", "S_res", "z_res"), fwd.results[3:]))
-        yield f"linear_attention {tag} bwd", bwd, {"q": q, "k": q, "v": q, "o": q, "do": q,
-                                                   **{n: fwd.buffer(res.get(n, n)) for n in needed}}
+        yield f"{tag} bwd", bwd, {"q": q, "k": q, "v": q, "o": q, "do": q,
+                                  **{n: fwd.buffer(r) for n, r in res.items()}}
 
 
 def _scalar_type(v):
@@ -73,31 +76,37 @@ def _scalar_type(v):
 PLANS = list(_plans())
 
 
-@pytest.mark.parametrize("name,plan,inputs", PLANS, ids=[p[0] for p in PLANS])
-def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
+def compile_sm90(launch, plan, inputs):
+    """Compiles one launch of ``plan`` for an H100 as its GPU plan launches it (pointer dtypes
+    from ``inputs`` or the plan's buffers, scalars typed as the launchers type them, its
+    constexprs and options). Also used by benchmarks/ptx_fingerprint.py."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    dtypes = [(inputs[n] if n in inputs else plan.buffer(n)).dtype for n in launch.inputs]
+    dtypes += [b.dtype for b in launch.outputs]
+    n_in, n_sc = len(launch.inputs), len(launch.scalars)
+    sig = {}
+    for i, p in enumerate(launch.kernel.params):
+        if i < n_in:
+            sig[p.name] = "*" + _TT[dtypes[i]]
+        elif i < n_in + n_sc:
+            sig[p.name] = _scalar_type(launch.scalars[i - n_in])
+        elif i < n_in + n_sc + len(launch.outputs):
+            sig[p.name] = "*" + _TT[dtypes[i - n_sc]]
+        else:
+            sig[p.name] = "constexpr"
+    src = ASTSource(fn=launch.kernel, signature=sig, constexprs=dict(launch.constexprs))
+    opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "enable_fp_fusion": launch.fp_fusion}
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+
+
+@pytest.mark.parametrize("name,plan,inputs", PLANS, ids=[p[0] for p in PLANS])
+def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     for launch in plan.launches:
-        dtypes = [(inputs[n] if n in inputs else plan.buffer(n)).dtype for n in launch.inputs]
-        dtypes += [b.dtype for b in launch.outputs]
-        params = [p.name for p in launch.kernel.params]
-        n_in, n_sc = len(launch.inputs), len(launch.scalars)
-        sig = {}
-        for i, pname in enumerate(params):
-            if i < n_in:
-                sig[pname] = "*" + _TT[dtypes[i]]
-            elif i < n_in + n_sc:
-                sig[pname] = _scalar_type(launch.scalars[i - n_in])
-            elif i < n_in + n_sc + len(launch.outputs):
-                sig[pname] = "*" + _TT[dtypes[i - n_sc]]
-            else:
-                sig[pname] = "constexpr"
-        src = ASTSource(fn=launch.kernel, signature=sig, constexprs=dict(launch.constexprs))
-        opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "enable_fp_fusion": launch.fp_fusion}
-        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+        compiled = compile_sm90(launch, plan, inputs)
         assert compiled.asm["ptx"], f"{name}: {launch.name}"
 
 
@@ -119,3 +128,14 @@ def test_direct_launch_finds_every_parameter(name, plan, inputs):
         assert len(tail) == len(params) - nargs == sum(p.is_constexpr for p in params)
         for p, v in zip(params[nargs:], tail):
             assert v == launch.constexprs.get(p.name, p.default), (launch.name, p.name)
+
+
+def test_rope_plan_refuses_more_positions_than_its_grid_holds():
+    """The compiled rope grid puts position blocks on axis 1 (at most 65535 of them): a longer
+    sequence gets a ValueError naming N, not a failed launch."""
+    cs = _spec((4_000_000, 64))
+    ok = _spec((1, 1, 65535 * 32, 128))
+    rope.plan(ok, ok, cs, cs, None, interleaved=False, inverse=False, target=H100)
+    long = _spec((1, 1, 65535 * 32 + 1, 128))
+    with pytest.raises(ValueError, match=r"q.shape\[2\] \(N\)"):
+        rope.plan(long, long, cs, cs, None, interleaved=False, inverse=False, target=H100)

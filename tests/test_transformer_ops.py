@@ -147,8 +147,28 @@ def test_cross_entropy_second_backward_is_refused():
     (2.0 * loss).backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward called a second time"):
         loss.backward()
-    with torch.no_grad():  # no gradient wanted: none computed, no graph
-        assert ato_torch.cross_entropy(x, torch.tensor([0, 1, 2, 3])).grad_fn is None
+
+
+def test_cross_entropy_computes_the_gradient_only_when_wanted(monkeypatch):
+    """The forward writes the [T, V] gradient only when logits require grad and grad mode is
+    on; the loss is the same either way."""
+    from ato_core import cross_entropy as ce_core
+
+    asked = []
+    plan = ce_core.forward_plan
+
+    def spy(*args, grad, **kwargs):
+        asked.append(grad)
+        return plan(*args, grad=grad, **kwargs)
+
+    monkeypatch.setattr(ce_core, "forward_plan", spy)
+    x, t = torch.randn(4, 9), torch.tensor([0, 1, 2, 3])
+    losses = [ato_torch.cross_entropy(x, t), ato_torch.cross_entropy(x.requires_grad_(), t)]
+    with torch.no_grad():
+        losses.append(ato_torch.cross_entropy(x, t))
+    assert asked == [False, True, False]
+    assert losses[2].grad_fn is None
+    assert all(torch.equal(loss.detach(), losses[0]) for loss in losses)
 
 
 def test_half_dtypes():

@@ -109,6 +109,19 @@ def la_fwd_state_kernel(
 
 
 @triton.jit
+def _state_tile(Dk, Dv, BK: tl.constexpr, BV: tl.constexpr, ALIGN: tl.constexpr):
+    """The [BK, BV] state tile of a program of grid (B*H, Dk tiles, Dv tiles): (bh, Dk, Dv,
+    offs_k, offs_v, the Dk mask, the tile's mask)."""
+    bh = tl.program_id(0)
+    Dk = aligned(Dk, ALIGN)
+    Dv = aligned(Dv, ALIGN)
+    offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
+    offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
+    kmask = offs_k < Dk
+    return bh, Dk, Dv, offs_k, offs_v, kmask, kmask[:, None] & (offs_v < Dv)[None, :]
+
+
+@triton.jit
 def _scan_tile_init(S0, Z0, bh, offs_k, offs_v, Dk, Dv, m2, kmask, HAS_INIT: tl.constexpr,
                     BK: tl.constexpr, BV: tl.constexpr):
     if HAS_INIT:
@@ -131,13 +144,7 @@ def la_scan_kernel(
     (reverse order if REVERSE), writing the running sum *before* each segment to SS/ZS
     and the total to SF/ZF; the running sum starts at S0/Z0 when HAS_INIT (dummy
     pointers otherwise). ZS/ZF are written by Dv tile 0."""
-    bh = tl.program_id(0)
-    Dk = aligned(Dk, ALIGN)
-    Dv = aligned(Dv, ALIGN)
-    offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
-    offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
-    kmask = offs_k < Dk
-    m2 = kmask[:, None] & (offs_v < Dv)[None, :]
+    bh, Dk, Dv, offs_k, offs_v, kmask, m2 = _state_tile(Dk, Dv, BK, BV, ALIGN)
     zmask = kmask & (tl.full([BK], 0, tl.int32) == tl.program_id(2))  # z: Dv tile 0 only
     S, z = _scan_tile_init(S0, Z0, bh, offs_k, offs_v, Dk, Dv, m2, kmask, HAS_INIT, BK, BV)
     for i in range(0, nseg):
@@ -165,13 +172,7 @@ def la_sum_kernel(
     """Grid (B*H, Dk tiles, Dv tiles). The total of the segments' partial states, summed in
     the order la_scan_kernel sums them (so its bits equal la_scan_kernel's total), for the
     bidirectional case, which needs no per-segment start states."""
-    bh = tl.program_id(0)
-    Dk = aligned(Dk, ALIGN)
-    Dv = aligned(Dv, ALIGN)
-    offs_k = tl.program_id(1) * BK + tl.arange(0, BK)
-    offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
-    kmask = offs_k < Dk
-    m2 = kmask[:, None] & (offs_v < Dv)[None, :]
+    bh, Dk, Dv, offs_k, offs_v, kmask, m2 = _state_tile(Dk, Dv, BK, BV, ALIGN)
     S = tl.zeros([BK, BV], dtype=tl.float32)
     z = tl.zeros([BK], dtype=tl.float32)
     for i in range(0, nseg):

@@ -126,6 +126,17 @@ def norm_fwd_kernel(
 
 
 @triton.jit
+def _row_stats(MEAN, RSTD, row, RMS: tl.constexpr):
+    """The forward's mean (0 for RMSNorm) and rstd of a row."""
+    rstd = tl.load(RSTD + row)
+    if RMS:
+        mean = 0.0
+    else:
+        mean = tl.load(MEAN + row)
+    return mean, rstd
+
+
+@triton.jit
 def _bwd_piece(HX, W, DY, row, cols, cmask, N, mean, rstd, RMS: tl.constexpr, HAS_W: tl.constexpr):
     """xhat, dy and g = dy * w of one piece of a row (fp32, 0 past N)."""
     h = tl.load(HX + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
@@ -172,11 +183,7 @@ def norm_bwd_kernel(
         db = tl.zeros([BLOCK_N], tl.float32)
         for r in range(first, last):
             row = tl.cast(r, tl.int64)
-            rstd = tl.load(RSTD + row)
-            if RMS:
-                mean = 0.0
-            else:
-                mean = tl.load(MEAN + row)
+            mean, rstd = _row_stats(MEAN, RSTD, row, RMS)
             xhat, dy, g = _bwd_piece(HX, W, DY, row, offs, cmask, N, mean, rstd, RMS, HAS_W)
             c1 = tl.sum(g * xhat, 0) / N
             if RMS:
@@ -193,11 +200,7 @@ def norm_bwd_kernel(
     else:
         for r in range(first, last):
             row = tl.cast(r, tl.int64)
-            rstd = tl.load(RSTD + row)
-            if RMS:
-                mean = 0.0
-            else:
-                mean = tl.load(MEAN + row)
+            mean, rstd = _row_stats(MEAN, RSTD, row, RMS)
             s1 = tl.zeros([BLOCK_N], tl.float32)
             s2 = tl.zeros([BLOCK_N], tl.float32)
             for c0 in range(0, N, BLOCK_N):
