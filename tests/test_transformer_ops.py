@@ -89,6 +89,26 @@ def test_cross_entropy_odd_vocabularies_and_large_logits():
     assert np.all(np.isfinite(t.outputs[0])) and np.all(np.isfinite(t.grads["logits"]))
 
 
+def test_cross_entropy_target_in_every_column():
+    """Each column of V = 130 (on the interpreter: three 64-column pieces, the last of 2
+    columns) is the target of one row: each row's loss and gradient against torch's in
+    float64 (fp32 sums of 130 terms: 1e-5 relative), and the same bits from JAX."""
+    rng = np.random.default_rng(8)
+    logits = (rng.standard_normal((130, 130)) * 3).astype(np.float32)
+    targets = rng.permutation(130)
+    x = torch.from_numpy(logits).requires_grad_()
+    loss = ato_torch.cross_entropy(x, torch.from_numpy(targets), reduction="none", label_smoothing=0.2)
+    loss.sum().backward()
+    ref = torch.from_numpy(logits).double().requires_grad_()
+    want = torch.nn.functional.cross_entropy(ref, torch.from_numpy(targets), reduction="none", label_smoothing=0.2)
+    want.sum().backward()
+    torch.testing.assert_close(loss.double(), want.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.grad.double(), ref.grad, rtol=0, atol=1e-6)
+    gj = jax.grad(lambda a: ato_jax.cross_entropy(a, jnp.asarray(targets), reduction="none",
+                                                  label_smoothing=0.2).sum())(jnp.asarray(logits))
+    np.testing.assert_array_equal(np.asarray(gj), x.grad.numpy())
+
+
 def test_cross_entropy_ignores_targets():
     """Ignored rows contribute nothing and get zero gradient; mean divides by the others."""
     rng = np.random.default_rng(0)
