@@ -10,7 +10,23 @@ import time
 from . import harness as h
 
 
-def cases(gpu: bool, quick: bool):
+FAMILIES = ("linear_attention", "flash_attention", "transformer_ops")
+
+
+def family(case) -> str:
+    """The op family of a case (the names ``--op`` takes, as in ``ato bench``)."""
+    if case.op in ("elu_plus_one", "linear_attention", "linear_attention_step"):
+        return "linear_attention"
+    return "flash_attention" if case.op == "flash_attention" else "transformer_ops"
+
+
+def cases(gpu: bool, quick: bool, ops=None):
+    """Every case ``ato check`` runs; only the families in ``ops`` if given."""
+    out = _all_cases(gpu, quick)
+    return [c for c in out if family(c) in ops] if ops else out
+
+
+def _all_cases(gpu: bool, quick: bool):
     if gpu:
         dims = [(2, 4, 2048, 64, 64), (1, 4, 1000, 96, 48)]
         fa_dims = [(2, 8, 2, 1024, 1024, 128), (1, 4, 4, 700, 1500, 80)]  # (B, Hq, Hkv, Nq, Nk, D)
@@ -55,13 +71,13 @@ def _progress(i: int, n: int, label: str) -> None:
     sys.stderr.flush()
 
 
-def run(quick: bool = False) -> int:
+def run(quick: bool = False, ops=None) -> int:
     import torch
 
     gpu = torch.cuda.is_available()
     device = "cuda" if gpu else "cpu"
     backend = "compiled" if gpu else "interpreter"
-    todo = cases(gpu, quick)
+    todo = cases(gpu, quick, ops)
     rows, failures = [], 0
     start = time.perf_counter()
     for i, case in enumerate(todo, 1):
