@@ -41,6 +41,16 @@ def _bench_torch(fn, quick: bool) -> float:
     return do_bench(fn, warmup=25 if quick else 100, rep=100 if quick else 500, return_mode="median")
 
 
+def liger_rope_args(q, k, cos, sin):
+    """Liger's rope inputs for ato's (q, k [B, H, N, D]; cos, sin [N, D/2]): q and k laid out
+    [B, N, H, D] in memory (its kernel's layout; the same [B, H, N, D] view), cos and sin
+    at full width D."""
+    import torch
+
+    qb, kb = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k))
+    return qb, kb, torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+
+
 def _torch_fwd_bwd(fn, inputs, cotangent=None):
     """A closure running fn on fresh leaves of ``inputs`` and its backward with ``cotangent``
     (None for a scalar output)."""
@@ -408,8 +418,7 @@ def transformer_ops_rows(quick: bool):
         return jnp.concatenate([t1 * c - t2 * s, t2 * c + t1 * s], -1).astype(t.dtype)
 
     LigerRope = liger("liger_kernel.ops.rope:LigerRopeFunction")
-    qb, kb = q.transpose(1, 2).contiguous().transpose(1, 2), k.transpose(1, 2).contiguous().transpose(1, 2)
-    cfull, sfull = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+    qb, kb, cfull, sfull = liger_rope_args(q, k, cos, sin)
     c_rope = compiled(lambda a, c2, s2: (rot_half(a[0], c2, s2), rot_half(a[1], c2, s2)))
     emit("rope fwd", f"B{B} N{Nr} Hq{Hq} Hkv{Hkv} D{D} bf16", 2 * (q.numel() + k.numel()) * 2, {
         "ato_torch": lambda: ato_torch.rope(q, k, cos, sin),

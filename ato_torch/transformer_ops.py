@@ -74,8 +74,7 @@ def dropout_residual_layer_norm(x, residual, weight, bias, *, p=0.0, seed=0, eps
     p > 0) keeps an element iff Philox U(0,1) on (seed, its flat index) is >= p and scales
     it by 1/(1-p): the same seed gives the same mask in both frameworks, on CPU and GPU;
     the backward draws it again (no mask is stored). p in [0, 1), seed in [0, 2**31)."""
-    norm_core.check_norm("x", spec(x), _spec(weight), _spec(bias), eps)
-    p = norm_core.check_dropout(p, seed, training)
+    p = norm_core.check_dropout(p, seed, training)  # the plan checks the rest
     return _norm(x, residual, weight, bias, False, eps, p, seed)
 
 

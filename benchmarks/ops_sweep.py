@@ -30,9 +30,8 @@ def rope_sweep():
     cos, sin = (torch.randn(4096, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
     try:
         from liger_kernel.ops.rope import LigerRopeFunction
-        qb, kb = q.transpose(1, 2).contiguous().transpose(1, 2), k.transpose(1, 2).contiguous().transpose(1, 2)
-        c2, s2 = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
-        ms = bench._bench_torch(lambda: LigerRopeFunction.apply(qb, kb, c2, s2), False)
+        args = bench.liger_rope_args(q, k, cos, sin)
+        ms = bench._bench_torch(lambda: LigerRopeFunction.apply(*args), False)
         print(f"rope fwd Liger: {ms * 1e3:7.1f} us", flush=True)
     except Exception as exc:  # noqa: BLE001
         print(f"Liger rope not timed: {exc}")
