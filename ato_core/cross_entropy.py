@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from . import checks
 from .kernels import cross_entropy as kern
-from .launch import ArraySpec, Buffer, Launch, Plan, cached_plan, next_pow2
+from .launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, next_pow2
 from .target import Target
 
 MAX_V = 262144
 REDUCTIONS = ("none", "sum", "mean")
 INT_DTYPES = ("int32", "int64")
 # Vocabulary piece per loop step, warps, and programs per SM of the forward's persistent
-# grid. Swept on an H100 (benchmarks/ops_sweep.py, T8192 V128256 bf16 loss+grad from torch:
-# 1 x 16384 x 32 warps 2543 us, 2 x 16384 x 32 2543, 2 x 4096 x 32 2645, 1 x 8192 x 32 2881;
-# 8 or 16 warps 3000-7200), NVIDIA_H100_80GB_HBM3-transformer_ops-sweep.txt.
+# grid. Swept on an H100 (benchmarks/ops_sweep.py --ce, T8192 V128256 bf16 loss+grad from
+# torch, Liger 2598 us in the same run: 1 x 16384 x 32 warps 1887 us, 0.75 x 16384 x 32
+# 2164, 0.5 x 16384 x 32 3087, 2 x 8192 x 16 2256),
+# NVIDIA_H100_80GB_HBM3-cross_entropy-sweep.txt.
 BLOCK_V = 16384
 WARPS = 32
 PROGRAMS_PER_SM = 1
@@ -58,10 +59,10 @@ def check_target_values(targets, V: int, ignore_index: int) -> None:
 
 
 def _programs(T: int, target: Target) -> int:
-    """Persistent grid of the forward: few rows in flight, so that a row may still be in L2
-    when its program reads it the second time (for the gradient). At V = 128256 on an H100
-    it mostly is not (ato_core/kernels/cross_entropy.py); one program per SM timed as two."""
-    return max(1, min(T, target.num_sms * PROGRAMS_PER_SM))
+    """Persistent grid of the forward: few rows in flight (one per SM), so that most of a
+    row is still in L2 when its program reads it the second time, for the gradient
+    (ato_core/kernels/cross_entropy.py)."""
+    return max(1, min(T, round(target.num_sms * PROGRAMS_PER_SM)))
 
 
 @cached_plan
@@ -80,7 +81,8 @@ def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, re
         kern.ce_fwd_kernel, (_programs(T, target),), ("logits", "targets", "count" if mean else "targets"),
         (T, V, int(ignore_index), float(label_smoothing)),
         (Buffer("row_loss", (T,), "float32"), Buffer("dlogits", (T, V) if grad else (1,), logits.dtype)),
-        {"BLOCK_V": _block_v(V, target), "SMOOTH": label_smoothing > 0, "MEAN": mean, "GRAD": grad},
+        {"BLOCK_V": _block_v(V, target), "SMOOTH": label_smoothing > 0, "MEAN": mean, "GRAD": grad,
+         "ALIGN": alignment(V)},
         num_warps=WARPS))
     if reduction != "none":
         launches.append(Launch(kern.ce_reduce_kernel, (1,), ("row_loss", "count" if mean else "row_loss"), (T,),
@@ -96,5 +98,5 @@ def backward_plan(dlogits: ArraySpec, dloss: ArraySpec, *, target: Target) -> Pl
     T, V = dlogits.shape
     launch = Launch(kern.ce_bwd_kernel, (T,), ("dlogits", "dloss"), (V,),
                     (Buffer("scaled", (T, V), dlogits.dtype, alias="dlogits"),),
-                    {"BLOCK_V": _block_v(V, target), "PER_ROW": dloss.ndim == 1}, num_warps=WARPS)
+                    {"BLOCK_V": _block_v(V, target), "PER_ROW": dloss.ndim == 1, "ALIGN": alignment(V)}, num_warps=WARPS)
     return Plan((launch,), ("scaled",), dense=("dloss",))

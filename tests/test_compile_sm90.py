@@ -78,8 +78,8 @@ PLANS = list(_plans())
 
 def compile_sm90(launch, plan, inputs):
     """Compiles one launch of ``plan`` for an H100 as its GPU plan launches it (pointer dtypes
-    from ``inputs`` or the plan's buffers, scalars typed as the launchers type them, its
-    constexprs and options). Also used by benchmarks/ptx_fingerprint.py."""
+    from ``inputs`` or the plan's buffers, every pointer 16-byte aligned, scalars typed as
+    the launchers type them, its constexprs and options). Also used by benchmarks/ptx_fingerprint.py."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -87,7 +87,7 @@ def compile_sm90(launch, plan, inputs):
     dtypes = [(inputs[n] if n in inputs else plan.buffer(n)).dtype for n in launch.inputs]
     dtypes += [b.dtype for b in launch.outputs]
     n_in, n_sc = len(launch.inputs), len(launch.scalars)
-    sig = {}
+    sig, attrs = {}, {}
     for i, p in enumerate(launch.kernel.params):
         if i < n_in:
             sig[p.name] = "*" + _TT[dtypes[i]]
@@ -97,7 +97,9 @@ def compile_sm90(launch, plan, inputs):
             sig[p.name] = "*" + _TT[dtypes[i - n_sc]]
         else:
             sig[p.name] = "constexpr"
-    src = ASTSource(fn=launch.kernel, signature=sig, constexprs=dict(launch.constexprs))
+        if sig[p.name].startswith("*"):  # 16-byte aligned, as jax-triton declares every pointer
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn=launch.kernel, signature=sig, constexprs=dict(launch.constexprs), attrs=attrs)
     opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "enable_fp_fusion": launch.fp_fusion}
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
@@ -108,6 +110,34 @@ def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
     for launch in plan.launches:
         compiled = compile_sm90(launch, plan, inputs)
         assert compiled.asm["ptx"], f"{name}: {launch.name}"
+
+
+# The kernels that stream [rows, width] arrays; each may make one scalar 16-bit load (the
+# cross-entropy target's logit).
+STREAMING = ("norm_fwd_kernel", "norm_bwd_kernel", "softmax_fwd_kernel", "swiglu_bwd_kernel", "rope_kernel",
+             "ce_fwd_kernel", "ce_bwd_kernel")
+
+
+OPS_PLANS = [p for p in PLANS if not p[0].startswith(("flash_attention", "linear_attention"))]
+
+
+@pytest.mark.parametrize("name,plan,inputs", OPS_PLANS, ids=[p[0] for p in OPS_PLANS])
+def test_streaming_kernels_move_vectors(name, plan, inputs, tmp_path, monkeypatch):
+    """At aligned widths the memory-bound kernels load and store 16-byte vectors, not one
+    bf16 element per instruction: the row offsets they compute from a size or a stride must
+    carry its divisibility (ALIGN, see ato_core.kernels.common.aligned). The cross-entropy
+    kernels once computed row * V without it and moved 2 bytes per access."""
+    import re
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    for launch in plan.launches:
+        if launch.kernel.fn.__name__ not in STREAMING:
+            continue
+        ptx = compile_sm90(launch, plan, inputs).asm["ptx"]
+        assert re.search(r"ld\.global[\w:.]*\.v[24]\.", ptx), f"{name}: {launch.name} loads no vector"
+        assert re.search(r"st\.global[\w:.]*\.v[24]\.", ptx), f"{name}: {launch.name} stores no vector"
+        assert len(re.findall(r"ld\.global[\w:.]*\.b16\b", ptx)) <= 1, f"{name}: {launch.name} loads scalar bf16"
+        assert not re.findall(r"st\.global[\w:.]*\.b16\b", ptx), f"{name}: {launch.name} stores scalar bf16"
 
 
 @pytest.mark.parametrize("name,plan,inputs", PLANS, ids=[p[0] for p in PLANS])

@@ -89,24 +89,44 @@ def test_cross_entropy_odd_vocabularies_and_large_logits():
     assert np.all(np.isfinite(t.outputs[0])) and np.all(np.isfinite(t.grads["logits"]))
 
 
-def test_cross_entropy_target_in_every_column():
-    """Each column of V = 130 (on the interpreter: three 64-column pieces, the last of 2
-    columns) is the target of one row: each row's loss and gradient against torch's in
-    float64 (fp32 sums of 130 terms: 1e-5 relative), and the same bits from JAX."""
-    rng = np.random.default_rng(8)
-    logits = (rng.standard_normal((130, 130)) * 3).astype(np.float32)
-    targets = rng.permutation(130)
+def _ce_rows_against_torch64(logits, targets, **kwargs):
+    """Each row's loss (reduction "none") and the gradient of their sum, ato_torch against
+    torch's cross_entropy in float64 (fp32 sums of at most a few hundred terms: 1e-5
+    relative; the gradient to 1e-6), and ato_jax's gradient bit for bit. Returns the
+    gradient."""
     x = torch.from_numpy(logits).requires_grad_()
-    loss = ato_torch.cross_entropy(x, torch.from_numpy(targets), reduction="none", label_smoothing=0.2)
+    loss = ato_torch.cross_entropy(x, torch.from_numpy(targets), reduction="none", **kwargs)
     loss.sum().backward()
     ref = torch.from_numpy(logits).double().requires_grad_()
-    want = torch.nn.functional.cross_entropy(ref, torch.from_numpy(targets), reduction="none", label_smoothing=0.2)
+    want = torch.nn.functional.cross_entropy(ref, torch.from_numpy(targets), reduction="none", **kwargs)
     want.sum().backward()
     torch.testing.assert_close(loss.double(), want.detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(x.grad.double(), ref.grad, rtol=0, atol=1e-6)
-    gj = jax.grad(lambda a: ato_jax.cross_entropy(a, jnp.asarray(targets), reduction="none",
-                                                  label_smoothing=0.2).sum())(jnp.asarray(logits))
+    gj = jax.grad(lambda a: ato_jax.cross_entropy(a, jnp.asarray(targets), reduction="none", **kwargs).sum())(
+        jnp.asarray(logits))
     np.testing.assert_array_equal(np.asarray(gj), x.grad.numpy())
+    return x.grad
+
+
+def test_cross_entropy_target_in_every_column():
+    """Each column of V = 130 (on the interpreter: three 64-column pieces, the last of 2
+    columns) is the target of one row, with label smoothing."""
+    rng = np.random.default_rng(8)
+    logits = (rng.standard_normal((130, 130)) * 3).astype(np.float32)
+    _ce_rows_against_torch64(logits, rng.permutation(130), label_smoothing=0.2)
+
+
+def test_cross_entropy_masked_vocabulary():
+    """Logits of -inf (a masked vocabulary) count for nothing and get a zero gradient: a
+    row whose whole first interpreter piece (64 columns) is -inf, then random masked
+    columns, none of them a target."""
+    rng = np.random.default_rng(9)
+    logits = (rng.standard_normal((7, 200)) * 2).astype(np.float32)
+    logits[::2, :64] = -np.inf
+    logits[rng.random((7, 200)) < 0.3] = -np.inf
+    targets = np.array([int(rng.choice(np.flatnonzero(np.isfinite(row)))) for row in logits])
+    grad = _ce_rows_against_torch64(logits, targets)
+    assert torch.all(grad[torch.from_numpy(np.isinf(logits))] == 0)
 
 
 def test_cross_entropy_ignores_targets():
