@@ -1,0 +1,127 @@
+"""Where ato_jax's forwards lose time against ato_torch's (not a test). Both run the same
+Triton binary, yet `ato bench` times ato_jax 3-7 us slower per call (rms_norm 102 vs 95 us
+on an H100). For each forward of the bench table this prints:
+
+- the device kernels one call launches and their device time, from torch.profiler (CUPTI
+  sees the kernels XLA launches too): ato_torch, ato_jax under jax.jit, and the XLA peer;
+- the wall time per call of back-to-back calls synchronised once (ato bench's JAX method)
+  for all three, so the two timing methods can be told apart from the kernels;
+- the ops of ato_jax's compiled HLO entry (custom calls, fusions, copies).
+
+On the GPU machine, after ``source benchmarks/gpu_env.sh``: python benchmarks/jax_gap.py
+"""
+
+import collections
+import re
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import ato_jax
+import ato_torch
+
+CALLS = 20
+
+
+def wall_us(fn, sync, calls=50, reps=7):
+    sync(fn())
+    sync(fn())
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(calls):
+            out = fn()
+        sync(out)
+        times.append((time.perf_counter() - t) / calls * 1e6)
+    return statistics.median(times)
+
+
+def kernels(fn, sync):
+    """{kernel name: (launches per call, device us per call)} over CALLS calls."""
+    sync(fn())
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(CALLS):
+            out = fn()
+        sync(out)
+    acc = collections.defaultdict(lambda: [0, 0.0])
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            acc[ev.name][0] += 1
+            acc[ev.name][1] += ev.device_time
+    return {n: (c / CALLS, t / CALLS) for n, (c, t) in acc.items()}
+
+
+def hlo_ops(fn, args):
+    text = jax.jit(fn).lower(*args).compile().as_text()
+    entry = text[text.index("ENTRY"):]
+    entry = entry[: entry.index("\n}")]
+    ops = re.findall(r"= \S+ (custom-call|fusion|copy|bitcast|tuple|get-tuple-element|parameter|[a-z\-]+)\(", entry)
+    return collections.Counter(ops)
+
+
+def main():
+    dev, bf = "cuda", torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(0)
+    rnd = lambda *s: torch.randn(*s, device=dev, dtype=bf, generator=g)  # noqa: E731
+    to_j = lambda t: jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16)  # noqa: E731
+    tsync = lambda out: torch.cuda.synchronize()  # noqa: E731
+    jsync = jax.block_until_ready
+    print(f"GPU {torch.cuda.get_device_name()}; jax {jax.__version__}, torch {torch.__version__}")
+
+    M, N = 16384, 4096
+    x, w, b = rnd(M, N), rnd(N), rnd(N)
+    xj, wj, bj = to_j(x), to_j(w), to_j(b)
+    Ms, Ns = 16384, 7168
+    ga, up = rnd(Ms, Ns), rnd(Ms, Ns)
+    gj, uj = to_j(ga), to_j(up)
+    B, Nr, Hq, Hkv, D = 8, 4096, 32, 8, 128
+    q, k = rnd(B, Hq, Nr, D), rnd(B, Hkv, Nr, D)
+    cos, sin = rnd(Nr, D // 2), rnd(Nr, D // 2)
+    qj, kj, cj, sj = to_j(q), to_j(k), to_j(cos), to_j(sin)
+
+    def jrms(a, ww):
+        a32 = a.astype(jnp.float32)
+        return (a32 * jax.lax.rsqrt((a32 * a32).mean(-1, keepdims=True) + 1e-6) * ww).astype(a.dtype)
+
+    def jln(a, ww, bb):
+        a32 = a.astype(jnp.float32)
+        mu = a32.mean(-1, keepdims=True)
+        var = ((a32 - mu) ** 2).mean(-1, keepdims=True)
+        return ((a32 - mu) * jax.lax.rsqrt(var + 1e-5) * ww + bb).astype(a.dtype)
+
+    def jrot(t, c, s):
+        t1, t2 = t[..., : D // 2].astype(jnp.float32), t[..., D // 2:].astype(jnp.float32)
+        c, s = c.astype(jnp.float32), s.astype(jnp.float32)
+        return jnp.concatenate([t1 * c - t2 * s, t2 * c + t1 * s], -1).astype(t.dtype)
+
+    cases = [
+        ("layer_norm", lambda: ato_torch.layer_norm(x, w, b), ato_jax.layer_norm, jln, (xj, wj, bj)),
+        ("rms_norm", lambda: ato_torch.rms_norm(x, w), ato_jax.rms_norm, jrms, (xj, wj)),
+        ("softmax", lambda: ato_torch.softmax(x), ato_jax.softmax,
+         lambda a: jax.nn.softmax(a.astype(jnp.float32), -1).astype(a.dtype), (xj,)),
+        ("swiglu", lambda: ato_torch.swiglu(ga, up), ato_jax.swiglu,
+         lambda a, c: (jax.nn.silu(a.astype(jnp.float32)) * c).astype(a.dtype), (gj, uj)),
+        ("rope", lambda: ato_torch.rope(q, k, cos, sin), ato_jax.rope,
+         lambda a, bb, c, s: (jrot(a, c, s), jrot(bb, c, s)), (qj, kj, cj, sj)),
+    ]
+    for name, t_fn, j_op, x_fn, args in cases:
+        j_jit, x_jit = jax.jit(j_op), jax.jit(x_fn)
+        runs = (("ato_torch", t_fn, tsync), ("ato_jax", lambda: j_jit(*args), jsync),
+                ("jax jit (XLA)", lambda: x_jit(*args), jsync))
+        print(f"\n== {name} forward")
+        for label, fn, sync in runs:
+            ks = kernels(fn, sync)
+            total = sum(t for _, t in ks.values())
+            print(f"  {label:14s} wall {wall_us(fn, sync):7.1f} us/call; device {total:7.1f} us/call in "
+                  f"{sum(c for c, _ in ks.values()):.0f} kernels")
+            for kname, (c, t) in sorted(ks.items(), key=lambda kv: -kv[1][1]):
+                print(f"      {c:4.1f} x {kname[:70]:70s} {t:7.1f} us")
+        print(f"  ato_jax HLO entry ops: {dict(hlo_ops(j_op, args))}")
+
+
+if __name__ == "__main__":
+    main()
