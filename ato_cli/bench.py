@@ -51,6 +51,54 @@ def liger_rope_args(q, k, cos, sin):
     return qb, kb, torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
 
 
+# The transformer ops' math in plain JAX (fp32 inside, the input's dtype out): the peers that
+# jax.jit compiles with XLA, for the bench table and benchmarks/jax_gap.py.
+def xla_layer_norm(a, w, b, eps=1e-5):
+    import jax
+    import jax.numpy as jnp
+
+    a32 = a.astype(jnp.float32)
+    mu = a32.mean(-1, keepdims=True)
+    var = ((a32 - mu) ** 2).mean(-1, keepdims=True)
+    return ((a32 - mu) * jax.lax.rsqrt(var + eps) * w + b).astype(a.dtype)
+
+
+def xla_rms_norm(a, w, eps=1e-6):
+    import jax
+    import jax.numpy as jnp
+
+    a32 = a.astype(jnp.float32)
+    return (a32 * jax.lax.rsqrt((a32 * a32).mean(-1, keepdims=True) + eps) * w).astype(a.dtype)
+
+
+def xla_softmax(a):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.nn.softmax(a.astype(jnp.float32), -1).astype(a.dtype)
+
+
+def xla_swiglu(a, c):
+    import jax
+    import jax.numpy as jnp
+
+    return (jax.nn.silu(a.astype(jnp.float32)) * c).astype(a.dtype)
+
+
+def xla_rope(q, k, cos, sin):
+    """Half rotation (LLaMA) of q and k [B, H, N, D] by cos, sin [N, D/2]."""
+    import jax.numpy as jnp
+
+    c, s = cos.astype(jnp.float32), sin.astype(jnp.float32)
+
+    def rot(t):
+        half = t.shape[-1] // 2
+        t1, t2 = t[..., :half].astype(jnp.float32), t[..., half:].astype(jnp.float32)
+        return jnp.concatenate([t1 * c - t2 * s, t2 * c + t1 * s], -1).astype(t.dtype)
+
+    return rot(q), rot(k)
+
+
 def _torch_fwd_bwd(fn, inputs, cotangent=None):
     """A closure running fn on fresh leaves of ``inputs`` and its backward with ``cotangent``
     (None for a scalar output)."""
@@ -325,16 +373,6 @@ def transformer_ops_rows(quick: bool):
     x, w, b, dy = rnd(M, N), rnd(N), rnd(N), rnd(M, N)
     xj, wj, bj = to_j(x), to_j(w), to_j(b)
 
-    def jln(a, ww, bb):
-        a32 = a.astype(jnp.float32)
-        mu = a32.mean(-1, keepdims=True)
-        var = ((a32 - mu) ** 2).mean(-1, keepdims=True)
-        return ((a32 - mu) * jax.lax.rsqrt(var + 1e-5) * ww + bb).astype(a.dtype)
-
-    def jrms(a, ww):
-        a32 = a.astype(jnp.float32)
-        return (a32 * jax.lax.rsqrt((a32 * a32).mean(-1, keepdims=True) + 1e-6) * ww).astype(a.dtype)
-
     LigerLN = liger("liger_kernel.transformers.layer_norm:LigerLayerNorm")
     LigerRMS = liger("liger_kernel.transformers.rms_norm:LigerRMSNorm")
     lig_ln = LigerLN(N, eps=1e-5).to(dev, bf) if LigerLN else None
@@ -347,11 +385,11 @@ def transformer_ops_rows(quick: bool):
     emit("layer_norm fwd", shape, nb, {
         "ato_torch": lambda: ato_torch.layer_norm(x, w, b), "torch eager": lambda: eager_ln(x),
         "torch.compile": (lambda: c_ln(x)) if c_ln else None, "Liger": (lambda: lig_ln(x)) if lig_ln else None},
-        {"ato_jax": (lambda a, ww, bb: ato_jax.layer_norm(a, ww, bb), (xj, wj, bj)), "jax jit (XLA)": (jln, (xj, wj, bj))})
+        {"ato_jax": (lambda a, ww, bb: ato_jax.layer_norm(a, ww, bb), (xj, wj, bj)), "jax jit (XLA)": (xla_layer_norm, (xj, wj, bj))})
     emit("rms_norm fwd", shape, nb, {
         "ato_torch": lambda: ato_torch.rms_norm(x, w), "torch eager": lambda: eager_rms(x),
         "torch.compile": (lambda: c_rms(x)) if c_rms else None, "Liger": (lambda: lig_rms(x)) if lig_rms else None},
-        {"ato_jax": (lambda a, ww: ato_jax.rms_norm(a, ww), (xj, wj)), "jax jit (XLA)": (jrms, (xj, wj))})
+        {"ato_jax": (lambda a, ww: ato_jax.rms_norm(a, ww), (xj, wj)), "jax jit (XLA)": (xla_rms_norm, (xj, wj))})
 
     def fb(fn, *inputs):
         return _torch_fwd_bwd(fn, inputs, dy)
@@ -374,7 +412,7 @@ def transformer_ops_rows(quick: bool):
         return run
     emit("layer_norm fwd+bwd", shape, None, ln_fns,
          {"ato_jax": (vjp_of(lambda a, ww, bb: ato_jax.layer_norm(a, ww, bb)), (xj, wj, bj, dyj)),
-          "jax jit (XLA)": (vjp_of(jln), (xj, wj, bj, dyj))})
+          "jax jit (XLA)": (vjp_of(xla_layer_norm), (xj, wj, bj, dyj))})
 
     # softmax
     LigerSM = liger("liger_kernel.ops.softmax:LigerSoftmaxFunction")
@@ -383,7 +421,7 @@ def transformer_ops_rows(quick: bool):
         "ato_torch": lambda: ato_torch.softmax(x), "torch eager": lambda: torch.softmax(x, -1),
         "torch.compile": (lambda: c_sm(x)) if c_sm else None, "Liger": (lambda: LigerSM.apply(x)) if LigerSM else None},
         {"ato_jax": (lambda a: ato_jax.softmax(a), (xj,)),
-         "jax jit (XLA)": (lambda a: jax.nn.softmax(a.astype(jnp.float32), -1).astype(a.dtype), (xj,))})
+         "jax jit (XLA)": (xla_softmax, (xj,))})
     del x, dy, xj, dyj
 
     # swiglu
@@ -397,7 +435,7 @@ def transformer_ops_rows(quick: bool):
         "torch.compile": (lambda: c_sw(ga, up)) if c_sw else None,
         "Liger": (lambda: LigerSw.apply(ga, up)) if LigerSw else None},
         {"ato_jax": (lambda a, c: ato_jax.swiglu(a, c), (gj, uj)),
-         "jax jit (XLA)": (lambda a, c: (jax.nn.silu(a.astype(jnp.float32)) * c).astype(a.dtype), (gj, uj))})
+         "jax jit (XLA)": (xla_swiglu, (gj, uj))})
     del ga, up, gj, uj
 
     # rope
@@ -412,11 +450,6 @@ def transformer_ops_rows(quick: bool):
         t1, t2 = t[..., : D // 2], t[..., D // 2:]
         return t * c2 + torch.cat([-t2, t1], -1) * s2
 
-    def jrot(t, c, s):
-        t1, t2 = t[..., : D // 2].astype(jnp.float32), t[..., D // 2:].astype(jnp.float32)
-        c, s = c.astype(jnp.float32), s.astype(jnp.float32)
-        return jnp.concatenate([t1 * c - t2 * s, t2 * c + t1 * s], -1).astype(t.dtype)
-
     LigerRope = liger("liger_kernel.ops.rope:LigerRopeFunction")
     qb, kb, cfull, sfull = liger_rope_args(q, k, cos, sin)
     c_rope = compiled(lambda a, c2, s2: (rot_half(a[0], c2, s2), rot_half(a[1], c2, s2)))
@@ -426,7 +459,7 @@ def transformer_ops_rows(quick: bool):
         "torch.compile": (lambda: c_rope((q, k), cos, sin)) if c_rope else None,
         "Liger": (lambda: LigerRope.apply(qb, kb, cfull, sfull)) if LigerRope else None},
         {"ato_jax": (lambda a, bb, c, s: ato_jax.rope(a, bb, c, s), (qj, kj, cj, sj)),
-         "jax jit (XLA)": (lambda a, bb, c, s: (jrot(a, c, s), jrot(bb, c, s)), (qj, kj, cj, sj))})
+         "jax jit (XLA)": (xla_rope, (qj, kj, cj, sj))})
     del q, k, qb, kb, qj, kj
 
     # cross_entropy loss + gradient

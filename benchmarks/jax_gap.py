@@ -23,6 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import ato_jax
 import ato_torch
+from ato_cli import bench
 
 CALLS = 20
 
@@ -83,30 +84,12 @@ def main():
     cos, sin = rnd(Nr, D // 2), rnd(Nr, D // 2)
     qj, kj, cj, sj = to_j(q), to_j(k), to_j(cos), to_j(sin)
 
-    def jrms(a, ww):
-        a32 = a.astype(jnp.float32)
-        return (a32 * jax.lax.rsqrt((a32 * a32).mean(-1, keepdims=True) + 1e-6) * ww).astype(a.dtype)
-
-    def jln(a, ww, bb):
-        a32 = a.astype(jnp.float32)
-        mu = a32.mean(-1, keepdims=True)
-        var = ((a32 - mu) ** 2).mean(-1, keepdims=True)
-        return ((a32 - mu) * jax.lax.rsqrt(var + 1e-5) * ww + bb).astype(a.dtype)
-
-    def jrot(t, c, s):
-        t1, t2 = t[..., : D // 2].astype(jnp.float32), t[..., D // 2:].astype(jnp.float32)
-        c, s = c.astype(jnp.float32), s.astype(jnp.float32)
-        return jnp.concatenate([t1 * c - t2 * s, t2 * c + t1 * s], -1).astype(t.dtype)
-
     cases = [
-        ("layer_norm", lambda: ato_torch.layer_norm(x, w, b), ato_jax.layer_norm, jln, (xj, wj, bj)),
-        ("rms_norm", lambda: ato_torch.rms_norm(x, w), ato_jax.rms_norm, jrms, (xj, wj)),
-        ("softmax", lambda: ato_torch.softmax(x), ato_jax.softmax,
-         lambda a: jax.nn.softmax(a.astype(jnp.float32), -1).astype(a.dtype), (xj,)),
-        ("swiglu", lambda: ato_torch.swiglu(ga, up), ato_jax.swiglu,
-         lambda a, c: (jax.nn.silu(a.astype(jnp.float32)) * c).astype(a.dtype), (gj, uj)),
-        ("rope", lambda: ato_torch.rope(q, k, cos, sin), ato_jax.rope,
-         lambda a, bb, c, s: (jrot(a, c, s), jrot(bb, c, s)), (qj, kj, cj, sj)),
+        ("layer_norm", lambda: ato_torch.layer_norm(x, w, b), ato_jax.layer_norm, bench.xla_layer_norm, (xj, wj, bj)),
+        ("rms_norm", lambda: ato_torch.rms_norm(x, w), ato_jax.rms_norm, bench.xla_rms_norm, (xj, wj)),
+        ("softmax", lambda: ato_torch.softmax(x), ato_jax.softmax, bench.xla_softmax, (xj,)),
+        ("swiglu", lambda: ato_torch.swiglu(ga, up), ato_jax.swiglu, bench.xla_swiglu, (gj, uj)),
+        ("rope", lambda: ato_torch.rope(q, k, cos, sin), ato_jax.rope, bench.xla_rope, (qj, kj, cj, sj)),
     ]
     for name, t_fn, j_op, x_fn, args in cases:
         j_jit, x_jit = jax.jit(j_op), jax.jit(x_fn)
