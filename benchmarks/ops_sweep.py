@@ -1,9 +1,10 @@
 """Tuning of the transformer ops on the GPU, then their bench table with the winners (not a
 test). On the GPU machine, after ``source benchmarks/gpu_env.sh``: python benchmarks/ops_sweep.py
-[--no-ce] (--no-ce: keep cross_entropy's settings), or ... --rope / --ce (only that sweep).
+[--no-ce] (--no-ce: keep cross_entropy's settings), or ... --fwd / --ce (only that sweep).
 
-Sweeps the layer_norm backward (programs per SM x warps; timed as forward+backward,
-16384 x 4096 bf16) and cross_entropy (programs per SM x vocabulary piece x warps;
+--fwd sweeps the launch settings of the rope and swiglu forwards, each beside Liger and, from
+JAX, XLA. Otherwise: sweeps the layer_norm backward (programs per SM x warps; timed as
+forward+backward, 16384 x 4096 bf16) and cross_entropy (programs per SM x vocabulary piece x warps;
 loss+gradient, T8192 V128256 bf16, and the loss alone), prints every point, sets the
 fastest, then runs ``ato bench --op transformer_ops`` in this process and writes its table
 to $OUT. The winners then go into ato_core/norms.py (BWD_PROGRAMS_PER_SM, BWD_WARPS) and
@@ -21,35 +22,97 @@ from ato_core import cross_entropy as ce
 from ato_core import norms
 
 
-def rope_sweep():
-    """rope forward, B8 N4096 Hq32 Hkv8 D128 bf16: elements per program x warps, beside Liger."""
-    from ato_core import rope
+def _sweep(label, points, apply, run):
+    """Times run() (ato bench's torch method) at every point (a tuple of knob values, set by
+    apply(point)); prints each; leaves the fastest set and returns (us, point)."""
+    best = None
+    for point in points:
+        apply(point)
+        us = bench._bench_torch(run, False) * 1e3
+        print(f"{label} {point}: {us:7.1f} us", flush=True)
+        best = min(best or (us, point), (us, point))
+    apply(best[1])
+    print(f"best {label} {best[1]}: {best[0]:.1f} us", flush=True)
+    return best
+
+
+def _peers(label, torch_peers, jax_peers, jax_ato):
+    """Prints the peers' times (torch: ato bench's method; JAX: back-to-back jitted calls) and
+    ato_jax's, traced now (after the sweep set its knobs)."""
+    import jax
+
+    for name, fn in torch_peers.items():
+        try:
+            print(f"{label} {name}: {bench._bench_torch(fn, False) * 1e3:7.1f} us", flush=True)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{label} {name} not timed: {exc}")
+    for name, (fn, args) in {**jax_peers, "ato_jax": jax_ato}.items():
+        print(f"{label} {name}: {bench._median_jax(jax.jit(fn), *args, reps=7, calls=50) * 1e3:7.1f} us", flush=True)
+
+
+def fwd_sweep():
+    """The forwards of the bench table: rope (positions per program x elements per tile x
+    tiles per program x warps) and swiglu (elements per program x warps), each beside Liger
+    and, from JAX, XLA's jitted version of the same math, timed in the same run. FWD_OPS (default rope,swiglu) picks them."""
+    import jax.numpy as jnp
 
     g = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(8, 32, 4096, 128, device="cuda", dtype=torch.bfloat16, generator=g)
-    k = torch.randn(8, 8, 4096, 128, device="cuda", dtype=torch.bfloat16, generator=g)
-    cos, sin = (torch.randn(4096, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-    try:
-        from liger_kernel.ops.rope import LigerRopeFunction
-        args = bench.liger_rope_args(q, k, cos, sin)
-        ms = bench._bench_torch(lambda: LigerRopeFunction.apply(*args), False)
-        print(f"rope fwd Liger: {ms * 1e3:7.1f} us", flush=True)
-    except Exception as exc:  # noqa: BLE001
-        print(f"Liger rope not timed: {exc}")
-    best = None
-    for elements in (2048, 4096, 8192, 16384):
-        for warps in (2, 4, 8):
-            rope.ROPE_ELEMENTS, rope.ROPE_WARPS = elements, warps
-            rope.plan.cache_clear()
-            ms = bench._bench_torch(lambda: ato_torch.rope(q, k, cos, sin), False)
-            print(f"rope fwd elements/program {elements:5d} warps {warps}: {ms * 1e3:7.1f} us", flush=True)
-            best = min(best or (ms, elements, warps), (ms, elements, warps))
-    print(f"best rope: elements/program {best[1]} warps {best[2]}: {best[0] * 1e3:.1f} us", flush=True)
+    bf = torch.bfloat16
+    rnd = lambda *s: torch.randn(*s, device="cuda", dtype=bf, generator=g)  # noqa: E731
+    to_j = lambda t: jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16)  # noqa: E731
+
+    def liger(mod, attr):
+        import importlib
+        return getattr(importlib.import_module(mod), attr)
+
+    ops = os.environ.get("FWD_OPS", "rope,swiglu").split(",")
+    if "rope" in ops:
+        _rope_sweep(rnd, to_j, liger)
+    if "swiglu" in ops:
+        _swiglu_sweep(rnd, to_j, liger)
+
+
+def _rope_sweep(rnd, to_j, liger):
+    import ato_jax
+    from ato_core import rope
+
+    q, k = rnd(8, 32, 4096, 128), rnd(8, 8, 4096, 128)
+    cos, sin = rnd(4096, 64), rnd(4096, 64)
+
+    def set_rope(pt):
+        rope.ROPE_BLOCK_N, rope.ROPE_ELEMENTS, rope.ROPE_TILES, rope.ROPE_WARPS = pt
+        rope.plan.cache_clear()
+    pts = [(bn, el, t, w) for bn in (8, 16, 32) for el in (4096, 8192, 16384) for t in (1, 0) for w in (4, 8)
+           if bn * 128 <= el]
+    _sweep("rope fwd block_n/elements/tiles/warps", pts, set_rope, lambda: ato_torch.rope(q, k, cos, sin))
+    args = bench.liger_rope_args(q, k, cos, sin)
+    lr = liger("liger_kernel.ops.rope", "LigerRopeFunction")
+    qj, kj, cj, sj = map(to_j, (q, k, cos, sin))
+    _peers("rope fwd", {"ato_torch": lambda: ato_torch.rope(q, k, cos, sin), "Liger": lambda: lr.apply(*args)},
+           {"jax jit (XLA)": (bench.xla_rope, (qj, kj, cj, sj))},
+           (lambda a, b, c, d: ato_jax.rope(a, b, c, d), (qj, kj, cj, sj)))
+
+
+def _swiglu_sweep(rnd, to_j, liger):
+    import ato_jax
+    from ato_core import swiglu
+
+    ga, up = rnd(16384, 7168), rnd(16384, 7168)
+
+    def set_swiglu(pt):
+        swiglu.FWD_BLOCK, swiglu.FWD_WARPS = pt
+        swiglu.forward_plan.cache_clear()
+    pts = [(b, w) for b in (256, 512, 1024, 2048, 4096) for w in (1, 2, 4, 8, 16) if 64 * w <= b <= 512 * w]
+    _sweep("swiglu fwd block/warps", pts, set_swiglu, lambda: ato_torch.swiglu(ga, up))
+    ls = liger("liger_kernel.ops.swiglu", "LigerSiLUMulFunction")
+    gj, uj = to_j(ga), to_j(up)
+    _peers("swiglu fwd", {"ato_torch": lambda: ato_torch.swiglu(ga, up), "Liger": lambda: ls.apply(ga, up)},
+           {"jax jit (XLA)": (bench.xla_swiglu, (gj, uj))}, (lambda a, c: ato_jax.swiglu(a, c), (gj, uj)))
 
 
 def main():
-    if "--rope" in sys.argv:
-        return rope_sweep()
+    if "--fwd" in sys.argv:
+        return fwd_sweep()
     if "--ce" in sys.argv:
         return ce_sweep()
     g = torch.Generator(device="cuda").manual_seed(0)

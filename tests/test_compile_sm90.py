@@ -30,6 +30,7 @@ def _plans():
         {"x": wide, "residual": wide, "weight": _spec((65536,))}
     yield "softmax", softmax.forward_plan(_spec((8, 50000)), temperature=1.0, target=H100), {"x": _spec((8, 50000))}
     g = _spec((64, 7168))
+    yield "swiglu", swiglu.forward_plan(g, g, target=H100), {"gate": g, "up": g}
     yield "swiglu bwd", swiglu.backward_plan(g, target=H100), {"gate": g, "up": g, "dy": g}
     q, k, cs, pos = _spec((2, 32, 16, 128)), _spec((2, 8, 16, 128)), _spec((64, 64)), _spec((2, 16), "int64")
     yield "rope", rope.plan(q, k, cs, cs, pos, interleaved=False, inverse=True, target=H100), \
@@ -114,7 +115,7 @@ def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
 
 # The kernels that stream [rows, width] arrays; each may make one scalar 16-bit load (the
 # cross-entropy target's logit).
-STREAMING = ("norm_fwd_kernel", "norm_bwd_kernel", "softmax_fwd_kernel", "swiglu_bwd_kernel", "rope_kernel",
+STREAMING = ("norm_fwd_kernel", "norm_bwd_kernel", "softmax_fwd_kernel", "swiglu_fwd_kernel", "swiglu_bwd_kernel", "rope_kernel",
              "ce_fwd_kernel", "ce_bwd_kernel")
 
 
@@ -160,12 +161,16 @@ def test_direct_launch_finds_every_parameter(name, plan, inputs):
             assert v == launch.constexprs.get(p.name, p.default), (launch.name, p.name)
 
 
-def test_rope_plan_refuses_more_positions_than_its_grid_holds():
-    """The compiled rope grid puts position blocks on axis 1 (at most 65535 of them): a longer
-    sequence gets a ValueError naming N, not a failed launch."""
+def test_rope_grid_fits_any_sequence_and_head_count():
+    """The rope grid puts (batch row, position block) on axis 0 and head tiles on axis 1 (at
+    most 65535): a long sequence or very many heads still launch, the latter with more tiles
+    per program."""
     cs = _spec((4_000_000, 64))
-    ok = _spec((1, 1, 65535 * 32, 128))
-    rope.plan(ok, ok, cs, cs, None, interleaved=False, inverse=False, target=H100)
-    long = _spec((1, 1, 65535 * 32 + 1, 128))
-    with pytest.raises(ValueError, match=r"q.shape\[2\] \(N\)"):
-        rope.plan(long, long, cs, cs, None, interleaved=False, inverse=False, target=H100)
+    long = _spec((2, 1, 4_000_000, 128))
+    plan = rope.plan(long, long, cs, cs, None, interleaved=False, inverse=False, target=H100)
+    (launch,) = plan.launches
+    assert launch.grid[0] == 2 * -(-4_000_000 // launch.constexprs["BLOCK_N"]) and launch.grid[1] <= 65535
+    many = _spec((1, 3_000_000, 1, 128))
+    (launch,) = rope.plan(many, many, cs, cs, None, interleaved=False, inverse=False, target=H100).launches
+    tiles = 2 * -(-3_000_000 // launch.constexprs["HEADS"])
+    assert launch.scalars[-1] > 1 and launch.grid[1] <= 65535 and launch.grid[1] * launch.scalars[-1] >= tiles
