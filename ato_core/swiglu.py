@@ -10,9 +10,10 @@ from .target import Target
 
 
 # Elements per program of the forward and its warps. Swept on an H100 (benchmarks/ops_sweep.py
-# --fwd, 16384 x 7168 bf16): 512-4096 elements on 1-16 warps all within 234.5-237.8 us
-# (2048 x 8: 236.0); 256 elements, or 64 or fewer per warp, 266-284 us.
-FWD_BLOCK = 2048
+# --fwd, 16384 x 7168 bf16, two leases): 1024 x 8 warps (8 bytes per thread and array) the
+# fastest in both, 234.0 and 234.5 us, against 235.8 and 236.1 us at 2048 x 8; 512-4096
+# elements on 1-16 warps within 234-238 us; 256 elements, or 64 or fewer per warp, 266-290 us.
+FWD_BLOCK = 1024
 FWD_WARPS = 8
 
 
