@@ -9,13 +9,13 @@
 # Usage (repository root, .whl carried): bash benchmarks/gpu_tier_sharded.sh [PYTEST_K] [SHARDS]
 # SHARD_TIMEOUT (seconds, default 540) stops each shard, so the summary is still written
 # inside one device command. Logs: $OUT/gpu-tests-shard<i>.txt; the summary (every test's
-# result and each shard's last line) in $OUT/gpu-tests-sharded.txt.
+# result and each shard's last line) in $OUT/gpu-tests-summary.txt.
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 k=${1:-}
 shards=${2:-4}
 mapfile -t ids < <(python3 -m pytest -q --collect-only tests/test_gpu.py ${k:+-k "$k"} 2>/dev/null | grep '::')
-echo "${#ids[@]} tests in $shards shards (-k '${k}')" | tee "$OUT/gpu-tests-sharded.txt"
+echo "${#ids[@]} tests in $shards shards (-k '${k}')" > "$OUT/gpu-tests-summary.txt"
 pids=()
 for ((s = 0; s < shards; s++)); do
   mine=()
@@ -28,8 +28,8 @@ rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 for ((s = 0; s < shards; s++)); do
   [ -f "$OUT/gpu-tests-shard$s.txt" ] || continue
-  grep -E "PASSED|FAILED|ERROR|SKIPPED" "$OUT/gpu-tests-shard$s.txt" | grep '::' >> "$OUT/gpu-tests-sharded.txt"
-  tail -1 "$OUT/gpu-tests-shard$s.txt" | sed "s/^/shard $s: /" >> "$OUT/gpu-tests-sharded.txt"
+  grep -E "PASSED|FAILED|ERROR|SKIPPED" "$OUT/gpu-tests-shard$s.txt" | grep '::' >> "$OUT/gpu-tests-summary.txt"
+  tail -1 "$OUT/gpu-tests-shard$s.txt" | sed "s/^/shard $s: /" >> "$OUT/gpu-tests-summary.txt"
 done
-cat "$OUT/gpu-tests-sharded.txt"
+cat "$OUT/gpu-tests-summary.txt"
 exit $rc
