@@ -64,11 +64,13 @@ def plan(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, positions: 
     # position blocks, heads masked off in a tile (Hkv < 4), the loop over tiles and q and k
     # tiles in one program.
     block_n = min(4 if target.interpret else ROPE_BLOCK_N, next_pow2(N))
-    heads = 4 if target.interpret else max(1, min(ROPE_ELEMENTS // (block_n * 2 * block_i), next_pow2(max(Hq, Hkv))))
+    fit = max(ROPE_ELEMENTS // (block_n * 2 * block_i), 1)
+    heads = 4 if target.interpret else min(1 << (fit.bit_length() - 1), next_pow2(max(Hq, Hkv)))  # powers of 2
     tiles = cdiv(Hq, heads) + cdiv(Hkv, heads)
     per_program = 2 if target.interpret else (ROPE_TILES or tiles)
     per_program = max(per_program, cdiv(tiles, 65535))  # grid axis 1 holds at most 65535
-    checks.check_range("B * cdiv(N, BLOCK_N) (q's position blocks, grid axis 0)", B * cdiv(N, block_n), 1, 2 ** 31 - 1)
+    # (an empty q launches no program)
+    checks.check_range("B * cdiv(N, BLOCK_N) (q's position blocks, grid axis 0)", B * cdiv(N, block_n), 0, 2 ** 31 - 1)
     launch = Launch(
         kern.rope_kernel, (B * cdiv(N, block_n), cdiv(tiles, per_program)),
         ("q", "k", "cos", "sin", "positions" if positions is not None else "cos"),

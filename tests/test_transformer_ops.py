@@ -295,3 +295,14 @@ def test_rope_positions_out_of_range_give_zeros(framework):
     for got, x in ((qr, q), (kr, k)):
         np.testing.assert_array_equal(got[:, :, [0, 3]], x[:, :, [0, 3]])  # angle 0: unchanged
         assert not got[:, :, [1, 2]].any()
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("shape", [(0, 2, 4, 8), (1, 2, 0, 8)], ids=["B0", "N0"])
+def test_rope_of_empty_inputs_is_empty(framework, shape):
+    """No batch row or no position: empty results of the inputs' shapes (no program runs),
+    not a grid error."""
+    q, cs = np.zeros(shape, np.float32), np.ones((4, 4), np.float32)
+    mod, arr = (ato_torch, torch.from_numpy) if framework == "torch" else (ato_jax, jnp.asarray)
+    qr, kr = mod.rope(arr(q), arr(q[:, :1]), arr(cs), arr(cs))
+    assert tuple(qr.shape) == shape and tuple(kr.shape) == (shape[0], 1) + shape[2:]
