@@ -17,8 +17,8 @@ FWD_BLOCK = 1024
 FWD_WARPS = 8
 
 
-def _block(target: Target) -> int:
-    return 8192 if target.interpret else 2048
+def _block(target: Target, gpu_block: int = 2048) -> int:
+    return 8192 if target.interpret else gpu_block
 
 
 def check_swiglu(gate: ArraySpec, up: ArraySpec) -> None:
@@ -33,8 +33,7 @@ def check_swiglu(gate: ArraySpec, up: ArraySpec) -> None:
 def forward_plan(gate: ArraySpec, up: ArraySpec, *, target: Target) -> Plan:
     """Inputs: gate, up. Results: y."""
     check_swiglu(gate, up)
-    n = numel(gate.shape)
-    block = 8192 if target.interpret else FWD_BLOCK
+    n, block = numel(gate.shape), _block(target, FWD_BLOCK)
     launch = Launch(kern.swiglu_fwd_kernel, (max(cdiv(n, block), 1),), ("gate", "up"), (n,),
                     (Buffer("y", tuple(gate.shape), gate.dtype),),
                     {"BLOCK": block, "ALIGN": alignment(n)}, num_warps=FWD_WARPS)

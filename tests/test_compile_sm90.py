@@ -115,8 +115,8 @@ def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
 
 # The kernels that stream [rows, width] arrays; each may make one scalar 16-bit load (the
 # cross-entropy target's logit).
-STREAMING = ("norm_fwd_kernel", "norm_bwd_kernel", "softmax_fwd_kernel", "swiglu_fwd_kernel", "swiglu_bwd_kernel", "rope_kernel",
-             "ce_fwd_kernel", "ce_bwd_kernel")
+STREAMING = ("norm_fwd_kernel", "norm_bwd_kernel", "softmax_fwd_kernel", "swiglu_fwd_kernel", "swiglu_bwd_kernel",
+             "rope_kernel", "ce_fwd_kernel", "ce_bwd_kernel")
 
 
 OPS_PLANS = [p for p in PLANS if not p[0].startswith(("flash_attention", "linear_attention"))]
