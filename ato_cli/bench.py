@@ -41,6 +41,25 @@ def _bench_torch(fn, quick: bool) -> float:
     return do_bench(fn, warmup=25 if quick else 100, rep=100 if quick else 500, return_mode="median")
 
 
+def to_jax_bf16(t):
+    """A torch tensor's values as a bf16 JAX array (through the host): the JAX rows' inputs."""
+    import jax.numpy as jnp
+
+    return jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16)
+
+
+def liger(name):
+    """Liger-Kernel's ``module:attribute``, or None where it cannot be imported (the peer's
+    rows are then left out)."""
+    import importlib
+
+    try:
+        mod, attr = name.rsplit(":", 1)
+        return getattr(importlib.import_module(mod), attr)
+    except Exception:
+        return None
+
+
 def liger_rope_args(q, k, cos, sin):
     """Liger's rope inputs for ato's (q, k [B, H, N, D]; cos, sin [N, D/2]): q and k laid out
     [B, N, H, D] in memory (its kernel's layout; the same [B, H, N, D] view), cos and sin
@@ -325,20 +344,11 @@ def transformer_ops_rows(quick: bool):
     dev, bf = "cuda", torch.bfloat16
     g = torch.Generator(device=dev).manual_seed(0)
     rnd = lambda *s: torch.randn(*s, device=dev, dtype=bf, generator=g)  # noqa: E731
-    to_j = lambda t: jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16)  # noqa: E731
+    to_j = to_jax_bf16
 
     def compiled(fn):
         try:
             return torch.compile(fn)
-        except Exception:
-            return None
-
-    def liger(name):
-        try:
-            import importlib
-
-            mod, attr = name.rsplit(":", 1)
-            return getattr(importlib.import_module(mod), attr)
         except Exception:
             return None
 

@@ -17,7 +17,6 @@ import statistics
 import time
 
 import jax
-import jax.numpy as jnp
 import torch
 from torch.profiler import ProfilerActivity, profile
 
@@ -68,7 +67,7 @@ def main():
     dev, bf = "cuda", torch.bfloat16
     g = torch.Generator(device=dev).manual_seed(0)
     rnd = lambda *s: torch.randn(*s, device=dev, dtype=bf, generator=g)  # noqa: E731
-    to_j = lambda t: jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16)  # noqa: E731
+    to_j = bench.to_jax_bf16
     tsync = lambda out: torch.cuda.synchronize()  # noqa: E731
     jsync = jax.block_until_ready
     print(f"GPU {torch.cuda.get_device_name()}; jax {jax.__version__}, torch {torch.__version__}")

@@ -53,26 +53,18 @@ def _peers(label, torch_peers, jax_peers, jax_ato):
 def fwd_sweep():
     """The forwards of the bench table: rope (positions per program x elements per tile x
     tiles per program x warps) and swiglu (elements per program x warps), each beside Liger
-    and, from JAX, XLA's jitted version of the same math, timed in the same run. FWD_OPS (default rope,swiglu) picks them."""
-    import jax.numpy as jnp
-
+    and, from JAX, XLA's jitted version of the same math, timed in the same run. FWD_OPS
+    (default rope,swiglu) picks them."""
     g = torch.Generator(device="cuda").manual_seed(0)
-    bf = torch.bfloat16
-    rnd = lambda *s: torch.randn(*s, device="cuda", dtype=bf, generator=g)  # noqa: E731
-    to_j = lambda t: jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16)  # noqa: E731
-
-    def liger(mod, attr):
-        import importlib
-        return getattr(importlib.import_module(mod), attr)
-
+    rnd = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=g)  # noqa: E731
     ops = os.environ.get("FWD_OPS", "rope,swiglu").split(",")
     if "rope" in ops:
-        _rope_sweep(rnd, to_j, liger)
+        _rope_sweep(rnd)
     if "swiglu" in ops:
-        _swiglu_sweep(rnd, to_j, liger)
+        _swiglu_sweep(rnd)
 
 
-def _rope_sweep(rnd, to_j, liger):
+def _rope_sweep(rnd):
     import ato_jax
     from ato_core import rope
 
@@ -86,14 +78,14 @@ def _rope_sweep(rnd, to_j, liger):
            if bn * 128 <= el]
     _sweep("rope fwd block_n/elements/tiles/warps", pts, set_rope, lambda: ato_torch.rope(q, k, cos, sin))
     args = bench.liger_rope_args(q, k, cos, sin)
-    lr = liger("liger_kernel.ops.rope", "LigerRopeFunction")
-    qj, kj, cj, sj = map(to_j, (q, k, cos, sin))
+    lr = bench.liger("liger_kernel.ops.rope:LigerRopeFunction")
+    qj, kj, cj, sj = map(bench.to_jax_bf16, (q, k, cos, sin))
     _peers("rope fwd", {"ato_torch": lambda: ato_torch.rope(q, k, cos, sin), "Liger": lambda: lr.apply(*args)},
            {"jax jit (XLA)": (bench.xla_rope, (qj, kj, cj, sj))},
            (lambda a, b, c, d: ato_jax.rope(a, b, c, d), (qj, kj, cj, sj)))
 
 
-def _swiglu_sweep(rnd, to_j, liger):
+def _swiglu_sweep(rnd):
     import ato_jax
     from ato_core import swiglu
 
@@ -104,8 +96,8 @@ def _swiglu_sweep(rnd, to_j, liger):
         swiglu.forward_plan.cache_clear()
     pts = [(b, w) for b in (256, 512, 1024, 2048, 4096) for w in (1, 2, 4, 8, 16) if 64 * w <= b <= 512 * w]
     _sweep("swiglu fwd block/warps", pts, set_swiglu, lambda: ato_torch.swiglu(ga, up))
-    ls = liger("liger_kernel.ops.swiglu", "LigerSiLUMulFunction")
-    gj, uj = to_j(ga), to_j(up)
+    ls = bench.liger("liger_kernel.ops.swiglu:LigerSiLUMulFunction")
+    gj, uj = bench.to_jax_bf16(ga), bench.to_jax_bf16(up)
     _peers("swiglu fwd", {"ato_torch": lambda: ato_torch.swiglu(ga, up), "Liger": lambda: ls.apply(ga, up)},
            {"jax jit (XLA)": (bench.xla_swiglu, (gj, uj))}, (lambda a, c: ato_jax.swiglu(a, c), (gj, uj)))
 
@@ -119,17 +111,12 @@ def main():
     bf = torch.bfloat16
     x, dy = (torch.randn(16384, 4096, device="cuda", dtype=bf, generator=g) for _ in range(2))
     w, b = (torch.randn(4096, device="cuda", dtype=bf, generator=g) for _ in range(2))
-    best = None
-    for per_sm in (1, 2, 4, 8):
-        for warps in (4, 8, 16):
-            norms.BWD_PROGRAMS_PER_SM, norms.BWD_WARPS = per_sm, warps
-            norms.backward_plan.cache_clear()
-            ms = bench._bench_torch(bench._torch_fwd_bwd(lambda a, ww, bb: ato_torch.layer_norm(a, ww, bb), (x, w, b), dy), False)
-            print(f"layer_norm fwd+bwd programs/SM {per_sm:2d} warps {warps:2d}: {ms * 1e3:7.1f} us", flush=True)
-            best = min(best or (ms, per_sm, warps), (ms, per_sm, warps))
-    norms.BWD_PROGRAMS_PER_SM, norms.BWD_WARPS = best[1], best[2]
-    norms.backward_plan.cache_clear()
-    print(f"best layer_norm backward: programs/SM {best[1]} warps {best[2]}: {best[0] * 1e3:.1f} us", flush=True)
+
+    def set_bwd(pt):
+        norms.BWD_PROGRAMS_PER_SM, norms.BWD_WARPS = pt
+        norms.backward_plan.cache_clear()
+    _sweep("layer_norm fwd+bwd programs/SM/warps", [(p, w_) for p in (1, 2, 4, 8) for w_ in (4, 8, 16)], set_bwd,
+           bench._torch_fwd_bwd(lambda a, ww, bb: ato_torch.layer_norm(a, ww, bb), (x, w, b), dy))
     del x, dy
     if "--no-ce" in sys.argv:
         return _bench_table()

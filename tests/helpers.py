@@ -24,3 +24,17 @@ def check(case, inputs=None):
     chex.assert_trees_all_equal(t.outputs, j.outputs)
     chex.assert_trees_all_equal(t.grads, j.grads)
     return t, j, r
+
+
+def frontend(framework):
+    """(the ato adapter module, its array-from-numpy function) of ``framework``, "torch" or
+    "jax": for the tests that call an op in each framework by hand."""
+    if framework == "torch":
+        import torch
+
+        import ato_torch
+        return ato_torch, torch.from_numpy
+    import jax.numpy as jnp
+
+    import ato_jax
+    return ato_jax, jnp.asarray

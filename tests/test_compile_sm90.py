@@ -6,7 +6,7 @@ compiled kernel infers), before a GPU run. One representative plan per op, bf16.
 import pytest
 
 from ato_core import cross_entropy, flash_attention, linear_attention, norms, rope, softmax, swiglu
-from ato_core.launch import ArraySpec, row_major_strides
+from ato_core.launch import ArraySpec, cdiv, row_major_strides
 from ato_core.target import Target
 
 H100 = Target(interpret=False, num_sms=132, capability=(9, 0))
@@ -169,8 +169,8 @@ def test_rope_grid_fits_any_sequence_and_head_count():
     long = _spec((2, 1, 4_000_000, 128))
     plan = rope.plan(long, long, cs, cs, None, interleaved=False, inverse=False, target=H100)
     (launch,) = plan.launches
-    assert launch.grid[0] == 2 * -(-4_000_000 // launch.constexprs["BLOCK_N"]) and launch.grid[1] <= 65535
+    assert launch.grid[0] == 2 * cdiv(4_000_000, launch.constexprs["BLOCK_N"]) and launch.grid[1] <= 65535
     many = _spec((1, 3_000_000, 1, 128))
     (launch,) = rope.plan(many, many, cs, cs, None, interleaved=False, inverse=False, target=H100).launches
-    tiles = 2 * -(-3_000_000 // launch.constexprs["HEADS"])
+    tiles = 2 * cdiv(3_000_000, launch.constexprs["HEADS"])
     assert launch.scalars[-1] > 1 and launch.grid[1] <= 65535 and launch.grid[1] * launch.scalars[-1] >= tiles

@@ -20,7 +20,7 @@ from ato_cli import harness as h
 from ato_core import flash_attention as fa_core
 from ato_core import reference as ref
 from ato_core.target import INTERPRETER
-from helpers import check
+from helpers import check, frontend
 
 FA_CASES = [
     # (B, Hq, Hkv, Nq, Nk, D)
@@ -130,7 +130,7 @@ BAD_INPUTS = [
 
 def _bad_input_args(framework):
     rng = np.random.default_rng(0)
-    arr = torch.from_numpy if framework == "torch" else jnp.asarray
+    arr = frontend(framework)[1]
     shapes = {"q": (2, 4, 5, 8), "k": (2, 2, 6, 8), "v": (2, 2, 6, 8), "k3": (2, 3, 6, 8), "q_wide": (2, 4, 5, 257),
               "k_wide": (2, 2, 6, 257)}
     x = {n: arr(rng.random(s).astype(np.float32)) for n, s in shapes.items()}
@@ -143,7 +143,7 @@ def _bad_input_args(framework):
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 @pytest.mark.parametrize("desc,mutate,exc,fragment", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
 def test_bad_inputs(framework, desc, mutate, exc, fragment):
-    ops = ato_torch if framework == "torch" else ato_jax
+    ops = frontend(framework)[0]
     kw = mutate(_bad_input_args(framework))
     with pytest.raises(exc) as info:
         ops.flash_attention(kw["q"], kw["k"], kw["v"], causal=kw["causal"], softmax_scale=kw["softmax_scale"])

@@ -24,7 +24,7 @@ from ato_cli import harness as h
 from ato_core import linear_attention as la_core
 from ato_core import reference as ref
 from ato_core.target import INTERPRETER
-from helpers import check
+from helpers import check, frontend
 
 LA_CASES = [
     # (B, H, N, Dk, Dv): one row; lengths that are no multiple of any block; several
@@ -109,7 +109,7 @@ def test_state_continuation(framework):
     """Running a sequence in two pieces, carrying the state, equals running it whole."""
     case = h.la_case(2, 2, 150, 16, 12, causal=True)
     x = h.make_inputs(case)
-    ops, arr = (ato_torch, torch.from_numpy) if framework == "torch" else (ato_jax, jnp.asarray)
+    ops, arr = frontend(framework)
     q, k, v = (arr(x[n]) for n in "qkv")
     o, (S, z) = ops.linear_attention(q, k, v, causal=True, feature_map="elu", output_final_state=True)
     cut = 61
@@ -214,7 +214,7 @@ def _bad_input_args(framework):
     a = {n: rng.random(s).astype(np.float32) for n, s in
          (("q", (2, 3, 9, 4)), ("k", (2, 3, 9, 4)), ("v", (2, 3, 9, 5)), ("S", (2, 3, 4, 5)), ("z", (2, 3, 4)),
           ("q_wide", (2, 3, 9, 257)))}
-    arr = torch.from_numpy if framework == "torch" else jnp.asarray
+    arr = frontend(framework)[1]
     x = {n: arr(a[n]) for n in ("q", "k", "v", "q_wide")}
     x["q_int"] = arr(np.ones((2, 3, 9, 4), np.int32))
     x["v_half"] = arr(a["v"].astype(np.float16))
@@ -226,7 +226,7 @@ def _bad_input_args(framework):
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 @pytest.mark.parametrize("desc,mutate,exc,fragment", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
 def test_bad_inputs(framework, desc, mutate, exc, fragment):
-    ops = ato_torch if framework == "torch" else ato_jax
+    ops = frontend(framework)[0]
     kw = mutate(_bad_input_args(framework))
     with pytest.raises(exc) as info:
         ops.linear_attention(kw["q"], kw["k"], kw["v"], causal=kw["causal"], feature_map=kw["feature_map"],
@@ -244,8 +244,7 @@ def test_torch_inputs_on_different_devices():
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_step_bad_state(framework):
-    arr = torch.from_numpy if framework == "torch" else jnp.asarray
-    ops = ato_torch if framework == "torch" else ato_jax
+    ops, arr = frontend(framework)
     q = arr(np.ones((2, 3, 4), np.float32))
     v = arr(np.ones((2, 3, 5), np.float32))
     S, z = arr(np.ones((2, 3, 4, 6), np.float32)), arr(np.ones((2, 3, 4), np.float32))

@@ -17,7 +17,7 @@ import torch
 import ato_jax
 import ato_torch
 from ato_cli import harness as h
-from helpers import check
+from helpers import check, frontend
 
 WIDTHS = [1, 3, 1000, 4097]
 
@@ -271,13 +271,12 @@ BAD = [
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 @pytest.mark.parametrize("desc,call,exc,fragment", BAD, ids=[b[0] for b in BAD])
 def test_bad_inputs(framework, desc, call, exc, fragment):
-    arr = torch.from_numpy if framework == "torch" else jnp.asarray
+    mod, arr = frontend(framework)
     a = {"x": np.ones((3, 4), np.float32), "w5": np.ones(5, np.float32), "w4": np.ones(4, np.float32),
          "xi": np.ones((3, 4), np.int32), "q5": np.ones((1, 2, 3, 5), np.float32),
          "q4": np.ones((1, 2, 3, 8), np.float32), "cs": np.ones((3, 2), np.float32),
          "cs4": np.ones((3, 4), np.float32), "posf": np.zeros((1, 3), np.float32),
          "t": np.array([0, 1, 3]), "t_bad": np.array([0, 7, -100])}
-    mod = ato_torch if framework == "torch" else ato_jax
     with pytest.raises(exc) as info:
         call(mod, {k: arr(v) for k, v in a.items()})
     assert fragment in str(info.value)
@@ -290,7 +289,7 @@ def test_rope_positions_out_of_range_give_zeros(framework):
     q, k = rng.standard_normal((1, 2, 4, 8)).astype(np.float32), rng.standard_normal((1, 1, 4, 8)).astype(np.float32)
     cos, sin = np.ones((6, 4), np.float32), np.zeros((6, 4), np.float32)
     pos = np.array([[0, 6, -1, 5]])
-    mod, arr = (ato_torch, torch.from_numpy) if framework == "torch" else (ato_jax, jnp.asarray)
+    mod, arr = frontend(framework)
     qr, kr = (np.asarray(t) for t in mod.rope(arr(q), arr(k), arr(cos), arr(sin), positions=arr(pos)))
     for got, x in ((qr, q), (kr, k)):
         np.testing.assert_array_equal(got[:, :, [0, 3]], x[:, :, [0, 3]])  # angle 0: unchanged
@@ -303,6 +302,6 @@ def test_rope_of_empty_inputs_is_empty(framework, shape):
     """No batch row or no position: empty results of the inputs' shapes (no program runs),
     not a grid error."""
     q, cs = np.zeros(shape, np.float32), np.ones((4, 4), np.float32)
-    mod, arr = (ato_torch, torch.from_numpy) if framework == "torch" else (ato_jax, jnp.asarray)
+    mod, arr = frontend(framework)
     qr, kr = mod.rope(arr(q), arr(q[:, :1]), arr(cs), arr(cs))
     assert tuple(qr.shape) == shape and tuple(kr.shape) == (shape[0], 1) + shape[2:]
