@@ -3,6 +3,8 @@ reference: ato_core/reference/cross_entropy.py). logits row-major [T, V]."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from . import checks
 from .kernels import cross_entropy as kern
 from .launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, next_pow2
@@ -11,18 +13,31 @@ from .target import Target
 MAX_V = 262144
 REDUCTIONS = ("none", "sum", "mean")
 INT_DTYPES = ("int32", "int64")
-# Vocabulary piece per loop step, warps, and programs per SM of the forward's persistent
-# grid. Swept on an H100 (benchmarks/ops_sweep.py --ce, T8192 V128256 bf16 loss+grad from
-# torch, Liger 2598 us in the same run: 1 x 16384 x 32 warps 1887 us, 0.75 x 16384 x 32
-# 2164, 0.5 x 16384 x 32 3087, 2 x 8192 x 16 2256),
-# NVIDIA_H100_80GB_HBM3-cross_entropy-sweep.txt.
-BLOCK_V = 16384
-WARPS = 32
-PROGRAMS_PER_SM = 1
+
+
+class Settings(NamedTuple):
+    """Launch settings of the forward kernel: programs per SM of its persistent grid with the
+    gradient and for the loss alone, the vocabulary piece per loop step (BLOCK_V), warps, and
+    each thread's contiguous run in the log-sum-exp (VEC). The loss alone shares the last
+    three, so that it is bitwise the same whether or not the gradient is computed (the grid
+    only decides which program takes a row)."""
+
+    programs_per_sm: float
+    loss_programs_per_sm: float
+    block_v: int
+    warps: int
+    vec: int
+
+
+# Swept on an H100 (benchmarks/ops_sweep.py --ce, T8192 V128256 bf16 loss+grad from torch,
+# Liger 2351 us in the same run), NVIDIA_H100_80GB_HBM3-cross_entropy-sweep.txt: few rows in
+# flight, for L2 (see the kernel): 1 x 16384 x 32 warps, VEC 16 1613 us, VEC 8 1626,
+# 1 x 32768 x 32 1711, 2 x 16384 x 16 1856.
+SETTINGS = Settings(1, 1, 16384, 32, 16)
 
 
 def _block_v(V: int, target: Target) -> int:
-    return min(max(next_pow2(V), 16), 64 if target.interpret else BLOCK_V)
+    return min(max(next_pow2(V), 16), 64 if target.interpret else SETTINGS.block_v)
 
 
 def check_cross_entropy(logits: ArraySpec, targets: ArraySpec, ignore_index, reduction, label_smoothing) -> None:
@@ -58,11 +73,12 @@ def check_target_values(targets, V: int, ignore_index: int) -> None:
         raise ValueError(f"targets: expected values in [0, {V}) or ignore_index={ignore_index}, got {int(t[bad][0])}")
 
 
-def _programs(T: int, target: Target) -> int:
-    """Persistent grid of the forward: few rows in flight (one per SM), so that most of a
-    row is still in L2 when its program reads it the second time, for the gradient
-    (ato_core/kernels/cross_entropy.py)."""
-    return max(1, min(T, round(target.num_sms * PROGRAMS_PER_SM)))
+def _programs(T: int, grad: bool, target: Target) -> int:
+    """Persistent grid of the forward (with the gradient: few rows in flight, one per SM, so
+    that most of a row is still in L2 when its program reads it the second time; see
+    ato_core/kernels/cross_entropy.py)."""
+    per_sm = SETTINGS.programs_per_sm if grad else SETTINGS.loss_programs_per_sm
+    return max(1, min(T, round(target.num_sms * per_sm)))
 
 
 @cached_plan
@@ -77,13 +93,14 @@ def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, re
     if mean:
         launches.append(Launch(kern.ce_count_kernel, (1,), ("targets",), (T, int(ignore_index)),
                                (Buffer("count", (1,), "float32"),), {"BLOCK": 1024}, num_warps=4))
+    block_v = _block_v(V, target)
     launches.append(Launch(
-        kern.ce_fwd_kernel, (_programs(T, target),), ("logits", "targets", "count" if mean else "targets"),
+        kern.ce_fwd_kernel, (_programs(T, grad, target),), ("logits", "targets", "count" if mean else "targets"),
         (T, V, int(ignore_index), float(label_smoothing)),
         (Buffer("row_loss", (T,), "float32"), Buffer("dlogits", (T, V) if grad else (1,), logits.dtype)),
-        {"BLOCK_V": _block_v(V, target), "SMOOTH": label_smoothing > 0, "MEAN": mean, "GRAD": grad,
-         "ALIGN": alignment(V)},
-        num_warps=WARPS))
+        {"BLOCK_V": block_v, "VEC": min(SETTINGS.vec, block_v), "SMOOTH": label_smoothing > 0, "MEAN": mean,
+         "GRAD": grad, "ALIGN": alignment(V)},
+        num_warps=SETTINGS.warps))
     if reduction != "none":
         launches.append(Launch(kern.ce_reduce_kernel, (1,), ("row_loss", "count" if mean else "row_loss"), (T,),
                                (Buffer("total", (), "float32"),), {"BLOCK": 1024, "MEAN": mean}, num_warps=4))
@@ -98,5 +115,6 @@ def backward_plan(dlogits: ArraySpec, dloss: ArraySpec, *, target: Target) -> Pl
     T, V = dlogits.shape
     launch = Launch(kern.ce_bwd_kernel, (T,), ("dlogits", "dloss"), (V,),
                     (Buffer("scaled", (T, V), dlogits.dtype, alias="dlogits"),),
-                    {"BLOCK_V": _block_v(V, target), "PER_ROW": dloss.ndim == 1, "ALIGN": alignment(V)}, num_warps=WARPS)
+                    {"BLOCK_V": _block_v(V, target), "PER_ROW": dloss.ndim == 1, "ALIGN": alignment(V)},
+                    num_warps=SETTINGS.warps)
     return Plan((launch,), ("scaled",), dense=("dloss",))

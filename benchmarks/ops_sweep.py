@@ -4,11 +4,11 @@ test). On the GPU machine, after ``source benchmarks/gpu_env.sh``: python benchm
 
 --fwd sweeps the launch settings of the rope and swiglu forwards, each beside Liger and, from
 JAX, XLA. Otherwise: sweeps the layer_norm backward (programs per SM x warps; timed as
-forward+backward, 16384 x 4096 bf16) and cross_entropy (programs per SM x vocabulary piece x warps;
-loss+gradient, T8192 V128256 bf16, and the loss alone), prints every point, sets the
-fastest, then runs ``ato bench --op transformer_ops`` in this process and writes its table
-to $OUT. The winners then go into ato_core/norms.py (BWD_PROGRAMS_PER_SM, BWD_WARPS) and
-ato_core/cross_entropy.py (PROGRAMS_PER_SM, BLOCK_V, WARPS).
+forward+backward, 16384 x 4096 bf16) and cross_entropy (ce.Settings by loss+gradient, T8192
+V128256 bf16, then the loss alone's grid), prints every point, sets the fastest, then runs
+``ato bench --op transformer_ops`` in this process and writes its table to $OUT. The winners
+then go into ato_core/norms.py (BWD_PROGRAMS_PER_SM, BWD_WARPS) and ato_core/cross_entropy.py
+(SETTINGS).
 """
 
 import os
@@ -125,8 +125,8 @@ def main():
 
 
 def ce_sweep():
-    """cross_entropy, T8192 V128256 bf16: loss+gradient and the loss alone (programs per SM x
-    vocabulary piece x warps), beside Liger; sets the fastest by loss+gradient."""
+    """cross_entropy, T8192 V128256 bf16, beside Liger: the launch settings (ce.Settings) by
+    loss+gradient, then the loss alone's programs per SM at the winner; the fastest set."""
     g = torch.Generator(device="cuda").manual_seed(0)
     logits = torch.randn(8192, 128256, device="cuda", dtype=torch.bfloat16, generator=g)
     tgt = torch.randint(0, 128256, (8192,), device="cuda", generator=g)
@@ -141,29 +141,26 @@ def ce_sweep():
     def loss_only():
         with torch.no_grad():
             return ato_torch.cross_entropy(logits, tgt)
-    best = None
-    for per_sm in (0.75, 1, 2):
-        for block, warps in ((8192, 16), (8192, 32), (16384, 32)):
-            ce.PROGRAMS_PER_SM, ce.BLOCK_V, ce.WARPS = per_sm, block, warps
-            ce.forward_plan.cache_clear()
-            ce.backward_plan.cache_clear()
-            ms = bench._bench_torch(bench._torch_fwd_bwd(lambda a: ato_torch.cross_entropy(a, tgt), (logits,)), False)
-            label = f"programs/SM {per_sm} BLOCK_V {block:5d} warps {warps:2d}"
-            print(f"cross_entropy loss+grad {label}: {ms * 1e3:7.1f} us", flush=True)
-            print(f"cross_entropy loss only {label}: {bench._bench_torch(loss_only, False) * 1e3:7.1f} us", flush=True)
-            best = min(best or (ms, per_sm, block, warps), (ms, per_sm, block, warps))
-    ce.PROGRAMS_PER_SM, ce.BLOCK_V, ce.WARPS = best[1:]
-    ce.forward_plan.cache_clear()
-    ce.backward_plan.cache_clear()
-    print(f"best cross_entropy: programs/SM {best[1]} BLOCK_V {best[2]} warps {best[3]}: "
-          f"{best[0] * 1e3:.1f} us", flush=True)
+
+    def apply(pt):
+        ce.SETTINGS = ce.Settings(*pt)
+        ce.forward_plan.cache_clear()
+        ce.backward_plan.cache_clear()
+
+    S = ce.Settings
+    _, best = _sweep("cross_entropy loss+grad (programs/SM, loss programs/SM, BLOCK_V, warps, VEC)",
+                     [S(1, 1, 16384, 32, 16), S(1, 1, 16384, 32, 8), S(1, 1, 32768, 32, 16), S(1, 1, 8192, 32, 16),
+                      S(2, 2, 16384, 16, 16)],
+                     apply, bench._torch_fwd_bwd(lambda a: ato_torch.cross_entropy(a, tgt), (logits,)))
+    _sweep("cross_entropy loss only (programs/SM, loss programs/SM, BLOCK_V, warps, VEC)",
+           [best._replace(loss_programs_per_sm=p) for p in (1, 1.5, 2, 3)], apply, loss_only)
 
 
 def _bench_table():
     torch.cuda.empty_cache()
     gpu = torch.cuda.get_device_name()
     settings = (f"norms.BWD_PROGRAMS_PER_SM={norms.BWD_PROGRAMS_PER_SM} BWD_WARPS={norms.BWD_WARPS} "
-                f"cross_entropy.PROGRAMS_PER_SM={ce.PROGRAMS_PER_SM} BLOCK_V={ce.BLOCK_V} WARPS={ce.WARPS}")
+                f"cross_entropy.SETTINGS={tuple(ce.SETTINGS)}")
     bench.write_table(bench.transformer_ops_rows(False), os.environ.get("OUT", "/tmp/out"), gpu, "transformer_ops",
                       [f"GPU {gpu}; {bench._versions()}",
                        f"command: python benchmarks/ops_sweep.py (ato bench --op transformer_ops with {settings})"])

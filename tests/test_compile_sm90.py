@@ -113,8 +113,8 @@ def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
         assert compiled.asm["ptx"], f"{name}: {launch.name}"
 
 
-# The kernels that stream [rows, width] arrays; each may make one scalar 16-bit load (the
-# cross-entropy target's logit).
+# The kernels that stream [rows, width] arrays; each may make one scalar 16-bit load and one
+# scalar 16-bit store (the cross-entropy target's logit, and its gradient).
 STREAMING = ("norm_fwd_kernel", "norm_bwd_kernel", "softmax_fwd_kernel", "swiglu_fwd_kernel", "swiglu_bwd_kernel",
              "rope_kernel", "ce_fwd_kernel", "ce_bwd_kernel")
 
@@ -138,7 +138,7 @@ def test_streaming_kernels_move_vectors(name, plan, inputs, tmp_path, monkeypatc
         assert re.search(r"ld\.global[\w:.]*\.v[24]\.", ptx), f"{name}: {launch.name} loads no vector"
         assert re.search(r"st\.global[\w:.]*\.v[24]\.", ptx), f"{name}: {launch.name} stores no vector"
         assert len(re.findall(r"ld\.global[\w:.]*\.b16\b", ptx)) <= 1, f"{name}: {launch.name} loads scalar bf16"
-        assert not re.findall(r"st\.global[\w:.]*\.b16\b", ptx), f"{name}: {launch.name} stores scalar bf16"
+        assert len(re.findall(r"st\.global[\w:.]*\.b16\b", ptx)) <= 1, f"{name}: {launch.name} stores scalar bf16"
 
 
 @pytest.mark.parametrize("name,plan,inputs", PLANS, ids=[p[0] for p in PLANS])

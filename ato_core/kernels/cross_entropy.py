@@ -18,10 +18,17 @@ should come from L2. A row of V = 128256 in bf16 is 250 KB, and one program per 
 132 of them (33 MB) in flight on an H100, near the 50 MB L2. So the first read marks its
 lines evict-last, the second reads the row backwards (the pieces read last first) and marks
 what it reads and writes evict-first, so that neither the row already used nor the
-gradient pushes out the rows still to be read again. On an H100 (T8192, V128256):
-1887 us loss+gradient, 883 us loss alone; 2046 us without the eviction hints, about
-2400 us reading forwards as well (benchmarks/results/*-cross_entropy-sweep.txt). Row
-offsets are row * V with V's divisibility (ALIGN), so every access is a 16-byte vector.
+gradient pushes out the rows still to be read again. Row offsets are row * V with V's
+divisibility (ALIGN), so every access is a 16-byte vector.
+
+Instructions. With one program per SM the passes must also be cheap per element. The
+log-sum-exp takes each thread's vector maximum first, then spends one FMA, one exp2 and one
+add per element. The gradient pass spends one FMA and one exp2 per element; the one-hot
+target's element is written by one store after the row. On an H100 (T8192, V128256, bf16):
+1613 us loss+gradient, 791 us the loss alone. The previous kernel updated (max, sum) per
+element (a compare, a select, an exp of |x - m|) and subtracted the one-hot per element:
+1888 and 885 us. Without the eviction hints that kernel took 2046 us, and about 2400 us
+reading the row forwards the second time (benchmarks/results/*-cross_entropy-sweep.txt).
 
 ``ce_count_kernel`` counts the targets that are not ignored and ``ce_reduce_kernel`` sums the
 row losses, each in one program (a fixed order: deterministic).
@@ -55,14 +62,19 @@ def ce_fwd_kernel(
     LOGITS, TARGETS, COUNT,
     T, V, ignore_index, smoothing,
     LOSS, DLOGITS,
-    BLOCK_V: tl.constexpr, SMOOTH: tl.constexpr, MEAN: tl.constexpr, GRAD: tl.constexpr,
-    ALIGN: tl.constexpr,
+    BLOCK_V: tl.constexpr, VEC: tl.constexpr, SMOOTH: tl.constexpr, MEAN: tl.constexpr,
+    GRAD: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (G,): program p takes rows p, p + G, ... LOSS [T]: each row's loss (fp32; 0 if
     ignored). With GRAD, DLOGITS [T, V]: the row's gradient for dloss = 1 (see the module
     docstring), scaled by 1 / COUNT when MEAN. ALIGN divides V: row starts are ALIGN-element
-    aligned, so the loads and stores are vectors."""
+    aligned, so the loads and stores are vectors. VEC divides BLOCK_V: a thread's run of
+    contiguous elements in the log-sum-exp (see there)."""
+    LOG2E: tl.constexpr = 1.4426950408889634
     V = aligned(V, ALIGN)
+    # The log-sum-exp reads a piece as [BLOCK_V // VEC, VEC]: a row of it is VEC contiguous
+    # elements, one thread's vector load, so reductions over axis 1 stay in the thread.
+    offs2 = tl.arange(0, BLOCK_V // VEC)[:, None] * VEC + tl.arange(0, VEC)[None, :]
     offs = tl.arange(0, BLOCK_V)
     if MEAN:
         inv_count = 1.0 / tl.load(COUNT)  # count 0: every row is ignored and scaled by 0 below
@@ -71,27 +83,27 @@ def ce_fwd_kernel(
     for r in range(tl.program_id(0), T, tl.num_programs(0)):
         row = tl.cast(r, tl.int64)  # (the interpreter's loop index is a Python int)
         base = row * V
-        # Per-lane online log-sum-exp with one exp per element: a lane keeps (m, l) with
-        # l = sum of exp(x_i - m) over its elements so far. For the next x, with d = x - m,
-        # only one of exp(-d) (x is the new max: l = l exp(-d) + 1) and exp(d) (it is not:
-        # l = l + exp(d)) is needed, and both are exp(-|d|). m starts at -FLT_MAX, not -inf,
-        # so that a masked -inf gives exp(-inf) = 0 rather than exp(-inf + inf) = NaN.
-        m = tl.full([BLOCK_V], -3.4028234663852886e38, tl.float32)
-        l = tl.zeros([BLOCK_V], tl.float32)
-        sx = tl.zeros([BLOCK_V], tl.float32)
+        # Online log-sum-exp per vector: (m, l) with l = sum of exp(x - m) over the vector's
+        # elements so far. Per piece, the vector's max first, then one exp2 per element
+        # (x log2 e - m log2 e: one FMA). m starts at -FLT_MAX / 2, so that m log2 e is
+        # finite and a masked -inf gives exp2(-inf) = 0, never inf - inf.
+        m = tl.full([BLOCK_V // VEC], -1.7014117331926443e38, tl.float32)
+        l = tl.zeros([BLOCK_V // VEC], tl.float32)
+        sx = tl.zeros([BLOCK_V // VEC], tl.float32)
         for c0 in range(0, V, BLOCK_V):
-            cols = c0 + offs
+            cols = c0 + offs2
             cmask = cols < V
             if GRAD:  # read again below: kept in L2 before what is not
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=float("-inf"), eviction_policy="evict_last")
             else:
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=float("-inf"))
             x = x.to(tl.float32)
-            e = tl.exp(-tl.abs(x - m))
-            l = tl.where(x > m, l * e + 1.0, l + e)
-            m = tl.maximum(m, x)
+            m_new = tl.maximum(m, tl.max(x, 1))
+            e = tl.exp2(x * LOG2E - (m_new * LOG2E)[:, None])
+            l = l * tl.exp2((m - m_new) * LOG2E) + tl.sum(e, 1)
+            m = m_new
             if SMOOTH:
-                sx += tl.where(cmask, x, 0.0)
+                sx += tl.sum(tl.where(cmask, x, 0.0), 1)
         m_row = tl.max(m, 0)
         lse = m_row + tl.log(tl.sum(l * tl.exp(m - m_row), 0))
         t = tl.load(TARGETS + row).to(tl.int64)
@@ -106,15 +118,26 @@ def ce_fwd_kernel(
         if GRAD:
             scale = tl.where(valid, inv_count, 0.0)
             scale = tl.where(in_range | (t == ignore_index), scale, float("nan"))
+            # g = exp(x - lse) * scale = exp2(x log2 e - shift): one FMA and one exp2 per
+            # element (scale 0: shift inf and g 0; NaN stays NaN). The target's element is
+            # written again after the loop.
+            shift = tl.where(scale == 0.0, float("inf"), lse * LOG2E - tl.log2(tl.where(scale == 0.0, 1.0, scale)))
             n_pieces = tl.cdiv(V, BLOCK_V)
             for i in range(0, n_pieces):
                 cols = (n_pieces - 1 - i) * BLOCK_V + offs  # backwards: the last read first
                 cmask = cols < V
                 # not needed again, and the gradient never read here: both first out of L2
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=0.0, eviction_policy="evict_first")
-                g = tl.exp(x.to(tl.float32) - lse) - smoothing / V - tl.where(cols == t, 1.0 - smoothing, 0.0)
-                tl.store(DLOGITS + base + cols, (g * scale).to(DLOGITS.dtype.element_ty), mask=cmask,
+                g = tl.exp2(x.to(tl.float32) * LOG2E - shift)
+                if SMOOTH:
+                    g -= smoothing * scale / V
+                tl.store(DLOGITS + base + cols, g.to(DLOGITS.dtype.element_ty), mask=cmask,
                          eviction_policy="evict_first")
+            # Every thread's stores above are visible to the whole program after the barrier,
+            # so the target's element below is written last.
+            tl.debug_barrier()
+            gt = (tl.exp(xt - lse) - smoothing / V - (1.0 - smoothing)) * scale
+            tl.store(DLOGITS + base + t, gt.to(DLOGITS.dtype.element_ty), mask=in_range)
 
 
 @triton.jit
