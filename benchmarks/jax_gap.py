@@ -8,12 +8,15 @@ on an H100). For each forward of the bench table this prints:
   for all three, so the two timing methods can be told apart from the kernels;
 - the ops of ato_jax's compiled HLO entry (custom calls, fusions, copies).
 
-On the GPU machine, after ``source benchmarks/gpu_env.sh``: python benchmarks/jax_gap.py
+The last case is cross_entropy's loss and gradient (T8192 V128256), jax.grad against
+torch.autograd.grad. On the GPU machine, after ``source benchmarks/gpu_env.sh``:
+python benchmarks/jax_gap.py [--only NAME] (NAME: a case's name or its start)
 """
 
 import collections
 import re
 import statistics
+import sys
 import time
 
 import jax
@@ -83,18 +86,28 @@ def main():
     cos, sin = rnd(Nr, D // 2), rnd(Nr, D // 2)
     qj, kj, cj, sj = to_j(q), to_j(k), to_j(cos), to_j(sin)
 
+    T, V = 8192, 128256
+    lg = rnd(T, V).requires_grad_()
+    tgt = torch.randint(0, V, (T,), device=dev, generator=g)
+    lj, tj = to_j(lg.detach()), jax.numpy.asarray(tgt.cpu().numpy())
+
     cases = [
         ("layer_norm", lambda: ato_torch.layer_norm(x, w, b), ato_jax.layer_norm, bench.xla_layer_norm, (xj, wj, bj)),
         ("rms_norm", lambda: ato_torch.rms_norm(x, w), ato_jax.rms_norm, bench.xla_rms_norm, (xj, wj)),
         ("softmax", lambda: ato_torch.softmax(x), ato_jax.softmax, bench.xla_softmax, (xj,)),
         ("swiglu", lambda: ato_torch.swiglu(ga, up), ato_jax.swiglu, bench.xla_swiglu, (gj, uj)),
         ("rope", lambda: ato_torch.rope(q, k, cos, sin), ato_jax.rope, bench.xla_rope, (qj, kj, cj, sj)),
+        ("cross_entropy loss+grad", lambda: torch.autograd.grad(ato_torch.cross_entropy(lg, tgt), lg),
+         jax.grad(ato_jax.cross_entropy), jax.grad(bench.xla_cross_entropy), (lj, tj)),
     ]
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     for name, t_fn, j_op, x_fn, args in cases:
+        if only and not name.startswith(only):
+            continue
         j_jit, x_jit = jax.jit(j_op), jax.jit(x_fn)
         runs = (("ato_torch", t_fn, tsync), ("ato_jax", lambda: j_jit(*args), jsync),
                 ("jax jit (XLA)", lambda: x_jit(*args), jsync))
-        print(f"\n== {name} forward")
+        print(f"\n== {name}" + ("" if " " in name else " forward"))
         for label, fn, sync in runs:
             ks = kernels(fn, sync)
             total = sum(t for _, t in ks.values())
