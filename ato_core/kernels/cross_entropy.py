@@ -26,13 +26,13 @@ log-sum-exp takes each thread's vector maximum first, then spends one FMA, one e
 add per element. The gradient pass spends one FMA, one subtract and one exp2 per element
 (the row's log-sum-exp kept as two fp32 numbers, see there); the one-hot
 target's element is written by one store after the row. On an H100 (T8192, V128256, bf16,
-from torch): 1610 us loss+gradient, 791 us the loss alone (702 us on its own grid of two
+from torch): 1612 us loss+gradient, 791 us the loss alone (702 us on its own grid of two
 programs per SM). The previous kernel updated (max, sum) per element (a compare, a select,
 an exp of |x - m|) and subtracted the one-hot per element: 1888 and 885 us. Without the
 eviction hints that kernel took 2046 us, and about 2400 us reading the row forwards the
-second time (benchmarks/results/*-cross_entropy-sweep.txt). From JAX the same PTX runs
-about 12% slower: jax-triton hands it to XLA's ptxas, which allocates 32 registers a thread
-against the 50 of Triton's (ncu, same bytes moved).
+second time (benchmarks/results/*-cross_entropy-sweep.txt). From JAX (XLA's ptxas
+assembles the PTX there) the same time, 1612 us; a version with the lse in one fp32 number
+ran 12% slower from JAX only (32 registers a thread from XLA's ptxas, 50 from Triton's).
 
 ``ce_count_kernel`` counts the targets that are not ignored and ``ce_reduce_kernel`` sums the
 row losses, each in one program (a fixed order: deterministic).
