@@ -18,9 +18,10 @@ INT_DTYPES = ("int32", "int64")
 class Settings(NamedTuple):
     """Launch settings of the forward kernel: programs per SM of its persistent grid with the
     gradient and for the loss alone, the vocabulary piece per loop step (BLOCK_V), warps, and
-    each thread's contiguous run in the log-sum-exp (VEC). The loss alone shares the last
-    three, so that it is bitwise the same whether or not the gradient is computed (the grid
-    only decides which program takes a row)."""
+    each thread's contiguous run in the log-sum-exp (VEC; BLOCK_V and VEC powers of 2). The
+    loss alone shares the last three, so that it is bitwise the same whether or not the
+    gradient is computed (the grid only decides which program takes a row). The backward
+    (a scaling pass) takes BLOCK_V and warps from here too."""
 
     programs_per_sm: float
     loss_programs_per_sm: float
