@@ -99,7 +99,8 @@ def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, re
     launches.append(Launch(
         kern.ce_fwd_kernel, (_programs(T, grad, target),), ("logits", "targets", "count" if mean else "targets"),
         (T, V, int(ignore_index), float(label_smoothing)),
-        (Buffer("row_loss", (T,), "float32"), Buffer("dlogits", (T, V) if grad else (1,), logits.dtype)),
+        (Buffer("row_loss", (T,), "float32"),
+         Buffer("dlogits", (T, V), logits.dtype) if grad else Buffer("dlogits", (1,), logits.dtype, placeholder=True)),
         {"BLOCK_V": block_v, "VEC": min(SETTINGS.vec, block_v), "SMOOTH": label_smoothing > 0, "MEAN": mean,
          "GRAD": grad, "ALIGN": alignment(V)},
         num_warps=SETTINGS.warps))

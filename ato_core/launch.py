@@ -76,6 +76,10 @@ class Buffer:
     # input must be the plan's own intermediate (a buffer its caller handed over), never an
     # array the user still holds. (JAX: an input_output_alias, copied first if still live.)
     alias: str | None = None
+    # A pointer the kernel takes but never reads or writes (a constexpr switches its use off:
+    # an absent optional output). An adapter may pass any array of this dtype: ato_torch one
+    # shared scratch tensor instead of an allocation per call; JAX an output of ``shape``.
+    placeholder: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +161,10 @@ class Plan:
     launches: tuple[Launch, ...]
     results: tuple[str, ...]
     dense: tuple[str, ...] = ()
+    # An adapter's per-plan memo (ato_torch: its prepared steps, the backward plan of a
+    # forward plan). Plans are cached, so what is derived once from one is derived once.
+    # Not part of the plan's description.
+    memo: dict = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)
 
     def buffer(self, name: str) -> Buffer:
         for launch in self.launches:
@@ -179,10 +187,10 @@ def cached_plan(fn):
     @functools.wraps(fn)
     def plan(*args, **kwargs):
         try:
-            hash((args, tuple(kwargs.items())))
-        except TypeError:
-            return fn(*args, **kwargs)
-        return cache(*args, **kwargs)
+            return cache(*args, **kwargs)
+        except TypeError:  # an unhashable argument, or fn's own TypeError: fn raises it again
+            pass  # (outside the except clause, so that error is not chained to this one)
+        return fn(*args, **kwargs)
 
     plan.cache_clear = cache.cache_clear
     return plan

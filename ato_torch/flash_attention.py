@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from ato_core import checks
 from ato_core import flash_attention as core
 
-from .launcher import run_plan, spec, target_for
+from .launcher import once_differentiable, run_plan, spec, target_for
 
 
 class _FlashAttention(torch.autograd.Function):

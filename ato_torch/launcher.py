@@ -15,11 +15,13 @@ Triton), as does a Triton launch hook (profilers) or a pre-run hook.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from typing import Mapping
 
 import torch
+from torch.autograd.function import once_differentiable as _torch_once_differentiable
 
 from ato_core.interpreter import interpreted
 from ato_core.launch import ArraySpec, Launch, Plan
@@ -37,11 +39,35 @@ def dtype_name(dtype: torch.dtype) -> str:
     return name if name is not None else str(dtype).removeprefix("torch.")
 
 
+_DEVICE_NAMES: dict = {}
+
+
 def spec(t) -> ArraySpec:
     """The ArraySpec of a tensor: its shape, dtype, own strides and device."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, got {type(t).__name__}")
-    return ArraySpec(tuple(t.shape), dtype_name(t.dtype), t.stride(), str(t.device))
+    device = t.device
+    name = _DEVICE_NAMES.get(device)
+    if name is None:
+        name = _DEVICE_NAMES[device] = str(device)
+    return ArraySpec(tuple(t.shape), _NAMES.get(t.dtype) or dtype_name(t.dtype), t.stride(), name)
+
+
+def once_differentiable(backward):
+    """torch.autograd.function.once_differentiable, without its cost where it does nothing.
+
+    A backward runs with grad mode off unless the caller asked for ``create_graph=True``;
+    then torch's decorator only adds a no_grad context (host time on every backward). With
+    grad mode on, it is torch's decorator: results that refuse a second differentiation."""
+    slow = _torch_once_differentiable(backward)
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *args):
+        if torch.is_grad_enabled():
+            return slow(ctx, *args)
+        return backward(ctx, *args)
+
+    return wrapper
 
 
 def target_for(t: torch.Tensor) -> Target:
@@ -54,32 +80,70 @@ def run_plan(plan: Plan, arrays: Mapping[str, torch.Tensor | None], target: Targ
     """Runs every launch of ``plan`` in order and returns its results.
 
     ``arrays`` maps the plan's input names to tensors (None for an absent optional
-    input). Buffers are allocated on the device of the first input.
+    input). Buffers are allocated on the device of the first input; a placeholder buffer
+    is one scratch tensor per device and dtype, shared by every launch (never touched).
     """
+    steps = plan.memo.get("torch")
+    if steps is None:
+        steps = plan.memo["torch"] = _steps(plan)
     env = {name: t for name, t in arrays.items() if t is not None}
     for name in plan.dense:
         t = env.get(name)
         if t is not None:
             env[name] = t.contiguous()
     device = next(iter(env.values())).device
-    # Triton launches on the current device: make it the arrays' (a no-op context when it is).
-    guard = device.type == "cuda" and device.index != torch.cuda.current_device()
-    with torch.cuda.device(device) if guard else _nullcontext():
-        for launch in plan.launches:
-            inputs = [env[name] for name in launch.inputs]
-            outs = []
-            for b in launch.outputs:
-                if b.alias:
-                    out = env[b.alias]
-                else:
-                    out = (torch.zeros if b.zeroed else torch.empty)(b.shape, dtype=_DTYPES[b.dtype], device=device)
-                outs.append(out)
-                env[b.name] = out
-            if target.interpret:
-                _jit_launch(interpreted(launch.kernel), launch, inputs + list(launch.scalars) + outs)
-            else:
-                _cuda_launch(launch, inputs, outs, device)
+    # Triton launches on the current device: make it the arrays' (nothing to do when it is, as
+    # it always is with one visible GPU).
+    if device.type == "cuda" and _several_gpus() and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            _run_steps(steps, env, device, target)
+    else:
+        _run_steps(steps, env, device, target)
     return tuple(env[name] for name in plan.results)
+
+
+def _run_steps(steps, env: dict, device: torch.device, target: Target) -> None:
+    """The launches, each after allocating its outputs (named into ``env``)."""
+    for launch, outputs in steps:
+        inputs = [env[name] for name in launch.inputs]
+        outs = []
+        for name, shape, dtype, zeroed, alias, placeholder in outputs:
+            if alias is not None:
+                out = env[alias]
+            elif placeholder:
+                out = _scratch(device, dtype, shape)
+            else:
+                out = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
+            outs.append(out)
+            env[name] = out
+        if target.interpret:
+            _jit_launch(interpreted(launch.kernel), launch, [*inputs, *launch.scalars, *outs])
+        else:
+            _cuda_launch(launch, inputs, outs, device)
+
+
+@functools.lru_cache(maxsize=None)
+def _several_gpus() -> bool:
+    """Whether this process sees more than one CUDA device (fixed once CUDA is initialised)."""
+    return torch.cuda.device_count() > 1
+
+
+def _steps(plan: Plan) -> tuple:
+    """(launch, its outputs as (name, shape, torch dtype, zeroed, alias, placeholder)) per launch."""
+    return tuple((launch, tuple((b.name, b.shape, _DTYPES[b.dtype], b.zeroed, b.alias, b.placeholder)
+                                for b in launch.outputs)) for launch in plan.launches)
+
+
+_SCRATCH: dict = {}
+
+
+def _scratch(device: torch.device, dtype: torch.dtype, shape: tuple) -> torch.Tensor:
+    """The tensor a placeholder of this device, dtype and shape points at: one for all calls."""
+    key = (device, dtype, shape)
+    t = _SCRATCH.get(key)
+    if t is None:
+        t = _SCRATCH[key] = torch.empty(shape, dtype=dtype, device=device)
+    return t
 
 
 def _jit_launch(kernel, launch: Launch, args):
@@ -95,27 +159,27 @@ JIT_LAUNCH_ONLY = os.environ.get("ATO_TRITON_JIT_LAUNCH", "").strip().lower() no
 def _cuda_launch(launch: Launch, inputs, outs, device) -> None:
     """Launches a compiled kernel: the binary cached on ``launch`` for this device and
     pointer alignment if there is one, else through Triton (and caches what it returns)."""
-    import triton
-
-    args = inputs + list(launch.scalars) + outs
     # A plan fixes its inputs' dtypes, but a caller's cotangent may not match them: both are in
     # the key, with the inputs' alignment (the other outputs are fresh, aligned allocations).
-    key = (device.index, tuple((t.dtype, t.data_ptr() % 16 == 0) for t in inputs))
+    key = (device.index, *[(t.dtype, t.data_ptr() % 16 == 0) for t in inputs])
     hit = launch.compiled.get(key)
+    if hit and not JIT_LAUNCH_ONLY and not _observed(launch):
+        run, function, metadata, gx, gy, gz, tail = hit
+        run(gx, gy, gz, _current_stream(device.index), function, metadata, None, None, None,
+            *inputs, *launch.scalars, *outs, *tail)
+        return
+    compiled = _jit_launch(launch.kernel, launch, [*inputs, *launch.scalars, *outs])
+    if hit is None and not JIT_LAUNCH_ONLY:
+        launch.compiled[key] = _direct(launch, compiled, len(inputs) + len(launch.scalars) + len(outs))
+
+
+def _observed(launch: Launch) -> bool:
+    """Whether something watches Triton's launches (a profiler's launch hooks, a kernel's
+    pre-run hooks): then every launch goes through Triton, which calls them."""
+    import triton
+
     runtime = triton.knobs.runtime
-    if (hit is None or JIT_LAUNCH_ONLY or _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)
-            or launch.kernel.pre_run_hooks):
-        compiled = _jit_launch(launch.kernel, launch, args)
-        if hit is None and not JIT_LAUNCH_ONLY:
-            launch.compiled[key] = _direct(launch, compiled, len(args))
-        return
-    binary, constexpr_tail = hit
-    if binary is None:  # this Triton's compiled kernel has no launcher we know how to call
-        _jit_launch(launch.kernel, launch, args)
-        return
-    gx, gy, gz = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
-    binary.run(gx, gy, gz, triton.runtime.driver.active.get_current_stream(device.index), binary.function,
-               binary.packed_metadata, None, None, None, *args, *constexpr_tail)
+    return _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook) or bool(launch.kernel.pre_run_hooks)
 
 
 def _hooked(hook) -> bool:
@@ -123,16 +187,31 @@ def _hooked(hook) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
-def _direct(launch: Launch, compiled, nargs: int):
-    """(binary, the values of the kernel's remaining parameters, its constexprs, in
-    signature order), or (None, ()) when ``compiled`` is not a Triton CompiledKernel whose
-    launcher takes (grid x3, stream, function, packed metadata, launch metadata, enter hook,
-    exit hook, *every parameter) as in Triton 3.6-3.9."""
+_get_stream = None
+
+
+def _current_stream(index: int):
+    """The raw handle of the current CUDA stream of device ``index``, as Triton's launcher
+    takes it: Triton's driver's own getter (looked up once)."""
+    global _get_stream
+    if _get_stream is None:
+        from triton.runtime import driver
+
+        _get_stream = driver.active.get_current_stream
+    return _get_stream(index)
+
+
+def _direct(launch: Launch, compiled, nargs: int) -> tuple:
+    """What a direct launch of ``compiled`` needs: (its launcher, CUfunction, packed metadata,
+    the grid as 3 numbers, the values of the kernel's constexpr parameters in signature
+    order). () when ``compiled`` is not a Triton CompiledKernel whose launcher takes (grid x3,
+    stream, function, packed metadata, launch metadata, enter hook, exit hook, *every
+    parameter) as in Triton 3.6-3.9: that launch then always goes through Triton."""
     params = launch.kernel.params
     if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
-        return None, ()
+        return ()
     if any(p.is_constexpr for p in params[:nargs]) or not all(p.is_constexpr for p in params[nargs:]):
-        return None, ()
+        return ()
     tail = []
     for p in params[nargs:]:
         if p.name in launch.constexprs:
@@ -140,13 +219,6 @@ def _direct(launch: Launch, compiled, nargs: int):
         elif p.default is not inspect.Parameter.empty:
             tail.append(p.default)
         else:
-            return None, ()
-    return compiled, tuple(tail)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
+            return ()
+    grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
+    return (compiled.run, compiled.function, compiled.packed_metadata, *grid, tuple(tail))

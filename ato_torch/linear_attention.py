@@ -6,12 +6,11 @@ Each op is a torch.autograd.Function whose forward and backward run ato_core pla
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from ato_core import feature_maps as fm_core
 from ato_core import linear_attention as core
 
-from .launcher import run_plan, spec, target_for
+from .launcher import once_differentiable, run_plan, spec, target_for
 
 
 class _EluPlusOne(torch.autograd.Function):

@@ -5,7 +5,7 @@ softmax, rope, swiglu, cross_entropy. Each is a torch.autograd.Function over ato
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
+from torch.autograd import forward_ad
 
 from ato_core import cross_entropy as ce_core
 from ato_core import norms as norm_core
@@ -13,44 +13,73 @@ from ato_core import rope as rope_core
 from ato_core import softmax as softmax_core
 from ato_core import swiglu as swiglu_core
 
-from .launcher import run_plan, spec, target_for
+from .launcher import once_differentiable, run_plan, spec, target_for
 
 
 def _spec(t):
     return None if t is None else spec(t)
 
 
+def _needs_grad(*tensors) -> bool:
+    """Whether autograd would record an op on these tensors (None entries ignored), or a
+    forward-AD level is open (dual tensors: the Function raises that it has no jvp rule,
+    where a plain call would drop the tangent). When not, the ops run their plan without a
+    torch.autograd.Function, whose bookkeeping costs as much host time as the rest of the call."""
+    if getattr(forward_ad, "_current_level", -1) >= 0:
+        return True
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _memo(plan, key, build):
+    """``build()``, memoised on ``plan`` under ``key``: a backward plan depends only on its
+    forward plan and on what the backward is handed (``key``), so it is looked up once."""
+    got = plan.memo.get(key)
+    if got is None:
+        got = plan.memo[key] = build()
+    return got
+
+
 class _Norm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, residual, weight, bias, plan, target, rms, p, seed):
+    def forward(ctx, x, residual, weight, bias, meta):
+        plan, target = meta[:2]
         y, h, mean, rstd = run_plan(plan, {"x": x, "residual": residual, "weight": weight, "bias": bias}, target)
-        ctx.save_for_backward(h if residual is not None else x, weight, bias, mean, rstd)
-        ctx.args = (target, rms, p, seed, residual is not None)
-        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(h if residual is not None else x, weight, mean, rstd)  # bias: not needed
+        ctx.meta = meta
         if residual is None:
-            return y, None
+            return y
+        ctx.set_materialize_grads(False)
         return y, h
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, dy, dh):
-        hx, weight, bias, mean, rstd = ctx.saved_tensors
-        target, rms, p, seed, has_res = ctx.args
+    def backward(ctx, dy, dh=None):
+        hx, weight, mean, rstd = ctx.saved_tensors
+        plan, target, bias_spec, rms, p, seed, has_res = ctx.meta
         dy = torch.zeros_like(hx) if dy is None else dy
-        plan = norm_core.backward_plan(spec(hx), _spec(weight), _spec(bias), rms=rms, has_residual=has_res,
-                                       has_dh=dh is not None, p=p, seed=seed, target=target)
-        dx, dres, dw, db = run_plan(plan, {"hx": hx, "weight": weight, "dy": dy, "dh": dh, "mean": mean,
-                                           "rstd": rstd}, target)
-        return (dx, dres if has_res else None, dw if weight is not None else None, db if bias is not None else None,
-                None, None, None, None, None)
+        has_dh = dh is not None
+        # hx: x (as the forward plan saw it) or h (a fresh buffer of the plan): the same spec every call
+        bwd = _memo(plan, ("backward", has_dh), lambda: norm_core.backward_plan(
+            spec(hx), _spec(weight), bias_spec, rms=rms, has_residual=has_res, has_dh=has_dh, p=p, seed=seed,
+            target=target))
+        dx, dres, dw, db = run_plan(bwd, {"hx": hx, "weight": weight, "dy": dy, "dh": dh, "mean": mean,
+                                          "rstd": rstd}, target)
+        return (dx, dres if has_res else None, dw if weight is not None else None,
+                db if bias_spec is not None else None, None)
 
 
 def _norm(x, residual, weight, bias, rms, eps, p, seed):
+    """(y, h): h is None without a residual."""
     # The plan is built (and the arguments checked, on its first use) out here, once per call.
     target = target_for(x)
-    plan = norm_core.forward_plan(spec(x), _spec(residual), _spec(weight), _spec(bias), rms=rms, eps=eps, p=p,
+    bias_spec = _spec(bias)
+    plan = norm_core.forward_plan(spec(x), _spec(residual), _spec(weight), bias_spec, rms=rms, eps=eps, p=p,
                                   seed=seed, target=target)
-    return _Norm.apply(x, residual, weight, bias, plan, target, rms, p, seed)
+    if not _needs_grad(x, residual, weight, bias):
+        y, h = run_plan(plan, {"x": x, "residual": residual, "weight": weight, "bias": bias}, target)[:2]
+        return y, (h if residual is not None else None)
+    out = _Norm.apply(x, residual, weight, bias, (plan, target, bias_spec, rms, p, seed, residual is not None))
+    return out if residual is not None else (out, None)
 
 
 def layer_norm(x, weight=None, bias=None, *, eps=1e-5):
@@ -80,19 +109,21 @@ def dropout_residual_layer_norm(x, residual, weight, bias, *, p=0.0, seed=0, eps
 
 class _Softmax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, plan, target, temperature):
+    def forward(ctx, x, meta):
+        plan, target, temperature = meta
         (y,) = run_plan(plan, {"x": x}, target)
         ctx.save_for_backward(y)
-        ctx.args = (target, temperature)
+        ctx.meta = meta
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        target, temperature = ctx.args
-        plan = softmax_core.backward_plan(spec(y), temperature=temperature, target=target)
-        return run_plan(plan, {"y": y, "dy": dy}, target)[0], None, None, None
+        plan, target, temperature = ctx.meta
+        bwd = _memo(plan, "backward", lambda: softmax_core.backward_plan(spec(y), temperature=temperature,
+                                                                         target=target))
+        return run_plan(bwd, {"y": y, "dy": dy}, target)[0], None
 
 
 def softmax(x, *, temperature=1.0):
@@ -100,29 +131,36 @@ def softmax(x, *, temperature=1.0):
     backward uses the output alone."""
     target = target_for(x)
     plan = softmax_core.forward_plan(spec(x), temperature=temperature, target=target)
-    return _Softmax.apply(x, plan, target, temperature)
+    if not _needs_grad(x):
+        return run_plan(plan, {"x": x}, target)[0]
+    return _Softmax.apply(x, (plan, target, temperature))
 
 
 class _SwiGLU(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, gate, up, plan, target):
+    def forward(ctx, gate, up, meta):
+        plan, target = meta
         (y,) = run_plan(plan, {"gate": gate, "up": up}, target)
         ctx.save_for_backward(gate, up)
-        ctx.target = target
+        ctx.meta = meta
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         gate, up = ctx.saved_tensors
-        plan = swiglu_core.backward_plan(spec(gate), target=ctx.target)
-        return (*run_plan(plan, {"gate": gate, "up": up, "dy": dy}, ctx.target), None, None)
+        plan, target = ctx.meta
+        bwd = _memo(plan, "backward", lambda: swiglu_core.backward_plan(spec(gate), target=target))
+        return (*run_plan(bwd, {"gate": gate, "up": up, "dy": dy}, target), None)
 
 
 def swiglu(gate, up):
     """silu(gate) * up, elementwise; gate and up of one shape and dtype."""
     target = target_for(gate)
-    return _SwiGLU.apply(gate, up, swiglu_core.forward_plan(spec(gate), spec(up), target=target), target)
+    plan = swiglu_core.forward_plan(spec(gate), spec(up), target=target)
+    if not _needs_grad(gate, up):
+        return run_plan(plan, {"gate": gate, "up": up}, target)[0]
+    return _SwiGLU.apply(gate, up, (plan, target))
 
 
 class _Rope(torch.autograd.Function):
@@ -160,15 +198,17 @@ def rope(q, k, cos, sin, *, positions=None, interleaved=False):
     target = target_for(q)
     plan = rope_core.plan(spec(q), spec(k), spec(cos), spec(sin), _spec(positions), interleaved=interleaved,
                           inverse=False, target=target)
+    if not _needs_grad(q, k):
+        return run_plan(plan, {"q": q, "k": k, "cos": cos, "sin": sin, "positions": positions}, target)
     return _Rope.apply(q, k, cos, sin, positions, plan, target, interleaved)
 
 
 class _CrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, targets, plan, target, grad):
+    def forward(ctx, logits, targets, plan, target):
         loss, dlogits = run_plan(plan, {"logits": logits, "targets": targets}, target)
         # An intermediate of ours, not saved_tensors: the backward hands this very buffer over.
-        ctx.dlogits = dlogits if grad else None
+        ctx.dlogits = dlogits
         ctx.target = target
         return loss
 
@@ -182,7 +222,7 @@ class _CrossEntropy(torch.autograd.Function):
                                "compute the loss again for another backward.")
         (dlogits,) = run_plan(ce_core.backward_plan(spec(dlogits), spec(dloss), target=ctx.target),
                               {"dlogits": dlogits, "dloss": dloss}, ctx.target)
-        return dlogits, None, None, None, None
+        return dlogits, None, None, None
 
 
 def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -206,4 +246,6 @@ def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label
                                 label_smoothing=label_smoothing, grad=grad, target=target)
     if targets.device.type == "cpu":
         ce_core.check_target_values(targets.numpy(), logits.shape[1], ignore_index)
-    return _CrossEntropy.apply(logits, targets, plan, target, grad)
+    if not _needs_grad(logits):  # (grad is False then too)
+        return run_plan(plan, {"logits": logits, "targets": targets}, target)[0]
+    return _CrossEntropy.apply(logits, targets, plan, target)

@@ -154,13 +154,16 @@ def test_direct_launch_finds_every_parameter(name, plan, inputs):
     from ato_torch.launcher import _direct
 
     class Binary:
-        run = function = packed_metadata = None
+        run, function, packed_metadata = "launcher", "function", "metadata"
 
     for launch in plan.launches:
         nargs = len(launch.inputs) + len(launch.scalars) + len(launch.outputs)
-        binary, tail = _direct(launch, Binary(), nargs)
+        direct = _direct(launch, Binary(), nargs)
         params = launch.kernel.params
-        assert binary is not None, launch.name
+        assert direct, launch.name
+        run, function, metadata, gx, gy, gz, tail = direct
+        assert (run, function, metadata) == ("launcher", "function", "metadata")
+        assert (gx, gy, gz) == tuple(launch.grid) + (1,) * (3 - len(launch.grid))
         assert len(tail) == len(params) - nargs == sum(p.is_constexpr for p in params)
         for p, v in zip(params[nargs:], tail):
             assert v == launch.constexprs.get(p.name, p.default), (launch.name, p.name)

@@ -361,7 +361,7 @@ def test_direct_launch_matches_triton_launch_gpu():
     plan = norms.forward_plan(launcher.spec(x), None, launcher.spec(w), launcher.spec(b), rms=False, eps=1e-5,
                               p=0.0, seed=0, target=launcher.target_for(x))
     entries = plan.launches[0].compiled
-    assert entries and all(binary is not None for binary, _ in entries.values())
+    assert entries and all(entries.values())  # a direct launch for each (not () : through Triton)
     buf = torch.empty(x.numel() + 1, device="cuda", dtype=bf)
     shifted = buf[1:].view(x.shape)  # 2 bytes past an aligned address
     shifted.copy_(x)

@@ -202,6 +202,89 @@ def test_cross_entropy_computes_the_gradient_only_when_wanted(monkeypatch):
     assert all(torch.equal(loss.detach(), losses[0]) for loss in losses)
 
 
+def _torch_op_calls():
+    """(name, a call of each torch op on small CPU inputs, its differentiable inputs)."""
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+
+    x, res, w, b = r(3, 40), r(3, 40), r(40), r(40)
+    q, k, cos, sin = r(1, 2, 5, 8), r(1, 1, 5, 8), r(5, 4), r(5, 4)
+    t = torch.tensor([0, 39, 5])
+    return [
+        ("layer_norm", lambda x, w, b: ato_torch.layer_norm(x, w, b), (x, w, b)),
+        ("layer_norm plain", lambda x: ato_torch.layer_norm(x), (x,)),
+        ("rms_norm", lambda x, w: ato_torch.rms_norm(x, w), (x, w)),
+        ("dropout_residual_layer_norm", lambda x, res, w, b: ato_torch.dropout_residual_layer_norm(
+            x, res, w, b, p=0.2, seed=3), (x, res, w, b)),
+        ("softmax", lambda x: ato_torch.softmax(x, temperature=0.7), (x,)),
+        ("swiglu", lambda x, res: ato_torch.swiglu(x, res), (x, res)),
+        ("rope", lambda q, k: ato_torch.rope(q, k, cos, sin), (q, k)),
+        ("cross_entropy", lambda x: ato_torch.cross_entropy(x, t, label_smoothing=0.1), (x,)),
+    ]
+
+
+def _flat(out):
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def test_torch_ops_without_autograd_match_and_never_touch_placeholders():
+    """Without anything to differentiate (no_grad, or no input requiring grad) the torch ops
+    run their plan outside a torch.autograd.Function: the same bits as with autograd, and no
+    graph. Placeholder outputs (an absent h, RMSNorm's mean, absent dw/db, the gradient of a
+    loss alone) point at one shared scratch tensor per device, dtype and shape that no kernel
+    may write: filled with a sentinel, it must come out of forwards and backwards unchanged."""
+    from ato_torch import launcher
+
+    calls = _torch_op_calls()
+    for _, fn, inputs in calls:  # creates the scratch tensors
+        fn(*inputs)
+    assert launcher._SCRATCH, "no placeholder was used"
+    for s in launcher._SCRATCH.values():
+        s.fill_(-12345.0)
+    for name, fn, inputs in calls:
+        plain = _flat(fn(*inputs))
+        with torch.no_grad():
+            no_grad = _flat(fn(*[t.detach().requires_grad_() for t in inputs]))
+        leaves = [t.detach().requires_grad_() for t in inputs]
+        tracked = _flat(fn(*leaves))
+        sum(o.float().sum() for o in tracked).backward()
+        for a, c, d in zip(plain, no_grad, tracked):
+            assert a.grad_fn is None and c.grad_fn is None and d.grad_fn is not None, name
+            assert torch.equal(a, d.detach()) and torch.equal(c, d.detach()), name
+        assert all(t.grad is not None for t in leaves), name
+    for key, s in launcher._SCRATCH.items():
+        assert bool((s == -12345.0).all()), f"a kernel wrote the placeholder {key}"
+
+
+def test_torch_ops_refuse_forward_mode_ad():
+    """A dual tensor's tangent must not be dropped silently: the ops have no jvp rule, and
+    say so (torch's NotImplementedError), also where nothing requires grad."""
+    import torch.autograd.forward_ad as fwad
+
+    for name, fn, inputs in _torch_op_calls():
+        with fwad.dual_level():
+            duals = [fwad.make_dual(t, torch.ones_like(t)) for t in inputs]
+            with pytest.raises(NotImplementedError, match="jvp"):
+                fn(*duals)
+
+
+def test_torch_backward_with_create_graph_refuses_a_second_order():
+    """ato's backwards are first order. With create_graph=True the first-order gradients are
+    still right (the same bits), and differentiating them raises, as torch's
+    once_differentiable makes it; without create_graph the backward skips that wrapper."""
+    x, w = torch.randn(3, 40), torch.randn(40)
+    grads = []
+    for create_graph in (False, True):
+        xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
+        gx, gw = torch.autograd.grad(ato_torch.rms_norm(xl, wl).square().sum(), (xl, wl), create_graph=create_graph)
+        grads.append((gx, gw))
+    assert torch.equal(grads[0][0], grads[1][0].detach()) and torch.equal(grads[0][1], grads[1][1].detach())
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        grads[1][0].sum().backward()
+
+
 def test_half_dtypes():
     for dtype in ("bfloat16", "float16"):
         check(h.norm_case("layer_norm", (3, 200), dtype=dtype, seed=1))
