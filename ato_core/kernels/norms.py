@@ -44,13 +44,31 @@ def _h_piece(X, R, row, cols, cmask, N, p, seed, HAS_RES: tl.constexpr, DROPOUT:
 
 
 @triton.jit
-def _affine(xhat, W, B, cols, cmask, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+def _weights(W, B, cols, cmask, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    """weight and bias at cols (fp32; 1 and 0 when absent)."""
+    w = 1.0
+    b = 0.0
+    if HAS_W:
+        w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+    if HAS_B:
+        b = tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)
+    return w, b
+
+
+@triton.jit
+def _scale_shift(xhat, w, b, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
     y = xhat
     if HAS_W:
-        y = y * tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+        y = y * w
     if HAS_B:
-        y = y + tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)
+        y = y + b
     return y
+
+
+@triton.jit
+def _affine(xhat, W, B, cols, cmask, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    w, b = _weights(W, B, cols, cmask, HAS_W, HAS_B)
+    return _scale_shift(xhat, w, b, HAS_W, HAS_B)
 
 
 @triton.jit
@@ -77,6 +95,8 @@ def norm_fwd_kernel(
     if SINGLE:
         cmask = offs < N
         h = _h_piece(X, R, row, offs, cmask, N, p, seed, HAS_RES, DROPOUT)
+        # weight and bias loaded before the reductions, so their latency overlaps them
+        w, b = _weights(W, B, offs, cmask, HAS_W, HAS_B)
         if HAS_RES:  # normalise h as it is returned (rounded to its dtype)
             h = h.to(H.dtype.element_ty)
             tl.store(H + row * N + offs, h, mask=cmask)
@@ -88,7 +108,7 @@ def norm_fwd_kernel(
             mean = tl.sum(h, 0) / N
             hc = tl.where(cmask, h - mean, 0.0)
         rstd = 1.0 / tl.sqrt(tl.sum(hc * hc, 0) / N + eps)
-        y = _affine(hc * rstd, W, B, offs, cmask, HAS_W, HAS_B)
+        y = _scale_shift(hc * rstd, w, b, HAS_W, HAS_B)
         tl.store(Y + row * N + offs, y.to(Y.dtype.element_ty), mask=cmask)
     else:
         acc = tl.zeros([BLOCK_N], tl.float32)
@@ -137,15 +157,24 @@ def _row_stats(MEAN, RSTD, row, RMS: tl.constexpr):
 
 
 @triton.jit
-def _bwd_piece(HX, W, DY, row, cols, cmask, N, mean, rstd, RMS: tl.constexpr, HAS_W: tl.constexpr):
-    """xhat, dy and g = dy * w of one piece of a row (fp32, 0 past N)."""
+def _bwd_piece_w(HX, w, DY, row, cols, cmask, N, mean, rstd, HAS_W: tl.constexpr):
+    """xhat, dy and g = dy * w of one piece of a row (fp32, 0 past N), w loaded already."""
     h = tl.load(HX + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
     xhat = tl.where(cmask, (h - mean) * rstd, 0.0)
     dy = tl.load(DY + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
     g = dy
     if HAS_W:
-        g = g * tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+        g = g * w
     return xhat, dy, g
+
+
+@triton.jit
+def _bwd_piece(HX, W, DY, row, cols, cmask, N, mean, rstd, RMS: tl.constexpr, HAS_W: tl.constexpr):
+    """xhat, dy and g = dy * w of one piece of a row (fp32, 0 past N)."""
+    w = 1.0
+    if HAS_W:
+        w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+    return _bwd_piece_w(HX, w, DY, row, cols, cmask, N, mean, rstd, HAS_W)
 
 
 @triton.jit
@@ -181,10 +210,13 @@ def norm_bwd_kernel(
         cmask = offs < N
         dw = tl.zeros([BLOCK_N], tl.float32)
         db = tl.zeros([BLOCK_N], tl.float32)
+        w = 1.0
+        if HAS_W:  # once for all the program's rows
+            w = tl.load(W + offs, mask=cmask, other=0.0).to(tl.float32)
         for r in range(first, last):
             row = tl.cast(r, tl.int64)
             mean, rstd = _row_stats(MEAN, RSTD, row, RMS)
-            xhat, dy, g = _bwd_piece(HX, W, DY, row, offs, cmask, N, mean, rstd, RMS, HAS_W)
+            xhat, dy, g = _bwd_piece_w(HX, w, DY, row, offs, cmask, N, mean, rstd, HAS_W)
             c1 = tl.sum(g * xhat, 0) / N
             if RMS:
                 dh = (g - xhat * c1) * rstd
