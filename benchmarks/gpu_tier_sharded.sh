@@ -9,7 +9,8 @@
 # Usage (repository root, .whl carried): bash benchmarks/gpu_tier_sharded.sh [PYTEST_K] [SHARDS]
 # SHARD_TIMEOUT (seconds, default 540) stops each shard, so the summary is still written
 # inside one device command. Logs: $OUT/gpu-tests-shard<i>.txt; the summary (every test's
-# result and each shard's last line) in $OUT/gpu-tests-summary.txt.
+# result, each failure's one-line reason from pytest's short summary, and each shard's last
+# line) in $OUT/gpu-tests-summary.txt.
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 k=${1:-}
@@ -21,7 +22,7 @@ for ((s = 0; s < shards; s++)); do
   mine=()
   for ((i = s; i < ${#ids[@]}; i += shards)); do mine+=("${ids[i]}"); done
   [ ${#mine[@]} -eq 0 ] && continue
-  timeout "${SHARD_TIMEOUT:-540}" python3 -m pytest -v -rs "${mine[@]}" > "$OUT/gpu-tests-shard$s.txt" 2>&1 &
+  timeout "${SHARD_TIMEOUT:-540}" python3 -m pytest -v -rsfE "${mine[@]}" > "$OUT/gpu-tests-shard$s.txt" 2>&1 &
   pids+=($!)
 done
 rc=0
