@@ -81,7 +81,7 @@ def run_plan(plan: Plan, arrays: Mapping[str, torch.Tensor | None], target: Targ
 
     ``arrays`` maps the plan's input names to tensors (None for an absent optional
     input). Buffers are allocated on the device of the first input; a placeholder buffer
-    is one scratch tensor per device and dtype, shared by every launch (never touched).
+    is one scratch tensor per device, dtype and shape, shared by every call (never touched).
     """
     steps = plan.memo.get("torch")
     if steps is None:
@@ -173,12 +173,18 @@ def _cuda_launch(launch: Launch, inputs, outs, device) -> None:
         launch.compiled[key] = _direct(launch, compiled, len(inputs) + len(launch.scalars) + len(outs))
 
 
+_runtime_knobs = None
+
+
 def _observed(launch: Launch) -> bool:
     """Whether something watches Triton's launches (a profiler's launch hooks, a kernel's
     pre-run hooks): then every launch goes through Triton, which calls them."""
-    import triton
+    global _runtime_knobs
+    if _runtime_knobs is None:
+        import triton
 
-    runtime = triton.knobs.runtime
+        _runtime_knobs = triton.knobs.runtime
+    runtime = _runtime_knobs
     return _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook) or bool(launch.kernel.pre_run_hooks)
 
 
