@@ -41,6 +41,28 @@ def _bench_torch(fn, quick: bool) -> float:
     return do_bench(fn, warmup=25 if quick else 100, rep=100 if quick else 500, return_mode="median")
 
 
+def device_kernels(fn, sync, calls: int = 20) -> dict:
+    """{kernel name: (launches per call, device us per call)} of ``calls`` calls of fn, from
+    torch.profiler (CUPTI, which also sees the kernels XLA launches); ``sync(out)`` waits for
+    the last call's result. One warm-up call first. Device time only: host time is not in it."""
+    import collections
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(fn())
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            out = fn()
+        sync(out)
+    acc = collections.defaultdict(lambda: [0, 0.0])
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            acc[ev.name][0] += 1
+            acc[ev.name][1] += ev.device_time
+    return {n: (c / calls, t / calls) for n, (c, t) in acc.items()}
+
+
 def to_jax_bf16(t):
     """A torch tensor's values as a bf16 JAX array (through the host): the JAX rows' inputs."""
     import jax.numpy as jnp

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from . import checks
 from .kernels import cross_entropy as kern
-from .launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, next_pow2
+from .launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, next_pow2, optional_output
 from .target import Target
 
 MAX_V = 262144
@@ -99,8 +99,7 @@ def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, re
     launches.append(Launch(
         kern.ce_fwd_kernel, (_programs(T, grad, target),), ("logits", "targets", "count" if mean else "targets"),
         (T, V, int(ignore_index), float(label_smoothing)),
-        (Buffer("row_loss", (T,), "float32"),
-         Buffer("dlogits", (T, V), logits.dtype) if grad else Buffer("dlogits", (1,), logits.dtype, placeholder=True)),
+        (Buffer("row_loss", (T,), "float32"), optional_output("dlogits", (T, V), logits.dtype, grad)),
         {"BLOCK_V": block_v, "VEC": min(SETTINGS.vec, block_v), "SMOOTH": label_smoothing > 0, "MEAN": mean,
          "GRAD": grad, "ALIGN": alignment(V)},
         num_warps=SETTINGS.warps))

@@ -82,6 +82,14 @@ class Buffer:
     placeholder: bool = False
 
 
+def optional_output(name: str, shape: Sequence[int], dtype: str, present: bool, zeroed: bool = False) -> Buffer:
+    """An output a kernel writes only when ``present`` (its constexpr switch on): the Buffer,
+    else a (1,) placeholder of the same name and dtype that the kernel never touches."""
+    if present:
+        return Buffer(name, tuple(shape), dtype, zeroed=zeroed)
+    return Buffer(name, (1,), dtype, placeholder=True)
+
+
 @dataclasses.dataclass(frozen=True)
 class Launch:
     """One kernel launch.

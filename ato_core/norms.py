@@ -12,7 +12,8 @@ from typing import Optional, Tuple
 
 from . import checks
 from .kernels import norms as kern
-from .launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel
+from .launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel,
+                     optional_output)
 from .target import Target
 
 MAX_N = 65536
@@ -77,14 +78,6 @@ def _dtype(spec: Optional[ArraySpec], default: str) -> str:
     return default if spec is None else spec.dtype
 
 
-def _maybe(name: str, shape: Tuple[int, ...], dtype: str, present: bool, zeroed: bool = False) -> Buffer:
-    """An output the kernel writes when ``present`` (its constexpr switch), else a (1,)
-    placeholder it never touches."""
-    if present:
-        return Buffer(name, tuple(shape), dtype, zeroed=zeroed)
-    return Buffer(name, (1,), dtype, placeholder=True)
-
-
 @cached_plan
 def forward_plan(x: ArraySpec, residual: Optional[ArraySpec], weight: Optional[ArraySpec],
                  bias: Optional[ArraySpec], *, rms: bool, eps: float, p: float, seed: int, target: Target) -> Plan:
@@ -98,8 +91,9 @@ def forward_plan(x: ArraySpec, residual: Optional[ArraySpec], weight: Optional[A
         checks.check_same_device(("x", "residual"), (x, residual))
     M, N = _rows(x)
     block, single = _block(N, target)
-    outs = [Buffer("y", tuple(x.shape), x.dtype), _maybe("h", tuple(x.shape), x.dtype, residual is not None),
-            _maybe("mean", (M,), "float32", not rms), Buffer("rstd", (M,), "float32")]
+    outs = [Buffer("y", tuple(x.shape), x.dtype),
+            optional_output("h", tuple(x.shape), x.dtype, residual is not None),
+            optional_output("mean", (M,), "float32", not rms), Buffer("rstd", (M,), "float32")]
     launch = Launch(
         kern.norm_fwd_kernel, (max(M, 1),), ("x", "residual" if residual else "x", "weight" if weight else "x",
                                             "bias" if bias else "x"),
@@ -127,10 +121,11 @@ def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[Arra
         kern.norm_bwd_kernel, (G,), ("hx", "weight" if weight else "hx", "dy", "dh" if has_dh else "dy",
                                      "mean", "rstd"),
         (M, N, rpp, float(p), int(seed)),
-        (Buffer("dx", tuple(x.shape), x.dtype), _maybe("dresidual", tuple(x.shape), x.dtype, has_residual),
+        (Buffer("dx", tuple(x.shape), x.dtype),
+         optional_output("dresidual", tuple(x.shape), x.dtype, has_residual),
          # the looped kernel adds into its partial rows; the single-piece one writes them whole
-         _maybe("dw_part", part, "float32", weight is not None, zeroed=not single),
-         _maybe("db_part", part, "float32", bias is not None, zeroed=not single)),
+         optional_output("dw_part", part, "float32", weight is not None, zeroed=not single),
+         optional_output("db_part", part, "float32", bias is not None, zeroed=not single)),
         {"BLOCK_N": block, "SINGLE": single, "RMS": rms, "HAS_W": weight is not None, "HAS_B": bias is not None,
          "HAS_RES": has_residual, "HAS_DH": has_dh, "DROPOUT": p > 0, "ALIGN": alignment(N)},
         num_warps=BWD_WARPS or _warps(block),
@@ -140,8 +135,8 @@ def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[Arra
     if sums:  # dw and db in one launch (axis 1 of its grid)
         launches.append(Launch(
             kern.partial_sum_kernel, (cdiv(N, SUM_COLS), len(sums)), ("dw_part", "db_part"), (G, N),
-            (_maybe("dw", (N,), _dtype(weight, "float32"), weight is not None),
-             _maybe("db", (N,), _dtype(bias, "float32"), bias is not None)),
+            (optional_output("dw", (N,), _dtype(weight, "float32"), weight is not None),
+             optional_output("db", (N,), _dtype(bias, "float32"), bias is not None)),
             {"BLOCK": SUM_COLS, "ROWS": 32, "HAS_W": weight is not None, "HAS_B": bias is not None}, num_warps=4))
     results = ("dx", "dresidual", "dw" if weight else "dw_part", "db" if bias else "db_part")
     return Plan(tuple(launches), results, dense=("hx", "weight", "dy", "dh"))

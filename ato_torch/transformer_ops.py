@@ -205,10 +205,11 @@ def rope(q, k, cos, sin, *, positions=None, interleaved=False):
 
 class _CrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, targets, plan, target):
+    def forward(ctx, logits, targets, plan, target, grad):
         loss, dlogits = run_plan(plan, {"logits": logits, "targets": targets}, target)
-        # An intermediate of ours, not saved_tensors: the backward hands this very buffer over.
-        ctx.dlogits = dlogits
+        # An intermediate of ours, not saved_tensors: the backward hands this very buffer over
+        # (None where the plan computed no gradient: its dlogits is then a placeholder).
+        ctx.dlogits = dlogits if grad else None
         ctx.target = target
         return loss
 
@@ -222,7 +223,7 @@ class _CrossEntropy(torch.autograd.Function):
                                "compute the loss again for another backward.")
         (dlogits,) = run_plan(ce_core.backward_plan(spec(dlogits), spec(dloss), target=ctx.target),
                               {"dlogits": dlogits, "dloss": dloss}, ctx.target)
-        return dlogits, None, None, None
+        return dlogits, None, None, None, None
 
 
 def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -248,4 +249,4 @@ def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label
         ce_core.check_target_values(targets.numpy(), logits.shape[1], ignore_index)
     if not _needs_grad(logits):  # (grad is False then too)
         return run_plan(plan, {"logits": logits, "targets": targets}, target)[0]
-    return _CrossEntropy.apply(logits, targets, plan, target)
+    return _CrossEntropy.apply(logits, targets, plan, target, grad)

@@ -21,7 +21,6 @@ import time
 
 import jax
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import ato_jax
 import ato_torch
@@ -41,21 +40,6 @@ def wall_us(fn, sync, calls=50, reps=7):
         sync(out)
         times.append((time.perf_counter() - t) / calls * 1e6)
     return statistics.median(times)
-
-
-def kernels(fn, sync):
-    """{kernel name: (launches per call, device us per call)} over CALLS calls."""
-    sync(fn())
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(CALLS):
-            out = fn()
-        sync(out)
-    acc = collections.defaultdict(lambda: [0, 0.0])
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            acc[ev.name][0] += 1
-            acc[ev.name][1] += ev.device_time
-    return {n: (c / CALLS, t / CALLS) for n, (c, t) in acc.items()}
 
 
 def hlo_ops(fn, args):
@@ -109,7 +93,7 @@ def main():
                 ("jax jit (XLA)", lambda: x_jit(*args), jsync))
         print(f"\n== {name}" + ("" if " " in name else " forward"))
         for label, fn, sync in runs:
-            ks = kernels(fn, sync)
+            ks = bench.device_kernels(fn, sync, CALLS)
             total = sum(t for _, t in ks.values())
             print(f"  {label:14s} wall {wall_us(fn, sync):7.1f} us/call; device {total:7.1f} us/call in "
                   f"{sum(c for c, _ in ks.values()):.0f} kernels")

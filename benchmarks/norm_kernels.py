@@ -8,32 +8,13 @@ PYTHONPATH pointing at another checkout) where ``ato bench`` rows would be host-
 On the GPU machine, after ``source benchmarks/gpu_env.sh``: python benchmarks/norm_kernels.py
 """
 
-import collections
-
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
 
 import ato_torch
 from ato_cli import bench
 
 CALLS = 50
-
-
-def kernels(fn):
-    """[(kernel name, device us per call)] over CALLS calls after a warm-up."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(CALLS):
-            fn()
-        torch.cuda.synchronize()
-    acc = collections.defaultdict(float)
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            acc[ev.name] += ev.device_time
-    return [(n, t / CALLS) for n, t in acc.items()]
 
 
 def main():
@@ -56,9 +37,9 @@ def main():
     cases["torch.compile rms_norm fwd"] = lambda: rms(x)
     print(f"GPU {torch.cuda.get_device_name()}; device us per call (CUPTI, {CALLS} calls), {M}x{N} bf16")
     for name, fn in cases.items():
-        ks = kernels(fn)
-        total = sum(t for _, t in ks)
-        detail = ", ".join(f"{n[:40]} {t:.1f}" for n, t in sorted(ks, key=lambda k: -k[1]))
+        ks = bench.device_kernels(fn, lambda out: torch.cuda.synchronize(), CALLS)
+        total = sum(t for _, t in ks.values())
+        detail = ", ".join(f"{n[:40]} {t:.1f}" for n, (_, t) in sorted(ks.items(), key=lambda k: -k[1][1]))
         print(f"{name:28s} {total:8.1f}  ({detail})", flush=True)
 
 

@@ -238,24 +238,29 @@ def test_torch_ops_without_autograd_match_and_never_touch_placeholders():
     from ato_torch import launcher
 
     calls = _torch_op_calls()
-    for _, fn, inputs in calls:  # creates the scratch tensors
-        fn(*inputs)
-    assert launcher._SCRATCH, "no placeholder was used"
-    for s in launcher._SCRATCH.values():
-        s.fill_(-12345.0)
-    for name, fn, inputs in calls:
-        plain = _flat(fn(*inputs))
-        with torch.no_grad():
-            no_grad = _flat(fn(*[t.detach().requires_grad_() for t in inputs]))
-        leaves = [t.detach().requires_grad_() for t in inputs]
-        tracked = _flat(fn(*leaves))
-        sum(o.float().sum() for o in tracked).backward()
-        for a, c, d in zip(plain, no_grad, tracked):
-            assert a.grad_fn is None and c.grad_fn is None and d.grad_fn is not None, name
-            assert torch.equal(a, d.detach()) and torch.equal(c, d.detach()), name
-        assert all(t.grad is not None for t in leaves), name
-    for key, s in launcher._SCRATCH.items():
-        assert bool((s == -12345.0).all()), f"a kernel wrote the placeholder {key}"
+
+    def run_all():
+        for name, fn, inputs in calls:
+            plain = _flat(fn(*inputs))
+            with torch.no_grad():
+                no_grad = _flat(fn(*[t.detach().requires_grad_() for t in inputs]))
+            leaves = [t.detach().requires_grad_() for t in inputs]
+            tracked = _flat(fn(*leaves))
+            sum(o.float().sum() for o in tracked).backward()
+            for a, c, d in zip(plain, no_grad, tracked):
+                assert a.grad_fn is None and c.grad_fn is None and d.grad_fn is not None, name
+                assert torch.equal(a, d.detach()) and torch.equal(c, d.detach()), name
+            assert all(t.grad is not None for t in leaves), name
+
+    run_all()  # creates every scratch tensor the forwards and backwards use
+    keys = set(launcher._SCRATCH)
+    assert keys, "no placeholder was used"
+    for t in launcher._SCRATCH.values():
+        t.fill_(-12345.0)
+    run_all()
+    assert set(launcher._SCRATCH) == keys  # (so every one used was filled)
+    for key, t in launcher._SCRATCH.items():
+        assert bool((t == -12345.0).all()), f"a kernel wrote the placeholder {key}"
 
 
 def test_torch_ops_refuse_forward_mode_ad():
