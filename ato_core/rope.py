@@ -45,6 +45,7 @@ def check_rope(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, posit
         if positions.dtype not in INT_DTYPES:
             raise TypeError(f"positions: expected an integer dtype in {INT_DTYPES}, got {positions.dtype}")
         checks.check_shape("positions", positions, (B, N), "[B, N]")
+        checks.check_same_device(("q", "positions"), (q, positions))
     elif N > cos.shape[0]:
         raise ValueError(f"cos: expected at least N={N} positions (rows) when positions is None, got {cos.shape[0]}")
     checks.check_bool("interleaved", interleaved)

@@ -160,13 +160,20 @@ def _cuda_launch(launch: Launch, inputs, outs, device) -> None:
     """Launches a compiled kernel: the binary cached on ``launch`` for this device and
     pointer alignment if there is one, else through Triton (and caches what it returns)."""
     # A plan fixes its inputs' dtypes, but a caller's cotangent may not match them: both are in
-    # the key, with the inputs' alignment (the other outputs are fresh, aligned allocations).
-    key = (device.index, *[(t.dtype, t.data_ptr() % 16 == 0) for t in inputs])
+    # the key, with each input's device and alignment (the outputs are fresh, aligned
+    # allocations on ``device``).
+    ptrs = [t.data_ptr() for t in inputs]
+    key = (device.index, *[(t.dtype, p % 16 == 0, t.get_device()) for t, p in zip(inputs, ptrs)])
     hit = launch.compiled.get(key)
     if hit and not JIT_LAUNCH_ONLY and not _observed(launch):
         run, function, metadata, gx, gy, gz, tail = hit
+        # Addresses as integers: Triton's launcher takes them as they are. Handed a tensor, it
+        # calls data_ptr() and asks the driver whether the address is device memory
+        # (cuPointerGetAttribute: a driver call per pointer per launch). A hit means Triton's
+        # own launch took inputs on these devices (a tensor elsewhere, e.g. on the CPU, is a
+        # different key, and goes through Triton, which refuses it).
         run(gx, gy, gz, _current_stream(device.index), function, metadata, None, None, None,
-            *inputs, *launch.scalars, *outs, *tail)
+            *ptrs, *launch.scalars, *[t.data_ptr() for t in outs], *tail)
         return
     compiled = _jit_launch(launch.kernel, launch, [*inputs, *launch.scalars, *outs])
     if hit is None and not JIT_LAUNCH_ONLY:

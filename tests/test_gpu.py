@@ -368,6 +368,12 @@ def test_direct_launch_matches_triton_launch_gpu():
     assert shifted.data_ptr() % 16 != 0
     assert torch.equal(ato_torch.layer_norm(shifted, w, b), first[0])
     assert len(entries) == 2
+    # Direct launches hand Triton integer addresses, which it does not check. An input on the
+    # CPU (past the plan's checks: run_plan called directly) must miss that cache and go
+    # through Triton, which refuses a host address; launched directly it would fault.
+    with pytest.raises(ValueError, match="cpu tensor"):
+        launcher.run_plan(plan, {"x": x, "residual": None, "weight": w.cpu(), "bias": b}, launcher.target_for(x))
+    assert len(entries) == 2
 
 
 def test_cross_entropy_jax_vjp_twice_gpu():

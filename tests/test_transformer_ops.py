@@ -370,6 +370,15 @@ def test_bad_inputs(framework, desc, call, exc, fragment):
     assert fragment in str(info.value)
 
 
+def test_rope_positions_on_another_device():
+    """positions elsewhere than q is refused by name (a kernel handed another device's address
+    would fault or read garbage)."""
+    q, cs = torch.ones(1, 2, 3, 8), torch.ones(3, 4)
+    pos = torch.zeros(1, 3, dtype=torch.int64, device="meta")
+    with pytest.raises(ValueError, match="positions: expected device cpu"):
+        ato_torch.rope(q, q, cs, cs, positions=pos)
+
+
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_rope_positions_out_of_range_give_zeros(framework):
     """A position outside [0, max_positions) reads nothing out of bounds: its rows are 0."""
