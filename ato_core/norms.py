@@ -19,12 +19,19 @@ from .target import Target
 MAX_N = 65536
 # Widest row a program holds in registers (one pass); wider rows are walked in pieces.
 SINGLE_MAX = 8192
-# Programs of the backward (each reduces its rows' dw/db into one partial row) per SM, and
-# their warps (None: as the forward, by block width). Swept on an H100 (benchmarks/ops_sweep.py,
-# layer_norm forward+backward 16384 x 4096 bf16, from torch): 2 x 8 warps 452 us, 4 x 16
-# 458 us, 8 x 4 457 us, 1 x 4 490 us (NVIDIA_H100_80GB_HBM3-transformer_ops-sweep.txt).
-BWD_PROGRAMS_PER_SM = 2
-BWD_WARPS = 8
+# The backward: G programs, each walking its share of the rows and reducing their dw/db into
+# one partial row (fp32). Per row width (BLOCK_N up to the key), the programs per SM, their
+# warps and how many rows deep Triton pipelines their loads through shared memory (STAGES).
+# Swept on an H100 by device time (benchmarks/norm_kernels.py --bwd-sweep; layer_norm backward
+# 16384 x N bf16, NVIDIA_H100_80GB_HBM3-norm-bwd-sweep.txt): N=4096, 2 x 4 warps x 3 stages
+# 150.9 us (1 x 4 x 4: 146.9; the unpipelined 2 x 8 before: 162.3); N=8192, 2 x 8 x 3 295.7 us
+# (unpipelined 335.6; 4 warps spill registers: 3.5-4.3 ms); N=1024, 4 x 4 x 3 47.7 us
+# (unpipelined 2 x 8: 77.7).
+BWD_SETTINGS = {1024: (4, 4, 3), 4096: (2, 4, 3), MAX_N: (2, 8, 3)}
+# Rows wider than one piece (the looped kernel, not pipelined): 2 programs per SM of 8 warps.
+BWD_LOOPED = (2, 8)
+# Shared memory the pipelined rows of one program may take (an H100 block may have 227 KB).
+BWD_SMEM_BYTES = 200 * 1024
 # Columns per program of the partial-row sums (N / SUM_COLS programs for each of dw and db,
 # each over all G rows).
 SUM_COLS = 32
@@ -44,6 +51,17 @@ def _block(N: int, target: Target) -> Tuple[int, bool]:
 
 def _warps(block: int) -> int:
     return 4 if block <= 1024 else 8 if block <= 4096 else 16
+
+
+def _bwd_settings(block: int, single: bool, row_bytes: int) -> Tuple[int, int, int]:
+    """(programs per SM, warps, pipeline stages) of the backward; ``row_bytes``: the bytes of
+    one row's pipelined loads (x, dy and dh: each in x's dtype, as autograd and JAX hand them)."""
+    if not single:
+        return (*BWD_LOOPED, 1)
+    programs, warps, stages = next(v for width, v in sorted(BWD_SETTINGS.items()) if block <= width)
+    if (stages - 1) * row_bytes > BWD_SMEM_BYTES:  # Triton buffers stages - 1 rows ahead
+        stages = 1
+    return programs, warps, stages
 
 
 def check_norm(name_x: str, x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[ArraySpec], eps) -> int:
@@ -113,7 +131,9 @@ def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[Arra
     weight and bias; dummies when absent)."""
     M, N = _rows(x)
     block, single = _block(N, target)
-    G = max(1, min(M, 4 if target.interpret else target.num_sms * BWD_PROGRAMS_PER_SM))
+    itemsize = {"float32": 4}.get(x.dtype, 2)
+    programs_per_sm, warps, stages = _bwd_settings(block, single, block * itemsize * (3 if has_dh else 2))
+    G = max(1, min(M, 4 if target.interpret else round(target.num_sms * programs_per_sm)))
     rpp = cdiv(M, G)
     G = max(cdiv(M, rpp), 1)
     part = (G, N)
@@ -127,8 +147,9 @@ def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[Arra
          optional_output("dw_part", part, "float32", weight is not None, zeroed=not single),
          optional_output("db_part", part, "float32", bias is not None, zeroed=not single)),
         {"BLOCK_N": block, "SINGLE": single, "RMS": rms, "HAS_W": weight is not None, "HAS_B": bias is not None,
-         "HAS_RES": has_residual, "HAS_DH": has_dh, "DROPOUT": p > 0, "ALIGN": alignment(N)},
-        num_warps=BWD_WARPS or _warps(block),
+         "HAS_RES": has_residual, "HAS_DH": has_dh, "DROPOUT": p > 0, "ALIGN": alignment(N),
+         "STAGES": stages},
+        num_warps=warps,
     )
     launches = [bwd]
     sums = [(name, spec) for name, spec in (("dw", weight), ("db", bias)) if spec is not None]

@@ -6,7 +6,12 @@ the kernels alone, to compare two versions of a kernel run by the same command (
 PYTHONPATH pointing at another checkout) where ``ato bench`` rows would be host-bound.
 
 On the GPU machine, after ``source benchmarks/gpu_env.sh``: python benchmarks/norm_kernels.py
+[--bwd-sweep [N ...]]: with --bwd-sweep, instead, the layer_norm backward's device time at each of its
+launch settings (ato_core.norms.BWD_SETTINGS: programs per SM, warps, pipeline stages) at 16384 x N
+(default N 4096: every point; other N: a few), fastest last.
 """
+
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +20,44 @@ import ato_torch
 from ato_cli import bench
 
 CALLS = 50
+
+
+def bwd_sweep(N: int = 4096, wide: bool = True):
+    """The sweep at 16384 x N; ``wide``: every point, else a few around the winners at 4096."""
+    from ato_core import norms
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    M = 16384
+    x, dy = (torch.randn(M, N, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    w, b = (torch.randn(N, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    xl, wl, bl = (t.detach().requires_grad_() for t in (x, w, b))
+    fn = lambda: torch.autograd.grad(ato_torch.layer_norm(xl, wl, bl), (xl, wl, bl), dy)  # noqa: E731
+    keep = norms.BWD_SETTINGS
+    print(f"GPU {torch.cuda.get_device_name()}; layer_norm backward {M}x{N} bf16, device us per call "
+          f"(CUPTI, {CALLS} calls): norm_bwd_kernel + partial_sum_kernel at (programs per SM, warps, "
+          f"pipeline stages); ato_core.norms.BWD_SETTINGS now {keep}")
+    if wide:
+        points = [(p, w, st) for p in (1, 2, 3, 4) for w in (4, 8, 16) for st in (1, 2, 3, 4)]
+    else:
+        points = [(p, w, st) for p in (2, 4) for w in (4, 8, 16) for st in (1, 3)]
+    results = []
+    for point in points:
+        norms.BWD_SETTINGS = {norms.MAX_N: point}
+        norms.backward_plan.cache_clear()
+        norms.forward_plan.cache_clear()  # the backward plan is memoised on the forward's
+        try:
+            ks = bench.device_kernels(fn, lambda out: torch.cuda.synchronize(), CALLS)
+        except Exception as exc:  # noqa: BLE001  (e.g. out of registers or shared memory)
+            print(f"{point}: failed {type(exc).__name__}: {str(exc)[:80]}", flush=True)
+            continue
+        bwd = sum(t for n, (_, t) in ks.items() if "bwd" in n or "partial" in n)
+        results.append((bwd, point))
+        print(f"{point}: {bwd:7.1f} us", flush=True)
+    norms.BWD_SETTINGS = keep
+    norms.backward_plan.cache_clear()
+    norms.forward_plan.cache_clear()
+    best = sorted(results)[:3]
+    print("fastest: " + "; ".join(f"{p} {t:.1f} us" for t, p in best))
 
 
 def main():
@@ -44,4 +87,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if "--bwd-sweep" in sys.argv[1:]:
+        widths = [int(a) for a in sys.argv[1:] if a.isdigit()] or [4096]
+        for n in widths:
+            bwd_sweep(n, wide=(n == 4096))
+    else:
+        main()

@@ -3,12 +3,12 @@ test). On the GPU machine, after ``source benchmarks/gpu_env.sh``: python benchm
 [--no-ce] (--no-ce: keep cross_entropy's settings), or ... --fwd / --ce (only that sweep).
 
 --fwd sweeps the launch settings of the rope and swiglu forwards, each beside Liger and, from
-JAX, XLA. Otherwise: sweeps the layer_norm backward (programs per SM x warps; timed as
-forward+backward, 16384 x 4096 bf16) and cross_entropy (ce.Settings by loss+gradient, T8192
-V128256 bf16, then the loss alone's grid), prints every point, sets the fastest, then runs
+JAX, XLA. Otherwise: sweeps cross_entropy (ce.Settings by loss+gradient, T8192 V128256 bf16,
+then the loss alone's grid), prints every point, sets the fastest, then runs
 ``ato bench --op transformer_ops`` in this process and writes its table to $OUT. The winners
-then go into ato_core/norms.py (BWD_PROGRAMS_PER_SM, BWD_WARPS) and ato_core/cross_entropy.py
-(SETTINGS).
+then go into ato_core/cross_entropy.py (SETTINGS). The norm backward's settings are swept by
+device time in benchmarks/norm_kernels.py --bwd-sweep (timed from torch as forward+backward,
+as here, that row is host-bound on a slow host).
 """
 
 import os
@@ -107,17 +107,6 @@ def main():
         return fwd_sweep()
     if "--ce" in sys.argv:
         return ce_sweep()
-    g = torch.Generator(device="cuda").manual_seed(0)
-    bf = torch.bfloat16
-    x, dy = (torch.randn(16384, 4096, device="cuda", dtype=bf, generator=g) for _ in range(2))
-    w, b = (torch.randn(4096, device="cuda", dtype=bf, generator=g) for _ in range(2))
-
-    def set_bwd(pt):
-        norms.BWD_PROGRAMS_PER_SM, norms.BWD_WARPS = pt
-        norms.backward_plan.cache_clear()
-    _sweep("layer_norm fwd+bwd programs/SM/warps", [(p, w_) for p in (1, 2, 4, 8) for w_ in (4, 8, 16)], set_bwd,
-           bench._torch_fwd_bwd(lambda a, ww, bb: ato_torch.layer_norm(a, ww, bb), (x, w, b), dy))
-    del x, dy
     if "--no-ce" in sys.argv:
         return _bench_table()
     ce_sweep()
@@ -159,8 +148,7 @@ def ce_sweep():
 def _bench_table():
     torch.cuda.empty_cache()
     gpu = torch.cuda.get_device_name()
-    settings = (f"norms.BWD_PROGRAMS_PER_SM={norms.BWD_PROGRAMS_PER_SM} BWD_WARPS={norms.BWD_WARPS} "
-                f"cross_entropy.SETTINGS={tuple(ce.SETTINGS)}")
+    settings = f"norms.BWD_SETTINGS={norms.BWD_SETTINGS} cross_entropy.SETTINGS={tuple(ce.SETTINGS)}"
     bench.write_table(bench.transformer_ops_rows(False), os.environ.get("OUT", "/tmp/out"), gpu, "transformer_ops",
                       [f"GPU {gpu}; {bench._versions()}",
                        f"command: python benchmarks/ops_sweep.py (ato bench --op transformer_ops with {settings})"])

@@ -24,6 +24,12 @@ def _plans():
     yield "layer_norm bwd", norms.backward_plan(x, w, w, rms=False, has_residual=False, has_dh=False, p=0.0, seed=0,
                                                 target=H100), \
         {"hx": x, "weight": w, "dy": x, "mean": _spec((64,), "float32"), "rstd": _spec((64,), "float32")}
+    yield "rms_norm bwd", norms.backward_plan(x, w, None, rms=True, has_residual=False, has_dh=False, p=0.0, seed=0,
+                                              target=H100), \
+        {"hx": x, "weight": w, "dy": x, "mean": _spec((1,), "float32"), "rstd": _spec((64,), "float32")}
+    yield "drln bwd", norms.backward_plan(x, w, w, rms=False, has_residual=True, has_dh=True, p=0.1, seed=1,
+                                          target=H100), \
+        {"hx": x, "weight": w, "dy": x, "dh": x, "mean": _spec((64,), "float32"), "rstd": _spec((64,), "float32")}
     wide = _spec((4, 65536))
     yield "drln looped", norms.forward_plan(wide, wide, _spec((65536,)), None, rms=False, eps=1e-5, p=0.1, seed=1,
                                             target=H100), \
@@ -144,6 +150,21 @@ def test_streaming_kernels_move_vectors(name, plan, inputs, tmp_path, monkeypatc
             assert re.search(r"st\.global[\w:.]*\.v[24]\.", ptx), f"{name}: {launch.name} stores no vector"
         assert len(re.findall(r"ld\.global[\w:.]*\.b16\b", ptx)) <= scalars, f"{name}: {launch.name} loads scalar bf16"
         assert len(re.findall(r"st\.global[\w:.]*\.b16\b", ptx)) <= scalars, f"{name}: {launch.name} stores scalar bf16"
+
+
+@pytest.mark.parametrize("dtype,width", [("float32", 8192), ("bfloat16", 8192), ("float32", 4096)])
+def test_norm_backward_pipeline_fits_shared_memory(dtype, width, tmp_path, monkeypatch):
+    """The norm backward pipelines its rows' loads through shared memory (x, dy and, with a
+    residual, dh: STAGES - 1 rows ahead). The widest single-piece rows must still fit an H100
+    block (227 KB), pipelined where ato_core.norms budgets for it."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    x, w = _spec((64, width), dtype), _spec((width,), dtype)
+    plan = norms.backward_plan(x, w, w, rms=False, has_residual=True, has_dh=True, p=0.1, seed=1, target=H100)
+    stats = _spec((64,), "float32")
+    compiled = compile_sm90(plan.launches[0], plan, {"hx": x, "weight": w, "dy": x, "dh": x, "mean": stats,
+                                                     "rstd": stats})
+    assert plan.launches[0].constexprs["STAGES"] > 1
+    assert compiled.metadata.shared <= 227 * 1024
 
 
 @pytest.mark.parametrize("name,plan,inputs", PLANS, ids=[p[0] for p in PLANS])

@@ -196,7 +196,7 @@ def norm_bwd_kernel(
     DX, DR, DW_PART, DB_PART,
     BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, RMS: tl.constexpr, HAS_W: tl.constexpr,
     HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_DH: tl.constexpr, DROPOUT: tl.constexpr,
-    ALIGN: tl.constexpr,
+    ALIGN: tl.constexpr, STAGES: tl.constexpr = 1,
 ):
     """Grid (G,). Rows [pid * rows_per_program, ...): dx (and dresidual), and this program's
     partial dw, db rows ([G, N] fp32, zero-initialised). HX is h (with a residual) or x."""
@@ -213,7 +213,10 @@ def norm_bwd_kernel(
         w = 1.0
         if HAS_W:  # once for all the program's rows
             w = tl.load(W + offs, mask=cmask, other=0.0).to(tl.float32)
-        for r in range(first, last):
+        # STAGES > 1: Triton pipelines the loop's loads through shared memory, the next rows'
+        # x and dy in flight while this one is reduced (a program has nothing else to hide
+        # their latency behind: two or four of them fill an SM's registers).
+        for r in tl.range(first, last, num_stages=STAGES):
             row = tl.cast(r, tl.int64)
             mean, rstd = _row_stats(MEAN, RSTD, row, RMS)
             xhat, dy, g = _bwd_piece_w(HX, w, DY, row, offs, cmask, N, mean, rstd, HAS_W)
