@@ -1,0 +1,91 @@
+"""Why the norm forward is one program per row (an experiment, not a test): ato's rms_norm
+forward (norm_fwd_kernel, grid (M,)) beside two stripped-down RMSNorm forwards at 16384 x 4096
+bf16, by device time (CUPTI):
+
+- ``fwd_rows``: ato's layout (one row a program) at 4, 8 and 16 warps, with and without an
+  evict-first hint on the row's load;
+- ``fwd_persistent``: what made the backward faster (NVIDIA_H100_80GB_HBM3-norm-bwd-sweep.txt):
+  programs per SM x warps, each walking its rows with their loads pipelined through shared
+  memory (tl.range num_stages).
+
+On an H100 (NVIDIA_H100_80GB_HBM3-norm-fwd-persistent.txt) neither beat one row a program at
+8 warps (90.9 us, 2.95 TB/s: 98% of the GPU's copy rate); the persistent forms took 95 us and
+more. On the GPU machine, after ``source benchmarks/gpu_env.sh``: python benchmarks/norm_fwd_persistent.py
+"""
+import torch, triton, triton.language as tl
+import ato_torch
+from ato_cli import bench
+
+
+@triton.jit
+def fwd_persistent(X, W, Y, RSTD, M, eps, rows_per_program, N: tl.constexpr, BLOCK_N: tl.constexpr,
+                   STAGES: tl.constexpr, EVICT: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_N)
+    w = tl.load(W + offs).to(tl.float32)
+    first = pid * rows_per_program
+    last = tl.minimum(first + rows_per_program, M)
+    for r in tl.range(first, last, num_stages=STAGES):
+        row = r.to(tl.int64)
+        if EVICT:
+            h = tl.load(X + row * N + offs, eviction_policy="evict_first").to(tl.float32)
+        else:
+            h = tl.load(X + row * N + offs).to(tl.float32)
+        rstd = 1.0 / tl.sqrt(tl.sum(h * h, 0) / N + eps)
+        tl.store(Y + row * N + offs, (h * rstd * w).to(Y.dtype.element_ty))
+        tl.store(RSTD + row, rstd)
+
+
+@triton.jit
+def fwd_rows(X, W, Y, RSTD, M, eps, N: tl.constexpr, BLOCK_N: tl.constexpr, EVICT: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_N)
+    if EVICT:
+        h = tl.load(X + row * N + offs, eviction_policy="evict_first").to(tl.float32)
+    else:
+        h = tl.load(X + row * N + offs).to(tl.float32)
+    w = tl.load(W + offs).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(h * h, 0) / N + eps)
+    tl.store(Y + row * N + offs, (h * rstd * w).to(Y.dtype.element_ty))
+    tl.store(RSTD + row, rstd)
+
+
+def main():
+    M, N = 16384, 4096
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16, generator=g)
+    w = torch.randn(N, device="cuda", dtype=torch.bfloat16, generator=g)
+    y = torch.empty_like(x)
+    rstd = torch.empty(M, device="cuda", dtype=torch.float32)
+    ref = ato_torch.rms_norm(x, w)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+    def dev(fn):
+        ks = bench.device_kernels(fn, lambda o: torch.cuda.synchronize(), 50)
+        return sum(t for _, t in ks.values())
+    print(f"ato rms_norm fwd: {dev(lambda: ato_torch.rms_norm(x, w)):.1f} us")
+    for warps in (4, 8, 16):
+        for ev in (False, True):
+            f = lambda: fwd_rows[(M,)](x, w, y, rstd, M, 1e-6, N=N, BLOCK_N=N, EVICT=ev, num_warps=warps)
+            t = dev(f)
+            print(f"rows warps {warps} evict {ev}: {t:.1f} us  max|diff| {(y.float() - ref.float()).abs().max().item():.3g}", flush=True)
+    res = []
+    for p in (1, 2, 4, 8):
+        G = sms * p
+        rpp = triton.cdiv(M, G)
+        G = triton.cdiv(M, rpp)
+        for warps in (4, 8, 16):
+            for st in (1, 2, 3, 4):
+                f = lambda: fwd_persistent[(G,)](x, w, y, rstd, M, 1e-6, rpp, N=N, BLOCK_N=N, STAGES=st, EVICT=False,
+                                                 num_warps=warps)
+                try:
+                    t = dev(f)
+                except Exception as e:
+                    print(p, warps, st, "failed", str(e)[:60]); continue
+                res.append((t, p, warps, st))
+                print(f"persistent {p}/SM warps {warps} stages {st}: {t:.1f} us", flush=True)
+    print("best", sorted(res)[:4])
+
+
+if __name__ == "__main__":
+    main()
