@@ -27,6 +27,12 @@ import math
 from typing import Any, Mapping, NamedTuple, Sequence
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8}
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a dtype name (an ArraySpec's or a Buffer's)."""
+    return _ITEMSIZE[dtype]
 
 
 class ArraySpec(NamedTuple):
@@ -173,6 +179,14 @@ class Plan:
     # forward plan). Plans are cached, so what is derived once from one is derived once.
     # Not part of the plan's description.
     memo: dict = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def memoised(self, key, build):
+        """``build()``, kept in ``memo`` under ``key``: what an adapter derives from this plan
+        alone (and ``key``) is derived once."""
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = build()
+        return got
 
     def buffer(self, name: str) -> Buffer:
         for launch in self.launches:

@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 
 from . import checks
 from .kernels import norms as kern
-from .launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel,
+from .launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, itemsize, next_pow2, numel,
                      optional_output)
 from .target import Target
 
@@ -131,8 +131,7 @@ def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[Arra
     weight and bias; dummies when absent)."""
     M, N = _rows(x)
     block, single = _block(N, target)
-    itemsize = {"float32": 4}.get(x.dtype, 2)
-    programs_per_sm, warps, stages = _bwd_settings(block, single, block * itemsize * (3 if has_dh else 2))
+    programs_per_sm, warps, stages = _bwd_settings(block, single, block * itemsize(x.dtype) * (3 if has_dh else 2))
     G = max(1, min(M, 4 if target.interpret else round(target.num_sms * programs_per_sm)))
     rpp = cdiv(M, G)
     G = max(cdiv(M, rpp), 1)

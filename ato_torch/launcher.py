@@ -83,9 +83,7 @@ def run_plan(plan: Plan, arrays: Mapping[str, torch.Tensor | None], target: Targ
     input). Buffers are allocated on the device of the first input; a placeholder buffer
     is one scratch tensor per device, dtype and shape, shared by every call (never touched).
     """
-    steps = plan.memo.get("torch")
-    if steps is None:
-        steps = plan.memo["torch"] = _steps(plan)
+    steps = plan.memoised("torch", lambda: _steps(plan))
     env = {name: t for name, t in arrays.items() if t is not None}
     for name in plan.dense:
         t = env.get(name)

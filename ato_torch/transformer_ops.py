@@ -30,15 +30,6 @@ def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _memo(plan, key, build):
-    """``build()``, memoised on ``plan`` under ``key``: a backward plan depends only on its
-    forward plan and on what the backward is handed (``key``), so it is looked up once."""
-    got = plan.memo.get(key)
-    if got is None:
-        got = plan.memo[key] = build()
-    return got
-
-
 class _Norm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, weight, bias, meta):
@@ -59,7 +50,7 @@ class _Norm(torch.autograd.Function):
         dy = torch.zeros_like(hx) if dy is None else dy
         has_dh = dh is not None
         # hx: x (as the forward plan saw it) or h (a fresh buffer of the plan): the same spec every call
-        bwd = _memo(plan, ("backward", has_dh), lambda: norm_core.backward_plan(
+        bwd = plan.memoised(("backward", has_dh), lambda: norm_core.backward_plan(
             spec(hx), _spec(weight), bias_spec, rms=rms, has_residual=has_res, has_dh=has_dh, p=p, seed=seed,
             target=target))
         dx, dres, dw, db = run_plan(bwd, {"hx": hx, "weight": weight, "dy": dy, "dh": dh, "mean": mean,
@@ -121,7 +112,7 @@ class _Softmax(torch.autograd.Function):
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
         plan, target, temperature = ctx.meta
-        bwd = _memo(plan, "backward", lambda: softmax_core.backward_plan(spec(y), temperature=temperature,
+        bwd = plan.memoised("backward", lambda: softmax_core.backward_plan(spec(y), temperature=temperature,
                                                                          target=target))
         return run_plan(bwd, {"y": y, "dy": dy}, target)[0], None
 
@@ -150,7 +141,7 @@ class _SwiGLU(torch.autograd.Function):
     def backward(ctx, dy):
         gate, up = ctx.saved_tensors
         plan, target = ctx.meta
-        bwd = _memo(plan, "backward", lambda: swiglu_core.backward_plan(spec(gate), target=target))
+        bwd = plan.memoised("backward", lambda: swiglu_core.backward_plan(spec(gate), target=target))
         return (*run_plan(bwd, {"gate": gate, "up": up, "dy": dy}, target), None)
 
 

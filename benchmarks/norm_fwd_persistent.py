@@ -95,7 +95,8 @@ def main():
         for ev in (False, True):
             f = lambda: fwd_rows[(M,)](x, w, y, rstd, M, 1e-6, N=N, BLOCK_N=N, EVICT=ev, num_warps=warps)
             t = dev(f)
-            print(f"rows warps {warps} evict {ev}: {t:.1f} us  max|diff| {(y.float() - ref.float()).abs().max().item():.3g}", flush=True)
+            d = (y.float() - ref.float()).abs().max().item()
+            print(f"rows warps {warps} evict {ev}: {t:.1f} us  max|diff| {d:.3g}", flush=True)
     res = []
     for p in (1, 2, 4, 8):
         G = sms * p

@@ -22,15 +22,20 @@ from ato_cli import bench
 CALLS = 50
 
 
+def _inputs(M: int, N: int):
+    """x, dy [M, N], weight, bias [N] (bf16, seeded), and x, weight, bias as leaves requiring grad."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x, dy = (torch.randn(M, N, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    w, b = (torch.randn(N, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    return x, dy, w, b, tuple(t.detach().requires_grad_() for t in (x, w, b))
+
+
 def bwd_sweep(N: int = 4096, wide: bool = True):
     """The sweep at 16384 x N; ``wide``: every point, else a few around the winners at 4096."""
     from ato_core import norms
 
-    g = torch.Generator(device="cuda").manual_seed(0)
     M = 16384
-    x, dy = (torch.randn(M, N, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-    w, b = (torch.randn(N, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-    xl, wl, bl = (t.detach().requires_grad_() for t in (x, w, b))
+    x, dy, w, b, (xl, wl, bl) = _inputs(M, N)
     fn = lambda: torch.autograd.grad(ato_torch.layer_norm(xl, wl, bl), (xl, wl, bl), dy)  # noqa: E731
     keep = norms.BWD_SETTINGS
     print(f"GPU {torch.cuda.get_device_name()}; layer_norm backward {M}x{N} bf16, device us per call "
@@ -61,12 +66,8 @@ def bwd_sweep(N: int = 4096, wide: bool = True):
 
 
 def main():
-    dev, bf = "cuda", torch.bfloat16
-    g = torch.Generator(device=dev).manual_seed(0)
     M, N = 16384, 4096
-    x, dy = (torch.randn(M, N, device=dev, dtype=bf, generator=g) for _ in range(2))
-    w, b = (torch.randn(N, device=dev, dtype=bf, generator=g) for _ in range(2))
-    xl, wl, bl = (t.detach().requires_grad_() for t in (x, w, b))
+    x, dy, w, b, (xl, wl, bl) = _inputs(M, N)
     cases = {
         "ato layer_norm fwd": lambda: ato_torch.layer_norm(x, w, b),
         "ato rms_norm fwd": lambda: ato_torch.rms_norm(x, w),
