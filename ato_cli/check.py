@@ -10,59 +10,42 @@ import time
 from . import harness as h
 
 
-FAMILIES = ("linear_attention", "flash_attention", "transformer_ops")
-
-
 def family(case) -> str:
-    """The op family of a case (the names ``--op`` takes, as in ``ato bench``)."""
-    if case.op in ("elu_plus_one", "linear_attention", "linear_attention_step"):
-        return "linear_attention"
-    return "flash_attention" if case.op == "flash_attention" else "transformer_ops"
+    """The op family of a case (its folder under ato_core/ops)."""
+    from ato_core.ops import OPS
+
+    return OPS[case.op].family
+
+
+def families(ops=None) -> list:
+    """The family names that ``--op`` values select (a family, or a group of them such as
+    transformer_ops); every family without."""
+    from ato_core.ops import FAMILIES, GROUPS
+
+    names = [f.__name__.rsplit(".", 1)[1] for f in FAMILIES]
+    if not ops:
+        return names
+    chosen = {n for op in ops for n in GROUPS.get(op, (op,))}
+    return [n for n in names if n in chosen]
+
+
+def choices() -> list:
+    """What ``--op`` accepts: every family and group."""
+    from ato_core.ops import GROUPS
+
+    return families() + list(GROUPS)
 
 
 def cases(gpu: bool, quick: bool, ops=None):
-    """Every case ``ato check`` runs; only the families in ``ops`` if given."""
-    out = _all_cases(gpu, quick)
-    return [c for c in out if family(c) in ops] if ops else out
+    """Every case ``ato check`` runs (each family's cases.check_cases); only the families that
+    ``ops`` selects if given."""
+    import importlib
 
-
-def _all_cases(gpu: bool, quick: bool):
-    if gpu:
-        dims = [(2, 4, 2048, 64, 64), (1, 4, 1000, 96, 48)]
-        fa_dims = [(2, 8, 2, 1024, 1024, 128), (1, 4, 4, 700, 1500, 80)]  # (B, Hq, Hkv, Nq, Nk, D)
-        dtypes = ["float32", "float16", "bfloat16"]
-    else:
-        dims = [(2, 2, 200, 32, 24), (1, 2, 45, 48, 80)]
-        fa_dims = [(1, 4, 2, 45, 29, 48), (1, 2, 2, 37, 70, 16)]
-        dtypes = ["float32", "bfloat16"]
+    dtypes = ["float32", "float16", "bfloat16"] if gpu else ["float32", "bfloat16"]
     if quick:
-        dims, fa_dims, dtypes = dims[:1], fa_dims[:1], dtypes[-1:]
-    out = [h.elu_case((4, 1001), d) for d in dtypes]
-    for dtype in dtypes:
-        for i, (B, H, N, Dk, Dv) in enumerate(dims):
-            for causal in (False, True):
-                out.append(h.la_case(B, H, N, Dk, Dv, dtype, causal=causal, feature_map="elu" if i == 0 else None,
-                                     state=causal, final=causal, seed=i))
-        out.append(h.step_case(2, 4, 64, 64, dtype))
-        for i, fa in enumerate(fa_dims):
-            for causal in (False, True):
-                out.append(h.fa_case(*fa, dtype=dtype, causal=causal, seed=i))
-        out += transformer_op_cases(gpu, dtype)
-    return out
-
-
-def transformer_op_cases(gpu: bool, dtype: str):
-    M, N, V = (2048, 4096, 32000) if gpu else (6, 300, 500)
-    return [
-        h.norm_case("layer_norm", (M, N), dtype=dtype, seed=1),
-        h.norm_case("rms_norm", (M, N + 1), dtype=dtype, bias=False, seed=2),
-        h.drln_case((M, N), dtype=dtype, p=0.1, dseed=3, seed=3),
-        h.softmax_case((M, N), dtype=dtype, seed=4),
-        h.swiglu_case((M, N), dtype=dtype, seed=5),
-        h.rope_case(2, 8, 2, 256 if gpu else 9, 64 if gpu else 16, dtype=dtype, positions=True,
-                    max_pos=1024 if gpu else 20, seed=6),
-        h.ce_case(M, V, dtype=dtype, label_smoothing=0.1, seed=7),
-    ]
+        dtypes = dtypes[-1:]
+    mods = [importlib.import_module(f"ato_core.ops.{name}.cases") for name in families(ops)]
+    return [c for dtype in dtypes for mod in mods for c in mod.check_cases(gpu, dtype, quick)]
 
 
 def _progress(i: int, n: int, label: str) -> None:

@@ -1,7 +1,11 @@
-"""Running @triton.jit kernels under Triton's interpreter, without TRITON_INTERPRET.
+"""Running plans under Triton's interpreter, without TRITON_INTERPRET.
 
-``interpreted(kernel)`` returns a cached ``InterpretedFunction`` for the kernel, launched
-like the compiled one (``fn[grid](*args, **constexprs)``) on CPU torch tensors.
+``run_plan(plan, arrays)`` runs a plan on torch tensors (the interpreter needs them; torch
+is imported lazily), as both adapters do on a CPU: ato_torch directly, ato_jax through a
+``jax.pure_callback``. ``execute`` is the step loop both share with ato_torch's compiled
+path: outputs allocated, then each launch. ``interpreted(kernel)`` returns a cached
+``InterpretedFunction`` for a kernel, launched like the compiled one
+(``fn[grid](*args, **constexprs)``).
 
 Triton's interpreter (3.6 to 3.9 at least) stores bfloat16 as uint16 and hands those bit
 patterns straight to ``np.matmul`` in ``tl.dot``, so a bf16 dot returns garbage. We
@@ -156,3 +160,73 @@ def interpreted(kernel) -> _Interpreted:
     _patch_bf16_dot()
     _patch_scalar_index()
     return _Interpreted(kernel)
+
+
+def run_plan(plan, arrays) -> tuple:
+    """Runs every launch of ``plan`` under the interpreter on torch tensors (``arrays``: the
+    plan's input names to tensors, None for an absent optional input); returns its results."""
+    return execute(plan, arrays, _interpret)
+
+
+def _interpret(launch, inputs, outs, device) -> None:
+    interpreted(launch.kernel)[launch.grid](*inputs, *launch.scalars, *outs, **launch.constexprs,
+                                            num_warps=launch.num_warps, num_stages=launch.num_stages,
+                                            enable_fp_fusion=launch.fp_fusion)
+
+
+def execute(plan, arrays, launch_fn) -> tuple:
+    """Allocates each launch's outputs (torch, on the device of the first input) and calls
+    ``launch_fn(launch, inputs, outputs, device)``; returns the plan's results. A placeholder
+    output is one scratch tensor per device, dtype and shape, shared by every call (never
+    touched); ``plan.dense`` inputs are made contiguous first."""
+    steps = plan.memoised("torch", lambda: _steps(plan))
+    env = {name: t for name, t in arrays.items() if t is not None}
+    for name in plan.dense:
+        t = env.get(name)
+        if t is not None:
+            env[name] = t.contiguous()
+    device = next(iter(env.values())).device
+    for launch, outputs in steps:
+        inputs = [env[name] for name in launch.inputs]
+        outs = []
+        for name, shape, dtype, zeroed, alias, placeholder, alloc in outputs:
+            if alias is not None:
+                out = env[alias]
+            elif placeholder:
+                out = _scratch(device, dtype, shape)
+            else:
+                out = alloc(shape, dtype=dtype, device=device)
+            outs.append(out)
+            env[name] = out
+        launch_fn(launch, inputs, outs, device)
+    return tuple(env[name] for name in plan.results)
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+def _steps(plan) -> tuple:
+    """(launch, its outputs as (name, shape, torch dtype, zeroed, alias, placeholder,
+    allocator)) per launch."""
+    import torch
+
+    return tuple((launch, tuple((b.name, b.shape, torch_dtype(b.dtype), b.zeroed, b.alias, b.placeholder,
+                                 torch.zeros if b.zeroed else torch.empty) for b in launch.outputs))
+                 for launch in plan.launches)
+
+
+_SCRATCH: dict = {}
+
+
+def _scratch(device, dtype, shape: tuple):
+    """The tensor a placeholder of this device, dtype and shape points at: one for all calls."""
+    key = (device, dtype, shape)
+    t = _SCRATCH.get(key)
+    if t is None:
+        import torch
+
+        t = _SCRATCH[key] = torch.empty(shape, dtype=dtype, device=device)
+    return t

@@ -13,16 +13,17 @@ argument in both frameworks (ato_jax.launcher.kernel_scalars).
 Specialisation. Both frameworks must compile one kernel into the same binary, so they must
 specialise its arguments alike. jax-triton declares every pointer 16-byte aligned, turns
 integers equal to 1 into constants, and says nothing of other integers; torch's Triton
-launcher would also mark integers divisible by 16. A Launch therefore switches that last
-marking off for its scalar arguments, and a kernel learns what it may assume of its sizes
-and strides from an ``ALIGN`` constexpr that the plan computes (:func:`alignment`; applied
-in the kernel by ato_core.kernels.common.aligned).
+launcher would also mark integers divisible by 16. Kernels are therefore declared with
+:func:`kernel`, which switches that last marking off for their scalar arguments, and a kernel
+learns what it may assume of its sizes and strides from an ``ALIGN`` constexpr that the plan
+computes (:func:`alignment`; applied in the kernel by ato_core.triton_helpers.aligned).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -52,10 +53,6 @@ class ArraySpec(NamedTuple):
     @property
     def ndim(self) -> int:
         return len(self.shape)
-
-    @property
-    def is_row_major(self) -> bool:
-        return all(st == rs for st, rs, n in zip(self.strides, row_major_strides(self.shape), self.shape) if n > 1)
 
 
 def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -122,7 +119,7 @@ class Launch:
     compiled: dict = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self):
-        _no_alignment_specialisation(self.kernel, len(self.inputs), len(self.scalars))
+        check_launch(self)
 
     @property
     def name(self) -> str:
@@ -130,20 +127,51 @@ class Launch:
         return getattr(fn, "__name__", repr(fn))
 
 
-def _no_alignment_specialisation(kernel, first: int, count: int) -> None:
-    """Marks a JITFunction's scalar parameters [first, first + count) as not specialised on
-    divisibility by 16 (as jax-triton compiles them). Idempotent; drops the compiled-kernel
-    caches the first time, so no binary compiled under the old rule is reused."""
-    params = getattr(kernel, "params", None)
-    if params is None:
-        return
-    changed = False
-    for p in params[first:first + count]:
-        if not p.do_not_specialize_on_alignment:
-            p.do_not_specialize_on_alignment = True
-            changed = True
-    if changed and hasattr(kernel, "device_caches"):
-        kernel.device_caches.clear()
+def kernel(*, inputs: int, outputs: int):
+    """``@triton.jit`` for a kernel that plans launch, in the convention of this module:
+    ``inputs`` input pointers, then runtime scalars, then ``outputs`` output pointers, then
+    ``tl.constexpr`` s. Its scalars are not specialised on divisibility by 16, as jax-triton
+    compiles them, so both frameworks build one binary (a kernel learns what it may assume
+    from its ALIGN constexpr instead). :func:`check_launch` checks every Launch against it."""
+    import inspect
+
+    import triton
+
+    def wrap(fn):
+        params = list(inspect.signature(fn).parameters.values())
+        runtime = [p.name for p in params if "constexpr" not in str(p.annotation)]
+        if [p.name for p in params[:len(runtime)]] != runtime:
+            raise TypeError(f"{fn.__name__}: constexpr parameters must come last")
+        if inputs + outputs > len(runtime):
+            raise TypeError(f"{fn.__name__}: {inputs} input and {outputs} output pointers declared, but only "
+                            f"{len(runtime)} runtime parameters")
+        jitted = triton.jit(fn, do_not_specialize_on_alignment=runtime[inputs:len(runtime) - outputs])
+        jitted.ato_io = (inputs, outputs)
+        return jitted
+
+    return wrap
+
+
+def check_launch(launch: "Launch") -> None:
+    """A launch matches its kernel's signature (declared by :func:`kernel`): as many input
+    pointers, scalars and output pointers, constexprs that the kernel has, and every
+    constexpr without a default. Raises TypeError naming the kernel: at plan time, on any
+    machine, instead of a wrong launch on the device."""
+    io = getattr(launch.kernel, "ato_io", None)
+    if io is None:
+        raise TypeError(f"{launch.name}: not declared with ato_core.launch.kernel(inputs=, outputs=)")
+    n_in, n_out = io
+    params = launch.kernel.params
+    runtime = sum(not p.is_constexpr for p in params)
+    got = (len(launch.inputs), len(launch.scalars), len(launch.outputs))
+    want = (n_in, runtime - n_in - n_out, n_out)
+    if got != want:
+        raise TypeError(f"{launch.name}: expected (inputs, scalars, outputs) = {want}, got {got}")
+    names = {p.name: p for p in params if p.is_constexpr}
+    unknown = sorted(set(launch.constexprs) - set(names))
+    missing = sorted(n for n, p in names.items() if n not in launch.constexprs and p.default is inspect.Parameter.empty)
+    if unknown or missing:
+        raise TypeError(f"{launch.name}: constexprs not in its signature {unknown}, missing {missing}")
 
 
 def alignment(*values: int, limit: int = 16) -> int:
@@ -187,6 +215,20 @@ class Plan:
         if got is None:
             got = self.memo[key] = build()
         return got
+
+    def renamed(self, names: Mapping[str, str]) -> "Plan":
+        """The same plan reading its inputs under other names (``names``: old -> new)."""
+        launches = tuple(dataclasses.replace(launch, inputs=tuple(names.get(n, n) for n in launch.inputs))
+                         for launch in self.launches)
+        return Plan(launches, tuple(names.get(n, n) for n in self.results), tuple(names.get(n, n) for n in self.dense))
+
+    def external(self) -> set:
+        """The names its launches read that no launch of it writes: the plan's inputs."""
+        written, out = set(), set()
+        for launch in self.launches:
+            out.update(n for n in launch.inputs if n not in written)
+            written.update(b.name for b in launch.outputs)
+        return out
 
     def buffer(self, name: str) -> Buffer:
         for launch in self.launches:

@@ -12,7 +12,6 @@ import os
 class Target:
     interpret: bool
     num_sms: int
-    capability: tuple[int, int] = (0, 0)
 
 
 # The interpreter runs one program at a time; a small "SM count" keeps grids small while
@@ -32,6 +31,4 @@ def cuda_target(device_index: int = 0) -> Target:
     from triton.runtime import driver
 
     props = driver.active.utils.get_device_properties(device_index)
-    cap = driver.active.get_current_target().arch
-    major, minor = (cap // 10, cap % 10) if isinstance(cap, int) else (0, 0)
-    return Target(interpret=False, num_sms=int(props["multiprocessor_count"]), capability=(major, minor))
+    return Target(interpret=False, num_sms=int(props["multiprocessor_count"]))

@@ -1,14 +1,14 @@
-"""ato for JAX: the ato_core Triton kernels as differentiable, jittable JAX ops.
+"""ato for JAX: every ato_core op (ato_core.ops) as a differentiable, jittable JAX op.
 
 On a GPU the kernels run compiled through jax-triton (the ``gpu`` extra); on a CPU they
 run under Triton's interpreter through ``jax.pure_callback`` (this path needs torch).
-``import ato_jax`` never imports jax_triton; the first GPU launch does.
+``import ato_jax`` never imports jax_triton; the first GPU launch does. Each op is built
+from its declaration by ato_jax.ops.build.
 """
 
-from .flash_attention import flash_attention  # noqa: F401
-from .transformer_ops import (  # noqa: F401
-    cross_entropy, dropout_residual_layer_norm, layer_norm, rms_norm, rope, softmax, swiglu)
-from .linear_attention import elu_plus_one, linear_attention, linear_attention_step  # noqa: F401
+from ato_core.ops import OPS as _OPS
 
-__all__ = ["cross_entropy", "dropout_residual_layer_norm", "elu_plus_one", "flash_attention", "layer_norm",
-           "linear_attention", "linear_attention_step", "rms_norm", "rope", "softmax", "swiglu"]
+from .ops import build as _build
+
+globals().update({_name: _build(_op) for _name, _op in _OPS.items()})
+__all__ = sorted(_OPS)

@@ -1,8 +1,8 @@
 """Executes ato_core launch plans on JAX arrays.
 
 On a GPU each launch is a ``jax_triton.triton_call`` (compiled kernel). On a CPU (or
-with ATO_INTERPRET=1) the whole plan runs in one ``jax.pure_callback`` through the torch
-launcher under Triton's interpreter, which needs torch CPU tensors: the identical
+with ATO_INTERPRET=1) the whole plan runs in one ``jax.pure_callback`` under Triton's
+interpreter (ato_core.interpreter, on torch CPU tensors, which it needs): the identical
 kernels and plan as ``ato_torch``, so the two frameworks agree bit for bit there.
 No launch decision is made here.
 """
@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ato_core import interpreter
 from ato_core.launch import ArraySpec, Plan, row_major_strides
 from ato_core.target import INTERPRETER, Target, cuda_target, force_interpret
 
@@ -140,9 +141,7 @@ def _run_interpreted(plan: Plan, env: dict, target: Target) -> tuple:
     result_specs = tuple(_shape_dtype(plan.buffer(name)) for name in plan.results)
 
     def host(*arrays):
-        from ato_torch.launcher import run_plan
-
-        outs = run_plan(plan, {n: _to_torch(a) for n, a in zip(names, arrays)}, target)
+        outs = interpreter.run_plan(plan, {n: _to_torch(a) for n, a in zip(names, arrays)})
         return tuple(_to_numpy(o.cpu()) for o in outs)
 
     return tuple(jax.pure_callback(host, result_specs, *[env[n] for n in names]))

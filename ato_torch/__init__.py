@@ -1,13 +1,13 @@
-"""ato for PyTorch: the ato_core Triton kernels as differentiable torch ops.
+"""ato for PyTorch: every ato_core op (ato_core.ops) as a differentiable torch op.
 
 CUDA tensors run compiled kernels; CPU tensors run the same kernels under Triton's
-interpreter (set ATO_INTERPRET=1 to interpret on a GPU too).
+interpreter (set ATO_INTERPRET=1 to interpret on a GPU too). Each op is built from its
+declaration by ato_torch.ops.build.
 """
 
-from .flash_attention import flash_attention  # noqa: F401
-from .transformer_ops import (  # noqa: F401
-    cross_entropy, dropout_residual_layer_norm, layer_norm, rms_norm, rope, softmax, swiglu)
-from .linear_attention import elu_plus_one, linear_attention, linear_attention_step  # noqa: F401
+from ato_core.ops import OPS as _OPS
 
-__all__ = ["cross_entropy", "dropout_residual_layer_norm", "elu_plus_one", "flash_attention", "layer_norm",
-           "linear_attention", "linear_attention_step", "rms_norm", "rope", "softmax", "swiglu"]
+from .ops import build as _build
+
+globals().update({_name: _build(_op) for _name, _op in _OPS.items()})
+__all__ = sorted(_OPS)

@@ -23,7 +23,7 @@ from typing import Mapping
 import torch
 from torch.autograd.function import once_differentiable as _torch_once_differentiable
 
-from ato_core.interpreter import interpreted
+from ato_core import interpreter
 from ato_core.launch import ArraySpec, Launch, Plan
 from ato_core.target import INTERPRETER, Target, cuda_target, force_interpret
 
@@ -42,10 +42,11 @@ def dtype_name(dtype: torch.dtype) -> str:
 _DEVICE_NAMES: dict = {}
 
 
-def spec(t) -> ArraySpec:
-    """The ArraySpec of a tensor: its shape, dtype, own strides and device."""
+def spec(t, name: str = "argument") -> ArraySpec:
+    """The ArraySpec of a tensor: its shape, dtype, own strides and device. Anything else
+    raises TypeError naming the argument (``name``)."""
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"expected a torch.Tensor, got {type(t).__name__}")
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     device = t.device
     name = _DEVICE_NAMES.get(device)
     if name is None:
@@ -80,68 +81,23 @@ def run_plan(plan: Plan, arrays: Mapping[str, torch.Tensor | None], target: Targ
     """Runs every launch of ``plan`` in order and returns its results.
 
     ``arrays`` maps the plan's input names to tensors (None for an absent optional
-    input). Buffers are allocated on the device of the first input; a placeholder buffer
-    is one scratch tensor per device, dtype and shape, shared by every call (never touched).
+    input). Outputs are allocated on the device of the first input (ato_core.interpreter.execute).
     """
-    steps = plan.memoised("torch", lambda: _steps(plan))
-    env = {name: t for name, t in arrays.items() if t is not None}
-    for name in plan.dense:
-        t = env.get(name)
-        if t is not None:
-            env[name] = t.contiguous()
-    device = next(iter(env.values())).device
+    if target.interpret:
+        return interpreter.run_plan(plan, arrays)
+    device = next(t for t in arrays.values() if t is not None).device
     # Triton launches on the current device: make it the arrays' (nothing to do when it is, as
     # it always is with one visible GPU).
-    if device.type == "cuda" and _several_gpus() and device.index != torch.cuda.current_device():
+    if _several_gpus() and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):
-            _run_steps(steps, env, device, target)
-    else:
-        _run_steps(steps, env, device, target)
-    return tuple(env[name] for name in plan.results)
-
-
-def _run_steps(steps, env: dict, device: torch.device, target: Target) -> None:
-    """The launches, each after allocating its outputs (named into ``env``)."""
-    for launch, outputs in steps:
-        inputs = [env[name] for name in launch.inputs]
-        outs = []
-        for name, shape, dtype, zeroed, alias, placeholder in outputs:
-            if alias is not None:
-                out = env[alias]
-            elif placeholder:
-                out = _scratch(device, dtype, shape)
-            else:
-                out = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
-            outs.append(out)
-            env[name] = out
-        if target.interpret:
-            _jit_launch(interpreted(launch.kernel), launch, [*inputs, *launch.scalars, *outs])
-        else:
-            _cuda_launch(launch, inputs, outs, device)
+            return interpreter.execute(plan, arrays, _cuda_launch)
+    return interpreter.execute(plan, arrays, _cuda_launch)
 
 
 @functools.lru_cache(maxsize=None)
 def _several_gpus() -> bool:
     """Whether this process sees more than one CUDA device (fixed once CUDA is initialised)."""
     return torch.cuda.device_count() > 1
-
-
-def _steps(plan: Plan) -> tuple:
-    """(launch, its outputs as (name, shape, torch dtype, zeroed, alias, placeholder)) per launch."""
-    return tuple((launch, tuple((b.name, b.shape, _DTYPES[b.dtype], b.zeroed, b.alias, b.placeholder)
-                                for b in launch.outputs)) for launch in plan.launches)
-
-
-_SCRATCH: dict = {}
-
-
-def _scratch(device: torch.device, dtype: torch.dtype, shape: tuple) -> torch.Tensor:
-    """The tensor a placeholder of this device, dtype and shape points at: one for all calls."""
-    key = (device, dtype, shape)
-    t = _SCRATCH.get(key)
-    if t is None:
-        t = _SCRATCH[key] = torch.empty(shape, dtype=dtype, device=device)
-    return t
 
 
 def _jit_launch(kernel, launch: Launch, args):
@@ -154,7 +110,7 @@ def _jit_launch(kernel, launch: Launch, args):
 JIT_LAUNCH_ONLY = os.environ.get("ATO_TRITON_JIT_LAUNCH", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def _cuda_launch(launch: Launch, inputs, outs, device) -> None:
+def _cuda_launch(launch: Launch, inputs, outs, device: torch.device) -> None:
     """Launches a compiled kernel: the binary cached on ``launch`` for this device and
     pointer alignment if there is one, else through Triton (and caches what it returns)."""
     # A plan fixes its inputs' dtypes, but a caller's cotangent may not match them: both are in

@@ -3,76 +3,29 @@ machine: Triton's frontend, its passes and ptxas run without a GPU. Catches what
 interpreter cannot (constexpr globals, layouts, shared-memory budgets, the types a
 compiled kernel infers), before a GPU run. One representative plan per op, bf16."""
 
+import importlib
+
 import pytest
 
-from ato_core import cross_entropy, flash_attention, linear_attention, norms, rope, softmax, swiglu
-from ato_core.launch import ArraySpec, cdiv, row_major_strides
+from ato_core.launch import cdiv
+from ato_core.ops import FAMILIES, OPS
+from ato_core.ops.norms import plans as norms
+from ato_core.ops.rope import plans as rope
 from ato_core.target import Target
+from ato_core.testing import compile_plans, gpu_spec as _spec
 
-H100 = Target(interpret=False, num_sms=132, capability=(9, 0))
+H100 = Target(interpret=False, num_sms=132)
 _TT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int64": "i64"}
 
 
-def _spec(shape, dtype="bfloat16"):
-    return ArraySpec(tuple(shape), dtype, row_major_strides(shape), "cuda:0")
-
-
 def _plans():
-    x, w = _spec((64, 4096)), _spec((4096,))
-    yield "layer_norm", norms.forward_plan(x, None, w, w, rms=False, eps=1e-5, p=0.0, seed=0, target=H100), \
-        {"x": x, "weight": w, "bias": w}
-    yield "layer_norm bwd", norms.backward_plan(x, w, w, rms=False, has_residual=False, has_dh=False, p=0.0, seed=0,
-                                                target=H100), \
-        {"hx": x, "weight": w, "dy": x, "mean": _spec((64,), "float32"), "rstd": _spec((64,), "float32")}
-    yield "rms_norm bwd", norms.backward_plan(x, w, None, rms=True, has_residual=False, has_dh=False, p=0.0, seed=0,
-                                              target=H100), \
-        {"hx": x, "weight": w, "dy": x, "mean": _spec((1,), "float32"), "rstd": _spec((64,), "float32")}
-    yield "drln bwd", norms.backward_plan(x, w, w, rms=False, has_residual=True, has_dh=True, p=0.1, seed=1,
-                                          target=H100), \
-        {"hx": x, "weight": w, "dy": x, "dh": x, "mean": _spec((64,), "float32"), "rstd": _spec((64,), "float32")}
-    wide = _spec((4, 65536))
-    yield "drln looped", norms.forward_plan(wide, wide, _spec((65536,)), None, rms=False, eps=1e-5, p=0.1, seed=1,
-                                            target=H100), \
-        {"x": wide, "residual": wide, "weight": _spec((65536,))}
-    yield "softmax", softmax.forward_plan(_spec((8, 50000)), temperature=1.0, target=H100), {"x": _spec((8, 50000))}
-    g = _spec((64, 7168))
-    yield "swiglu", swiglu.forward_plan(g, g, target=H100), {"gate": g, "up": g}
-    yield "swiglu bwd", swiglu.backward_plan(g, target=H100), {"gate": g, "up": g, "dy": g}
-    q, k, cs, pos = _spec((2, 32, 16, 128)), _spec((2, 8, 16, 128)), _spec((64, 64)), _spec((2, 16), "int64")
-    yield "rope", rope.plan(q, k, cs, cs, pos, interleaved=False, inverse=True, target=H100), \
-        {"q": q, "k": k, "cos": cs, "sin": cs, "positions": pos}
-    lg, t = _spec((16, 128256)), _spec((16,), "int64")
-    yield "cross_entropy", cross_entropy.forward_plan(lg, t, ignore_index=-100, reduction="mean", label_smoothing=0.1,
-                                                      grad=True, target=H100), {"logits": lg, "targets": t}
-    yield "cross_entropy loss", cross_entropy.forward_plan(lg, t, ignore_index=-100, reduction="sum",
-                                                           label_smoothing=0.0, grad=False, target=H100), \
-        {"logits": lg, "targets": t}
-    yield "cross_entropy bwd", cross_entropy.backward_plan(lg, _spec((16,), "float32"), target=H100), \
-        {"dlogits": lg, "dloss": _spec((16,), "float32")}
-    q, k = _spec((1, 8, 256, 128)), _spec((1, 2, 256, 128))
-    yield "flash_attention", flash_attention.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100), \
-        {"q": q, "k": k, "v": k}
-    yield "flash_attention bwd", flash_attention.backward_plan(q, k, k, q, causal=True, softmax_scale=None,
-                                                               has_dlse=True, target=H100), \
-        {"q": q, "k": k, "v": k, "o": q, "do": q, "lse": _spec((1, 8, 256), "float32"),
-         "dlse": _spec((1, 8, 256), "float32")}
-    yield from linear_attention_plans(_spec((2, 4, 512, 64)))
-
-
-def linear_attention_plans(q, label="linear_attention"):
-    """The linear_attention forward and backward plans at q's shape (k = v = q), causal and
-    not, with the forward's residuals as the backward's inputs."""
-    for causal in (True, False):
-        tag = f"{label} {'causal' if causal else 'bidir'}"
-        fwd, _ = linear_attention.forward_plan(q, q, q, causal=causal, feature_map="elu", eps=1e-6,
-                                               initial_state=None, target=H100)
-        yield tag, fwd, {"q": q, "k": q, "v": q}
-        bwd = linear_attention.backward_plan(q, q, q, q, causal=causal, feature_map="elu", eps=1e-6,
-                                             has_dfinal=False, target=H100)
-        # the forward's residuals (rden, S_res, z_res: its results 3-5) as the forward plan writes them
-        res = dict(zip(("rden", "S_res", "z_res"), fwd.results[3:]))
-        yield f"{tag} bwd", bwd, {"q": q, "k": q, "v": q, "o": q, "do": q,
-                                  **{n: fwd.buffer(r) for n, r in res.items()}}
+    """(label, plan, input specs) of every family's compile examples (cases.COMPILE), the
+    forward and, with a gradient, the backward (every cotangent given)."""
+    for family in FAMILIES:
+        for label, name, args, kwargs, *grad in importlib.import_module(family.__name__ + ".cases").COMPILE:
+            plans = compile_plans(OPS[name], args, kwargs, H100, *grad)
+            for (plan, specs), tag in zip(plans, ("", " bwd")):
+                yield label + tag, plan, specs
 
 
 def _scalar_type(v):
@@ -89,7 +42,7 @@ PLANS = list(_plans())
 def compile_sm90(launch, plan, inputs):
     """Compiles one launch of ``plan`` for an H100 as its GPU plan launches it (pointer dtypes
     from ``inputs`` or the plan's buffers, every pointer 16-byte aligned, scalars typed as
-    the launchers type them, its constexprs and options). Also used by benchmarks/ptx_fingerprint.py."""
+    the launchers type them, its constexprs and options). Also used by benchmarks/tools/ptx_fingerprint.py."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -135,7 +88,7 @@ OPS_PLANS = [p for p in PLANS if not p[0].startswith(("flash_attention", "linear
 def test_streaming_kernels_move_vectors(name, plan, inputs, tmp_path, monkeypatch):
     """At aligned widths the memory-bound kernels load and store 16-byte vectors, not one
     bf16 element per instruction: the row offsets they compute from a size or a stride must
-    carry its divisibility (ALIGN, see ato_core.kernels.common.aligned). The cross-entropy
+    carry its divisibility (ALIGN, see ato_core.triton_helpers.aligned). The cross-entropy
     kernels once computed row * V without it and moved 2 bytes per access."""
     import re
 
@@ -156,12 +109,12 @@ def test_streaming_kernels_move_vectors(name, plan, inputs, tmp_path, monkeypatc
 def test_norm_backward_pipeline_fits_shared_memory(dtype, width, tmp_path, monkeypatch):
     """The norm backward pipelines its rows' loads through shared memory (x, dy and, with a
     residual, dh: STAGES - 1 rows ahead). The widest single-piece rows must still fit an H100
-    block (227 KB), pipelined where ato_core.norms budgets for it."""
+    block (227 KB), pipelined where ato_core.ops.norms.plans budgets for it."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     x, w = _spec((64, width), dtype), _spec((width,), dtype)
     plan = norms.backward_plan(x, w, w, rms=False, has_residual=True, has_dh=True, p=0.1, seed=1, target=H100)
     stats = _spec((64,), "float32")
-    compiled = compile_sm90(plan.launches[0], plan, {"hx": x, "weight": w, "dy": x, "dh": x, "mean": stats,
+    compiled = compile_sm90(plan.launches[0], plan, {"h": x, "weight": w, "dy": x, "dh": x, "mean": stats,
                                                      "rstd": stats})
     assert plan.launches[0].constexprs["STAGES"] > 1
     assert compiled.metadata.shared <= 227 * 1024

@@ -17,7 +17,8 @@ import torch
 import ato_jax
 import ato_torch
 from ato_cli import harness as h
-from ato_core import flash_attention as fa_core
+from ato_core.ops.flash_attention.cases import fa_case
+from ato_core.ops.flash_attention import plans as fa_core
 from ato_core import reference as ref
 from ato_core.target import INTERPRETER
 from helpers import check, frontend
@@ -36,18 +37,18 @@ FA_CASES = [
 @pytest.mark.parametrize("dims", FA_CASES, ids=lambda d: "x".join(map(str, d)))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_flash_attention_fp32(dims, causal):
-    check(h.fa_case(*dims, causal=causal, seed=sum(dims)))
+    check(fa_case(*dims, causal=causal, seed=sum(dims)))
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_flash_attention_half(dtype, causal):
-    check(h.fa_case(2, 4, 2, 50, 67, 64, dtype=dtype, causal=causal, seed=4))
+    check(fa_case(2, 4, 2, 50, 67, 64, dtype=dtype, causal=causal, seed=4))
 
 
 def test_without_lse_and_with_a_scale():
-    check(h.fa_case(1, 2, 2, 40, 40, 32, causal=True, lse=False, seed=5))
-    check(h.fa_case(1, 2, 1, 33, 21, 16, causal=False, scale=0.3, seed=6))
+    check(fa_case(1, 2, 2, 40, 40, 32, causal=True, lse=False, seed=5))
+    check(fa_case(1, 2, 1, 33, 21, 16, causal=False, scale=0.3, seed=6))
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])

@@ -4,7 +4,7 @@ every op family (linear attention, flash attention, the fused transformer ops).
 Collected everywhere, skipped without CUDA (conftest.py). Tolerances as in the CPU tier
 (ato_cli.harness.TOLERANCE). torch and JAX launch the same plan, so the same kernel with
 the same launch configuration: their results must be bitwise equal. The whole tier takes
-longer than one 10-minute device command on a cold cache: benchmarks/gpu_run.sh splits it.
+longer than one 10-minute device command on a cold cache: benchmarks/tools/gpu_run.sh splits it.
 """
 
 import os
@@ -15,6 +15,13 @@ import numpy as np
 import pytest
 
 from ato_cli import harness as h
+from ato_core.ops.cross_entropy.cases import ce_case
+from ato_core.ops.flash_attention.cases import fa_case
+from ato_core.ops.linear_attention.cases import elu_case, la_case, step_case
+from ato_core.ops.norms.cases import drln_case, norm_case
+from ato_core.ops.rope.cases import rope_case
+from ato_core.ops.softmax.cases import softmax_case
+from ato_core.ops.swiglu.cases import swiglu_case
 
 pytestmark = pytest.mark.gpu
 
@@ -41,7 +48,7 @@ def _check(case):
 
 
 def _case(dims, dtype, causal):
-    return h.la_case(*dims, dtype=dtype, causal=causal, feature_map="elu", state=causal, final=causal, seed=sum(dims))
+    return la_case(*dims, dtype=dtype, causal=causal, feature_map="elu", state=causal, final=causal, seed=sum(dims))
 
 
 @pytest.mark.parametrize("dims", GPU_DIMS, ids=lambda d: "x".join(map(str, d)))
@@ -63,8 +70,8 @@ def test_cross_framework_bitwise_gpu(dims, dtype, causal):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_step_and_elu_gpu(dtype):
-    _check(h.step_case(8, 16, 64, 64, dtype))
-    _check(h.elu_case((4096, 4097), dtype))
+    _check(step_case(8, 16, 64, 64, dtype))
+    _check(elu_case((4096, 4097), dtype))
 
 
 def test_fp16_long_sequence_gpu():
@@ -153,7 +160,7 @@ FA_GPU_DIMS = [
 
 
 def _fa_case(dims, dtype, causal):
-    return h.fa_case(*dims, dtype=dtype, causal=causal, seed=sum(dims))
+    return fa_case(*dims, dtype=dtype, causal=causal, seed=sum(dims))
 
 
 # fp32 (IEEE fp32 dots: slow to compile and run, the same code) at the shapes of at most
@@ -248,18 +255,18 @@ def test_flash_attention_memory_linear_in_n():
 # ---- transformer ops ----
 
 OPS_GPU_CASES = [
-    lambda dt: h.norm_case("layer_norm", (4096, 4096), dtype=dt, seed=1),
-    lambda dt: h.norm_case("layer_norm", (16, 65536), dtype=dt, seed=2),       # looped: wider than one piece
-    lambda dt: h.norm_case("rms_norm", (4096, 4097), dtype=dt, bias=False, seed=3),
-    lambda dt: h.drln_case((2048, 4096), dtype=dt, p=0.1, dseed=5, seed=4),
-    lambda dt: h.softmax_case((4096, 4096), dtype=dt, seed=5),
-    lambda dt: h.softmax_case((16, 50000), dtype=dt, temperature=0.7, seed=6),  # online
-    lambda dt: h.swiglu_case((4096, 7168), dtype=dt, seed=7),
-    lambda dt: h.rope_case(2, 16, 4, 1024, 128, dtype=dt, positions=True, max_pos=4096, seed=8),
-    lambda dt: h.rope_case(2, 8, 8, 512, 64, dtype=dt, interleaved=True, seed=9),
-    lambda dt: h.rope_case(3, 5, 3, 37, 128, dtype=dt, seed=12),  # head tiles and position blocks cut short
-    lambda dt: h.ce_case(1024, 32000, dtype=dt, label_smoothing=0.1, seed=10),
-    lambda dt: h.ce_case(512, 128256, dtype=dt, reduction="none", scale=30.0, seed=11),
+    lambda dt: norm_case("layer_norm", (4096, 4096), dtype=dt, seed=1),
+    lambda dt: norm_case("layer_norm", (16, 65536), dtype=dt, seed=2),       # looped: wider than one piece
+    lambda dt: norm_case("rms_norm", (4096, 4097), dtype=dt, bias=False, seed=3),
+    lambda dt: drln_case((2048, 4096), dtype=dt, p=0.1, dseed=5, seed=4),
+    lambda dt: softmax_case((4096, 4096), dtype=dt, seed=5),
+    lambda dt: softmax_case((16, 50000), dtype=dt, temperature=0.7, seed=6),  # online
+    lambda dt: swiglu_case((4096, 7168), dtype=dt, seed=7),
+    lambda dt: rope_case(2, 16, 4, 1024, 128, dtype=dt, positions=True, max_pos=4096, seed=8),
+    lambda dt: rope_case(2, 8, 8, 512, 64, dtype=dt, interleaved=True, seed=9),
+    lambda dt: rope_case(3, 5, 3, 37, 128, dtype=dt, seed=12),  # head tiles and position blocks cut short
+    lambda dt: ce_case(1024, 32000, dtype=dt, label_smoothing=0.1, seed=10),
+    lambda dt: ce_case(512, 128256, dtype=dt, reduction="none", scale=30.0, seed=11),
 ]
 
 
@@ -330,7 +337,7 @@ def test_direct_launch_matches_triton_launch_gpu():
     import torch
 
     import ato_torch
-    from ato_core import norms
+    from ato_core.ops.norms import plans as norms
     from ato_torch import launcher
 
     g = torch.Generator(device="cuda").manual_seed(1)

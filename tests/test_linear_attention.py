@@ -21,7 +21,8 @@ import ato_jax
 import ato_torch
 import ato_torch.launcher
 from ato_cli import harness as h
-from ato_core import linear_attention as la_core
+from ato_core.ops.linear_attention.cases import elu_case, la_case, step_case
+from ato_core.ops.linear_attention import plans as la_core
 from ato_core import reference as ref
 from ato_core.target import INTERPRETER
 from helpers import check, frontend
@@ -47,34 +48,34 @@ def _spec(*shape):
 @pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
 @pytest.mark.parametrize("feature_map", [None, "elu"])
 def test_linear_attention_fp32(shape, causal, feature_map):
-    check(h.la_case(*shape, causal=causal, feature_map=feature_map, seed=sum(shape)))
+    check(la_case(*shape, causal=causal, feature_map=feature_map, seed=sum(shape)))
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
 def test_linear_attention_half(dtype, causal):
-    check(h.la_case(2, 2, 150, 32, 24, dtype=dtype, causal=causal, seed=3))
+    check(la_case(2, 2, 150, 32, 24, dtype=dtype, causal=causal, seed=3))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_initial_and_final_state(dtype):
     """Gradients flow to the initial state and from the final state."""
-    check(h.la_case(2, 1, 90, 16, 24, dtype=dtype, causal=True, state=True, final=True, seed=5))
+    check(la_case(2, 1, 90, 16, 24, dtype=dtype, causal=True, state=True, final=True, seed=5))
 
 
 def test_final_state_bidirectional():
-    check(h.la_case(1, 2, 77, 16, 8, causal=False, final=True, seed=6))
+    check(la_case(1, 2, 77, 16, 8, causal=False, final=True, seed=6))
 
 
 def test_step():
-    check(h.step_case(2, 3, 20, 12, seed=7))
-    check(h.step_case(1, 2, 16, 16, dtype="bfloat16", feature_map=None, seed=8))
+    check(step_case(2, 3, 20, 12, seed=7))
+    check(step_case(1, 2, 16, 16, dtype="bfloat16", feature_map=None, seed=8))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_elu_plus_one(dtype):
-    check(h.elu_case((3, 1000), dtype))
-    check(h.elu_case((4097,), dtype, seed=1))
+    check(elu_case((3, 1000), dtype))
+    check(elu_case((4097,), dtype, seed=1))
 
 
 def test_reference_forms_agree():
@@ -91,7 +92,7 @@ def test_reference_forms_agree():
 
 def test_reference_grad_in_jax_matches_torch():
     """The one reference yields the same gradients under jax.grad and torch autograd."""
-    case = h.la_case(1, 2, 20, 4, 3, causal=True)
+    case = la_case(1, 2, 20, 4, 3, causal=True)
     inputs = h.make_inputs(case)
     r = h.run_torch(case, inputs, reference=True)
     do = h.cotangents(case, r.outputs)[0]
@@ -107,7 +108,7 @@ def test_reference_grad_in_jax_matches_torch():
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_state_continuation(framework):
     """Running a sequence in two pieces, carrying the state, equals running it whole."""
-    case = h.la_case(2, 2, 150, 16, 12, causal=True)
+    case = la_case(2, 2, 150, 16, 12, causal=True)
     x = h.make_inputs(case)
     ops, arr = frontend(framework)
     q, k, v = (arr(x[n]) for n in "qkv")
@@ -259,7 +260,7 @@ def test_causal_state_memory_does_not_grow_with_n():
     from ato_core.target import Target
 
     gpu = Target(interpret=False, num_sms=132)
-    bound = -(-la_core.WAVES * 132 // (8 * 16))
+    bound = -(-la_core.SETTINGS.waves * 132 // (8 * 16))
     for N in (4096, 65536, 1 << 20):
         cfg = la_core.config(8, 16, N, 64, 64, "bfloat16", True, gpu)
         assert cfg.nseg <= bound, (N, cfg.nseg, bound)
@@ -412,7 +413,7 @@ def test_interpreter_leaves_triton_language_as_found(tmp_path):
 import torch, triton, ato_torch
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from ato_core.kernels import norms
+from ato_core.ops.norms import kernels as norms
 ato_torch.layer_norm(torch.randn(3, 100))
 ato_torch.dropout_residual_layer_norm(torch.ones(2, 40), torch.zeros(2, 40), None, None, p=0.5, seed=1)
 sig = dict.fromkeys(["X", "R", "W", "B", "Y", "H", "MEAN", "RSTD"], "*fp32")

@@ -17,6 +17,11 @@ import torch
 import ato_jax
 import ato_torch
 from ato_cli import harness as h
+from ato_core.ops.cross_entropy.cases import ce_case
+from ato_core.ops.norms.cases import drln_case, norm_case
+from ato_core.ops.rope.cases import rope_case
+from ato_core.ops.softmax.cases import softmax_case
+from ato_core.ops.swiglu.cases import swiglu_case
 from helpers import check, frontend
 
 WIDTHS = [1, 3, 1000, 4097]
@@ -24,24 +29,24 @@ WIDTHS = [1, 3, 1000, 4097]
 
 @pytest.mark.parametrize("N", WIDTHS)
 def test_layer_norm(N):
-    check(h.norm_case("layer_norm", (2, 3, N), seed=N))
+    check(norm_case("layer_norm", (2, 3, N), seed=N))
     if N == 1000:
-        check(h.norm_case("layer_norm", (5, N), weight=False, bias=False, seed=1))
-        check(h.norm_case("layer_norm", (5, N), bias=False, seed=2))
+        check(norm_case("layer_norm", (5, N), weight=False, bias=False, seed=1))
+        check(norm_case("layer_norm", (5, N), bias=False, seed=2))
 
 
 @pytest.mark.parametrize("N", WIDTHS[1:])
 def test_rms_norm(N):
-    check(h.norm_case("rms_norm", (3, 2, N), bias=False, seed=N))
+    check(norm_case("rms_norm", (3, 2, N), bias=False, seed=N))
     if N == 3:
-        check(h.norm_case("rms_norm", (4, N), weight=False, bias=False, seed=1))
+        check(norm_case("rms_norm", (4, N), weight=False, bias=False, seed=1))
 
 
 def test_rms_norm_width_one():
     """N = 1: y = x / sqrt(x^2 + eps) * w is +-w up to eps, and dx = w * eps / (x^2 + eps)^1.5
     is ~1e-6, the difference of two numbers near 1: fp32 gets it to a few ulps of 1 (1e-7),
     not relatively. So: y and dw against the reference as usual, dx to 4 ulps absolute."""
-    case = h.norm_case("rms_norm", (6, 1), bias=False, seed=1)
+    case = norm_case("rms_norm", (6, 1), bias=False, seed=1)
     x = h.make_inputs(case)
     r = h.run_torch(case, x, reference=True)
     for res in (h.run_torch(case, x), h.run_jax(case, x)):
@@ -53,39 +58,39 @@ def test_rms_norm_width_one():
 @pytest.mark.parametrize("N", [3, 1000])
 @pytest.mark.parametrize("p", [0.0, 0.3])
 def test_dropout_residual_layer_norm(N, p):
-    check(h.drln_case((4, N), p=p, dseed=7, seed=N))
+    check(drln_case((4, N), p=p, dseed=7, seed=N))
 
 
 @pytest.mark.parametrize("N", WIDTHS)
 def test_softmax(N):
-    check(h.softmax_case((2, 2, N), seed=N))
-    check(h.softmax_case((3, N), temperature=0.5, seed=N + 1))
+    check(softmax_case((2, 2, N), seed=N))
+    check(softmax_case((3, N), temperature=0.5, seed=N + 1))
 
 
 @pytest.mark.parametrize("shape", [(1,), (3, 1000), (4097,), (2, 3, 7)])
 def test_swiglu(shape):
-    check(h.swiglu_case(shape, seed=len(shape)))
+    check(swiglu_case(shape, seed=len(shape)))
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("positions", [False, True])
 def test_rope(interleaved, positions):
-    check(h.rope_case(2, 4, 2, 11, 24, interleaved=interleaved, positions=positions, max_pos=40, seed=3))
+    check(rope_case(2, 4, 2, 11, 24, interleaved=interleaved, positions=positions, max_pos=40, seed=3))
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
 def test_cross_entropy(reduction, label_smoothing):
-    check(h.ce_case(9, 1000, reduction=reduction, label_smoothing=label_smoothing, seed=4))
+    check(ce_case(9, 1000, reduction=reduction, label_smoothing=label_smoothing, seed=4))
 
 
 def test_cross_entropy_odd_vocabularies_and_large_logits():
     """V = 1, 3, 4097, and logits of magnitude 1e4 (exp would overflow without the online
     maximum): finite and right."""
-    check(h.ce_case(4, 1, ignore_every=0, seed=1))
-    check(h.ce_case(5, 3, seed=2))
-    check(h.ce_case(3, 4097, seed=3))
-    t, j, r = check(h.ce_case(6, 300, scale=1e4, seed=5))
+    check(ce_case(4, 1, ignore_every=0, seed=1))
+    check(ce_case(5, 3, seed=2))
+    check(ce_case(3, 4097, seed=3))
+    t, j, r = check(ce_case(6, 300, scale=1e4, seed=5))
     assert np.all(np.isfinite(t.outputs[0])) and np.all(np.isfinite(t.grads["logits"]))
 
 
@@ -184,16 +189,16 @@ def test_cross_entropy_second_backward_is_refused():
 def test_cross_entropy_computes_the_gradient_only_when_wanted(monkeypatch):
     """The forward writes the [T, V] gradient only when logits require grad and grad mode is
     on; the loss is the same either way."""
-    from ato_core import cross_entropy as ce_core
+    import ato_torch.ops
 
     asked = []
-    plan = ce_core.forward_plan
+    run = ato_torch.ops.run_plan
 
-    def spy(*args, grad, **kwargs):
-        asked.append(grad)
-        return plan(*args, grad=grad, **kwargs)
+    def spy(plan, arrays, target):
+        asked.extend(launch.constexprs["GRAD"] for launch in plan.launches if launch.name == "ce_fwd_kernel")
+        return run(plan, arrays, target)
 
-    monkeypatch.setattr(ce_core, "forward_plan", spy)
+    monkeypatch.setattr(ato_torch.ops, "run_plan", spy)
     x, t = torch.randn(4, 9), torch.tensor([0, 1, 2, 3])
     losses = [ato_torch.cross_entropy(x, t), ato_torch.cross_entropy(x.requires_grad_(), t)]
     with torch.no_grad():
@@ -235,7 +240,7 @@ def test_torch_ops_without_autograd_match_and_never_touch_placeholders():
     graph. Placeholder outputs (an absent h, RMSNorm's mean, absent dw/db, the gradient of a
     loss alone) point at one shared scratch tensor per device, dtype and shape that no kernel
     may write: filled with a sentinel, it must come out of forwards and backwards unchanged."""
-    from ato_torch import launcher
+    from ato_core import interpreter as launcher
 
     calls = _torch_op_calls()
 
@@ -292,13 +297,13 @@ def test_torch_backward_with_create_graph_refuses_a_second_order():
 
 def test_half_dtypes():
     for dtype in ("bfloat16", "float16"):
-        check(h.norm_case("layer_norm", (3, 200), dtype=dtype, seed=1))
-        check(h.norm_case("rms_norm", (3, 40), dtype=dtype, bias=False, seed=2))
-        check(h.drln_case((2, 100), dtype=dtype, p=0.1, dseed=1, seed=3))
-        check(h.softmax_case((3, 200), dtype=dtype, seed=4))
-        check(h.swiglu_case((5, 33), dtype=dtype, seed=5))
-        check(h.rope_case(1, 2, 1, 5, 16, dtype=dtype, seed=6))
-        check(h.ce_case(5, 500, dtype=dtype, label_smoothing=0.1, seed=7))
+        check(norm_case("layer_norm", (3, 200), dtype=dtype, seed=1))
+        check(norm_case("rms_norm", (3, 40), dtype=dtype, bias=False, seed=2))
+        check(drln_case((2, 100), dtype=dtype, p=0.1, dseed=1, seed=3))
+        check(softmax_case((3, 200), dtype=dtype, seed=4))
+        check(swiglu_case((5, 33), dtype=dtype, seed=5))
+        check(rope_case(1, 2, 1, 5, 16, dtype=dtype, seed=6))
+        check(ce_case(5, 500, dtype=dtype, label_smoothing=0.1, seed=7))
 
 
 def _dropout_h(framework, shape, p, seed):

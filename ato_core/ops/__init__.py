@@ -1,0 +1,9 @@
+"""Every op family, one folder each. A new family is its folder and one line here."""
+
+from . import cross_entropy, flash_attention, linear_attention, norms, rope, softmax, swiglu
+
+FAMILIES = (linear_attention, flash_attention, norms, softmax, rope, swiglu, cross_entropy)
+# ``ato check --op`` / ``ato bench --op`` also take these groups of families.
+GROUPS = {"transformer_ops": ("norms", "softmax", "rope", "swiglu", "cross_entropy")}
+
+OPS = {op.name: op for family in FAMILIES for op in family.OPS}

@@ -1,0 +1,60 @@
+"""cross_entropy: the declaration. kernels.py (Triton), plans.py (checks, grids, settings),
+reference.py, cases.py.
+
+Its gradient is computed in the forward when it will be wanted (``gradient_in_forward``:
+one more read of each row while it is in L2) and saved; the backward scales it by dloss in
+place (``single_backward``: so one backward per forward in torch)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ato_core.op import Op
+
+from . import plans, reference
+
+
+class CE(NamedTuple):
+    ignore_index: int
+    reduction: str
+    label_smoothing: float
+
+
+def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """Cross-entropy of logits [T, V] (V up to 262144) against integer targets [T].
+
+    Online log-sum-exp over the vocabulary (no fp32 copy of the logits). reduction: "none"
+    ([T] fp32), "sum" or "mean" (a scalar, fp32); targets equal to ignore_index contribute
+    nothing, and "mean" divides by the count of the others. Targets outside [0, V) that are
+    not ignored raise ValueError where their values are on the host (CPU arrays, outside
+    jax.jit); on a GPU (where checking would cost a synchronisation every call) and under
+    jit such a row's loss and gradient are NaN.
+
+    When a gradient will be wanted, it is computed in the forward (one more read of each
+    row) and held until the backward, which scales it by dloss in place (nothing to do
+    when dloss is 1): [T, V] in the logits' dtype, the memory the backward would allocate
+    anyway. It is rounded to the logits' dtype before that scaling (once more when
+    dloss != 1). In torch the graph allows one backward: a second (retain_graph) raises
+    RuntimeError."""
+    return (logits, targets), CE(ignore_index, reduction, label_smoothing)
+
+
+def _forward(s, st: CE, target, grad):
+    return plans.forward_plan(s["logits"], s["targets"], ignore_index=st.ignore_index, reduction=st.reduction,
+                              label_smoothing=st.label_smoothing, grad=grad, target=target)
+
+
+def _check_values(s, st: CE, host):
+    values = host("targets")
+    if values is not None:
+        plans.check_target_values(values, s["logits"].shape[1], st.ignore_index)
+
+
+CROSS_ENTROPY = Op(
+    cross_entropy, inputs=("logits", "targets"), results=("loss", "dlogits"), returns=("loss",),
+    saved=("dlogits",), differentiable=("logits",), forward=_forward,
+    backward=lambda s, st, target: plans.backward_plan(s["dlogits"], s["dloss"], target=target),
+    gradient_in_forward=True, single_backward=True, check_values=_check_values,
+    reference=reference.cross_entropy, family="cross_entropy")
+
+OPS = (CROSS_ENTROPY,)

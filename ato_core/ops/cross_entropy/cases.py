@@ -1,0 +1,23 @@
+"""Test cases of cross_entropy (ato_core.testing)."""
+
+from ato_core.testing import Case, In, gpu_spec
+
+
+def ce_case(T, V, dtype="float32", reduction="mean", label_smoothing=0.0, ignore_every=5, scale=1.0, seed=0):
+    """Every ``ignore_every``-th target is ignore_index (-100); logits are scale * N(0, 1)."""
+    kwargs = (("reduction", reduction), ("label_smoothing", label_smoothing))
+    return Case("cross_entropy", (("logits", (T, V)),), dtype, (In("logits"), In("targets")), kwargs, seed, (),
+                (("targets", (T,), 0, V),), options=(("ignore_every", ignore_every), ("scale", scale)))
+
+
+def check_cases(gpu: bool, dtype: str, quick: bool):
+    T, V = (2048, 32000) if gpu else (6, 500)
+    return [ce_case(T, V, dtype=dtype, label_smoothing=0.1, seed=7)]
+
+
+_LOGITS = (gpu_spec((16, 128256)), gpu_spec((16,), "int64"))
+# sm_90 compile examples (tests/test_compile_sm90.py): (label, op, args, kwargs[, grad]); the
+# loss alone is a plan of its own (grad False: no backward)
+COMPILE = [("cross_entropy", "cross_entropy", _LOGITS, {"label_smoothing": 0.1}),
+           ("cross_entropy none", "cross_entropy", _LOGITS, {"reduction": "none"}),
+           ("cross_entropy loss", "cross_entropy", _LOGITS, {"reduction": "sum"}, False)]

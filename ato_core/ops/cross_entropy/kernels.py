@@ -1,0 +1,194 @@
+"""Cross-entropy over a vocabulary, from logits [T, V] (row-major) and targets [T].
+
+Per row, an online log-sum-exp over the vocabulary in BLOCK_V pieces (the logits are read
+in their own dtype; nothing of [T, V] is stored in fp32). With label smoothing eps:
+loss = lse - (1 - eps) x_target - eps * mean_j x_j. A target equal to ignore_index gives
+loss 0 and gradient 0; a target outside [0, V) otherwise gives NaN (the adapters reject
+such targets where the values are on the host; a kernel never reads out of bounds).
+
+The gradient is computed in the forward, as Liger-Kernel does, when the caller will need it:
+right after a row's log-sum-exp the same program reads the row again and writes
+dlogits = (softmax(x) - eps / V - (1 - eps) onehot(target)) * s, with s = 1 / count for
+"mean" and 1 otherwise: the gradient for dloss = 1. The backward then only multiplies by
+dloss, in place, and a program whose factor is exactly 1 (``loss.backward()``) returns
+without touching memory.
+
+Memory traffic. The op must read [T, V] once and write it once; the second read of a row
+should come from L2. A row of V = 128256 in bf16 is 250 KB, and one program per SM keeps
+132 of them (33 MB) in flight on an H100, near the 50 MB L2. So the first read marks its
+lines evict-last, the second reads the row backwards (the pieces read last first) and marks
+what it reads and writes evict-first, so that neither the row already used nor the
+gradient pushes out the rows still to be read again. Row offsets are row * V with V's
+divisibility (ALIGN), so every access is a 16-byte vector.
+
+Instructions. With one program per SM the passes must also be cheap per element. The
+log-sum-exp takes each thread's vector maximum first, then spends one FMA, one exp2 and one
+add per element. The gradient pass spends one FMA, one subtract and one exp2 per element
+(the row's log-sum-exp kept as two fp32 numbers, see there); the one-hot
+target's element is written by one store after the row. The measurements behind these
+choices: benchmarks/results/README.md (cross_entropy).
+
+``ce_count_kernel`` counts the targets that are not ignored and ``ce_reduce_kernel`` sums the
+row losses, each in one program (a fixed order: deterministic).
+"""
+
+import triton
+import triton.language as tl
+
+from ato_core.launch import kernel
+from ato_core.triton_helpers import aligned
+
+
+@kernel(inputs=1, outputs=1)
+def ce_count_kernel(
+    TARGETS,
+    T, ignore_index,
+    COUNT,
+    BLOCK: tl.constexpr,
+):
+    """Grid (1,). COUNT = the number of targets that are not ignore_index (fp32)."""
+    offs = tl.arange(0, BLOCK)
+    cnt = tl.zeros([BLOCK], tl.float32)
+    for r0 in range(0, T, BLOCK):
+        rows = r0 + offs
+        t = tl.load(TARGETS + rows, mask=rows < T, other=ignore_index)
+        cnt += tl.where(t != ignore_index, 1.0, 0.0)
+    tl.store(COUNT, tl.sum(cnt, 0))
+
+
+@kernel(inputs=3, outputs=2)
+def ce_fwd_kernel(
+    LOGITS, TARGETS, COUNT,
+    T, V, ignore_index, smoothing,
+    LOSS, DLOGITS,
+    BLOCK_V: tl.constexpr, VEC: tl.constexpr, SMOOTH: tl.constexpr, MEAN: tl.constexpr,
+    GRAD: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (G,): program p takes rows p, p + G, ... LOSS [T]: each row's loss (fp32; 0 if
+    ignored). With GRAD, DLOGITS [T, V]: the row's gradient for dloss = 1 (see the module
+    docstring), scaled by 1 / COUNT when MEAN. ALIGN divides V: row starts are ALIGN-element
+    aligned, so the loads and stores are vectors. VEC divides BLOCK_V: a thread's run of
+    contiguous elements in the log-sum-exp (see there)."""
+    LOG2E: tl.constexpr = 1.4426950408889634
+    LN2: tl.constexpr = 0.6931471805599453
+    V = aligned(V, ALIGN)
+    # The log-sum-exp reads a piece as [BLOCK_V // VEC, VEC]: a row of it is VEC contiguous
+    # elements, one thread's vector load, so reductions over axis 1 stay in the thread.
+    offs2 = tl.arange(0, BLOCK_V // VEC)[:, None] * VEC + tl.arange(0, VEC)[None, :]
+    offs = tl.arange(0, BLOCK_V)
+    if MEAN:
+        inv_count = 1.0 / tl.load(COUNT)  # count 0: every row is ignored and scaled by 0 below
+    else:
+        inv_count = 1.0
+    for r in range(tl.program_id(0), T, tl.num_programs(0)):
+        row = tl.cast(r, tl.int64)  # (the interpreter's loop index is a Python int)
+        base = row * V
+        # Online log-sum-exp per vector, in base 2: (m2, l) with l = sum of 2^(x log2 e - m2)
+        # over the vector's elements so far, m2 an fp32 number near the vector's max x log2 e.
+        # Per piece, the vector's max first, then per element one FMA (x log2 e - m2 with the
+        # product exact; written out, since launches compile with fp_fusion off:
+        # ato_core.launch.Launch), one exp2 and one add. m2 starts at -FLT_MAX / 2, so that a
+        # masked -inf gives 2^-inf = 0, never inf - inf.
+        m2 = tl.full([BLOCK_V // VEC], -1.7014117331926443e38, tl.float32)
+        l = tl.zeros([BLOCK_V // VEC], tl.float32)
+        sx = tl.zeros([BLOCK_V // VEC], tl.float32)
+        for c0 in range(0, V, BLOCK_V):
+            cols = c0 + offs2
+            cmask = cols < V
+            if GRAD:  # read again below: kept in L2 before what is not
+                x = tl.load(LOGITS + base + cols, mask=cmask, other=float("-inf"), eviction_policy="evict_last")
+            else:
+                x = tl.load(LOGITS + base + cols, mask=cmask, other=float("-inf"))
+            x = x.to(tl.float32)
+            m2_new = tl.maximum(m2, tl.max(x, 1) * LOG2E)
+            e = tl.exp2(tl.fma(x, LOG2E, -m2_new[:, None]))
+            l = l * tl.exp2(m2 - m2_new) + tl.sum(e, 1)
+            m2 = m2_new
+            if SMOOTH:
+                sx += tl.sum(tl.where(cmask, x, 0.0), 1)
+        # The row's lse (log2 e) is kept as m2_row + lo, lo = log2 of the row's sum (small),
+        # never rounded into one fp32 number: x log2 e - m2_row - lo keeps its precision where
+        # x is near the max, where a logit of 1e4 (fp32 ulp 1e-3) would otherwise lose it.
+        m2_row = tl.max(m2, 0)
+        lo = tl.log2(tl.sum(l * tl.exp2(m2 - m2_row), 0))
+        t = tl.load(TARGETS + row).to(tl.int64)
+        valid = t != ignore_index
+        in_range = (t >= 0) & (t < V)
+        xt = tl.load(LOGITS + base + tl.where(in_range, t, 0)).to(tl.float32)
+        # loss = lse - (1 - eps) xt - eps mean(x) = (lse - xt) + eps (xt - mean(x))
+        loss = (tl.fma(xt, -LOG2E, m2_row) + lo) * LN2
+        if SMOOTH:
+            loss += smoothing * (xt - tl.sum(sx, 0) / V)
+        loss = tl.where(in_range, loss, float("nan"))
+        tl.store(LOSS + row, tl.where(valid, loss, 0.0))
+        if GRAD:
+            scale = tl.where(valid, inv_count, 0.0)
+            scale = tl.where(in_range | (t == ignore_index), scale, float("nan"))
+            # g = exp(x - lse) * scale = 2^(x log2 e - m2_row - c), c = lo - log2(scale): one
+            # FMA, one subtract and one exp2 per element (scale 0: c = inf and g = 0; NaN stays
+            # NaN). The target's element is written again after the loop.
+            nonzero = tl.where(scale == 0.0, 1.0, scale)
+            c = tl.where(scale == 0.0, float("inf"), lo - tl.log2(nonzero))
+            n_pieces = tl.cdiv(V, BLOCK_V)
+            for i in range(0, n_pieces):
+                cols = (n_pieces - 1 - i) * BLOCK_V + offs  # backwards: the last read first
+                cmask = cols < V
+                # not needed again, and the gradient never read here: both first out of L2
+                x = tl.load(LOGITS + base + cols, mask=cmask, other=0.0, eviction_policy="evict_first")
+                g = tl.exp2(tl.fma(x.to(tl.float32), LOG2E, -m2_row) - c)
+                if SMOOTH:
+                    g -= smoothing * scale / V
+                tl.store(DLOGITS + base + cols, g.to(DLOGITS.dtype.element_ty), mask=cmask,
+                         eviction_policy="evict_first")
+            # Every thread's stores above are visible to the whole program after the barrier,
+            # so the target's element below is written last.
+            tl.debug_barrier()
+            p_t = tl.exp2(tl.fma(xt, LOG2E, -m2_row) - lo)
+            gt = (p_t - smoothing / V - (1.0 - smoothing)) * scale
+            tl.store(DLOGITS + base + t, gt.to(DLOGITS.dtype.element_ty), mask=in_range)
+
+
+@kernel(inputs=2, outputs=1)
+def ce_reduce_kernel(
+    LOSS, COUNT,
+    T,
+    OUT,
+    BLOCK: tl.constexpr, MEAN: tl.constexpr,
+):
+    """Grid (1,). OUT = the sum of the row losses, divided by COUNT when MEAN (0/0 = NaN when
+    every target is ignored)."""
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.float32)
+    for r0 in range(0, T, BLOCK):
+        rows = r0 + offs
+        acc += tl.load(LOSS + rows, mask=rows < T, other=0.0)
+    total = tl.sum(acc, 0)
+    if MEAN:
+        total = total / tl.load(COUNT)
+    tl.store(OUT, total)
+
+
+@kernel(inputs=2, outputs=1)
+def ce_bwd_kernel(
+    GRAD, DLOSS,
+    V,
+    DLOGITS,
+    BLOCK_V: tl.constexpr, PER_ROW: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (T,). DLOGITS (the same memory as GRAD: in place) = GRAD * dloss, dloss per row
+    (PER_ROW, reduction "none": DLOSS [T]) or one scalar. A factor of exactly 1 leaves the
+    row untouched. ALIGN divides V."""
+    V = aligned(V, ALIGN)
+    row = tl.program_id(0)
+    if PER_ROW:
+        d = tl.load(DLOSS + row).to(tl.float32)
+    else:
+        d = tl.load(DLOSS).to(tl.float32)
+    if d != 1.0:
+        base = row.to(tl.int64) * V
+        offs = tl.arange(0, BLOCK_V)
+        for c0 in range(0, V, BLOCK_V):
+            cols = c0 + offs
+            cmask = cols < V
+            g = tl.load(GRAD + base + cols, mask=cmask, other=0.0).to(tl.float32)
+            tl.store(DLOGITS + base + cols, (g * d).to(DLOGITS.dtype.element_ty), mask=cmask)

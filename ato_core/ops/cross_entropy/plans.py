@@ -1,0 +1,123 @@
+"""cross_entropy: argument checks and launch plans (kernels: ato_core/kernels/cross_entropy.py;
+reference: ato_core/reference/cross_entropy.py). logits row-major [T, V]."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from ato_core import checks
+from . import kernels as kern
+from ato_core.launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, next_pow2, optional_output
+from ato_core.target import Target
+
+MAX_V = 262144
+REDUCTIONS = ("none", "sum", "mean")
+INT_DTYPES = ("int32", "int64")
+
+
+class Settings(NamedTuple):
+    """Launch settings of the forward kernel: programs per SM of its persistent grid with the
+    gradient and for the loss alone, the vocabulary piece per loop step (BLOCK_V), warps, and
+    each thread's contiguous run in the log-sum-exp (VEC; BLOCK_V and VEC powers of 2). The
+    loss alone shares the last three, so that it is bitwise the same whether or not the
+    gradient is computed (the grid only decides which program takes a row). The backward
+    (a scaling pass) takes BLOCK_V and warps from here too."""
+
+    programs_per_sm: float
+    loss_programs_per_sm: float
+    block_v: int
+    warps: int
+    vec: int
+
+
+# Swept on an H100 (benchmarks/tools/ops_sweep.py --ce; results index: cross_entropy-sweep): with
+# the gradient, few rows in flight, for L2 (see the kernel); the loss alone reads a row once.
+SETTINGS = Settings(1, 2, 16384, 32, 16)
+
+
+def _block_v(V: int, target: Target, settings: Settings) -> int:
+    return min(max(next_pow2(V), 16), 64 if target.interpret else settings.block_v)
+
+
+def check_cross_entropy(logits: ArraySpec, targets: ArraySpec, ignore_index, reduction, label_smoothing) -> None:
+    checks.check_rank("logits", logits, 2, "[T, V]")
+    checks.check_float("logits", logits)
+    checks.check_rank("targets", targets, 1, "[T]")
+    if targets.dtype not in INT_DTYPES:
+        raise TypeError(f"targets: expected an integer dtype in {INT_DTYPES}, got {targets.dtype}")
+    checks.check_same_device(("logits", "targets"), (logits, targets))
+    T, V = logits.shape
+    checks.check_dim("targets", targets, 0, T, "T, the rows of logits")
+    checks.check_range("logits.shape[0] (T)", T, 1)
+    checks.check_range("logits.shape[1] (V)", V, 1, MAX_V)
+    if not (isinstance(ignore_index, int) and not isinstance(ignore_index, bool)):
+        raise TypeError(f"ignore_index: expected an int, got {type(ignore_index).__name__}")
+    checks.check_choice("reduction", reduction, REDUCTIONS)
+    if not (isinstance(label_smoothing, (int, float)) and not isinstance(label_smoothing, bool)
+            and 0.0 <= label_smoothing <= 1.0):
+        raise ValueError(f"label_smoothing: expected a float in [0, 1], got {label_smoothing!r}")
+
+
+def check_target_values(targets, V: int, ignore_index: int) -> None:
+    """Targets that are not ignore_index must lie in [0, V). ``targets``: an integer NumPy
+    array. The adapters check the values where they are on the host already: on a GPU that
+    would cost a device-to-host synchronisation every call, and under jax.jit the values
+    are unknown; there the kernels give such a row a NaN loss and gradient instead of
+    reading out of bounds."""
+    import numpy as np
+
+    t = np.asarray(targets)
+    bad = (t != ignore_index) & ((t < 0) | (t >= V))
+    if bad.any():
+        raise ValueError(f"targets: expected values in [0, {V}) or ignore_index={ignore_index}, got {int(t[bad][0])}")
+
+
+def _programs(T: int, grad: bool, target: Target, settings: Settings) -> int:
+    """Persistent grid of the forward (with the gradient: few rows in flight, one per SM, so
+    that most of a row is still in L2 when its program reads it the second time; see
+    ato_core/kernels/cross_entropy.py)."""
+    per_sm = settings.programs_per_sm if grad else settings.loss_programs_per_sm
+    return max(1, min(T, round(target.num_sms * per_sm)))
+
+
+@cached_plan
+def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, reduction: str,
+                 label_smoothing: float, grad: bool, target: Target, settings: Optional[Settings] = None) -> Plan:
+    """Inputs: logits, targets. Results: loss ([T] fp32 for "none", else a scalar), dlogits
+    (with ``grad``: the gradient for dloss = 1, logits' shape and dtype; else a dummy).
+    ``settings``: default SETTINGS."""
+    settings = settings or SETTINGS
+    check_cross_entropy(logits, targets, ignore_index, reduction, label_smoothing)
+    T, V = logits.shape
+    mean = reduction == "mean"
+    launches = []
+    if mean:
+        launches.append(Launch(kern.ce_count_kernel, (1,), ("targets",), (T, int(ignore_index)),
+                               (Buffer("count", (1,), "float32"),), {"BLOCK": 1024}, num_warps=4))
+    block_v = _block_v(V, target, settings)
+    launches.append(Launch(
+        kern.ce_fwd_kernel, (_programs(T, grad, target, settings),), ("logits", "targets", "count" if mean else "targets"),
+        (T, V, int(ignore_index), float(label_smoothing)),
+        (Buffer("row_loss", (T,), "float32"), optional_output("dlogits", (T, V), logits.dtype, grad)),
+        {"BLOCK_V": block_v, "VEC": min(settings.vec, block_v), "SMOOTH": label_smoothing > 0, "MEAN": mean,
+         "GRAD": grad, "ALIGN": alignment(V)},
+        num_warps=settings.warps))
+    if reduction != "none":
+        launches.append(Launch(kern.ce_reduce_kernel, (1,), ("row_loss", "count" if mean else "row_loss"), (T,),
+                               (Buffer("total", (), "float32"),), {"BLOCK": 1024, "MEAN": mean}, num_warps=4))
+    loss = "row_loss" if reduction == "none" else "total"
+    return Plan(tuple(launches), (loss, "dlogits"), dense=("logits", "targets"))
+
+
+@cached_plan
+def backward_plan(dlogits: ArraySpec, dloss: ArraySpec, *, target: Target, settings: Optional[Settings] = None) -> Plan:
+    """Inputs: dlogits (the forward's gradient for dloss = 1), dloss ([T] for reduction
+    "none", else a scalar). Result: dlogits * dloss, written in place over dlogits.
+    ``settings``: default SETTINGS."""
+    settings = settings or SETTINGS
+    T, V = dlogits.shape
+    launch = Launch(kern.ce_bwd_kernel, (T,), ("dlogits", "dloss"), (V,),
+                    (Buffer("scaled", (T, V), dlogits.dtype, alias="dlogits"),),
+                    {"BLOCK_V": _block_v(V, target, settings), "PER_ROW": dloss.ndim == 1, "ALIGN": alignment(V)},
+                    num_warps=settings.warps)
+    return Plan((launch,), ("scaled",), dense=("dloss",))

@@ -1,0 +1,22 @@
+"""Test cases of flash_attention (ato_core.testing)."""
+
+from ato_core.testing import Case, In, gpu_spec
+
+
+def fa_case(B, Hq, Hkv, Nq, Nk, D, dtype="float32", causal=False, lse=True, scale=None, seed=0):
+    shapes = (("q", (B, Hq, Nq, D)), ("k", (B, Hkv, Nk, D)), ("v", (B, Hkv, Nk, D)))
+    kwargs = (("causal", causal), ("softmax_scale", scale), ("return_lse", lse))
+    return Case("flash_attention", shapes, dtype, (In("q"), In("k"), In("v")), kwargs, seed)
+
+
+def check_cases(gpu: bool, dtype: str, quick: bool):
+    """What ``ato check`` runs for this family in one dtype: (B, Hq, Hkv, Nq, Nk, D)."""
+    dims = [(2, 8, 2, 1024, 1024, 128), (1, 4, 4, 700, 1500, 80)] if gpu else \
+        [(1, 4, 2, 45, 29, 48), (1, 2, 2, 37, 70, 16)]
+    return [fa_case(*d, dtype=dtype, causal=causal, seed=i) for i, d in enumerate(dims[:1] if quick else dims)
+            for causal in (False, True)]
+
+
+# sm_90 compile examples (tests/test_compile_sm90.py): (label, op, args, kwargs)
+COMPILE = [("flash_attention", "flash_attention", (gpu_spec((1, 8, 256, 128)), gpu_spec((1, 2, 256, 128)),
+                                                   gpu_spec((1, 2, 256, 128))), {"causal": True, "return_lse": True})]

@@ -1,0 +1,172 @@
+"""flash_attention: argument checks and launch plans.
+
+Kernels: ato_core/kernels/flash_attention.py. Reference: ato_core/reference/flash_attention.py.
+Every block size, warp count and pipelining depth of this op is decided here, from the
+head size, the dtype and the Target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Tuple
+
+from ato_core import checks
+from . import kernels as kern
+from ato_core.launch import ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, row_alignment, row_major_strides
+from ato_core.target import Target
+
+MAX_HEAD_DIM = 256
+LOG2E = 1.4426950408889634
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+    """Block sizes and launch shape of one kernel: rows of queries (m) and keys (n)."""
+
+    m: int
+    n: int
+    warps: int
+    stages: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    BD: int            # head dim padded to a power of two >= 16 (masked, never in memory)
+    fwd: Tiles
+    dkdv: Tiles
+    dq: Tiles
+    delta_rows: int
+    precision: str     # "ieee" for fp32 inputs (exact fp32 dots), else the tensor-core default
+
+
+# Compiled tiles by padded head dim, for fp16/bf16: the fastest of benchmarks/tools/fa_sweep.py
+# on an H100 at the bench shapes (results index: flash_attention-sweep). Below 64 the D64
+# tiles; D256 (not swept) keeps its fp32 accumulators of [rows, 256] within 8 warps' registers.
+_GPU_TILES = {
+    # BD: (fwd, dkdv, dq)
+    16: (Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 32, 8, 3)),
+    32: (Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 32, 8, 3)),
+    64: (Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 32, 8, 3)),
+    128: (Tiles(128, 128, 8, 3), Tiles(64, 128, 8, 3), Tiles(128, 64, 8, 3)),
+    256: (Tiles(64, 32, 8, 2), Tiles(32, 32, 8, 2), Tiles(64, 32, 8, 2)),
+}
+# fp32 (IEEE dots, twice the shared memory per element): smaller tiles, not tuned.
+_GPU_TILES_FP32 = {
+    16: (Tiles(64, 32, 4, 2), Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2)),
+    32: (Tiles(64, 32, 4, 2), Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2)),
+    64: (Tiles(64, 32, 4, 2), Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2)),
+    128: (Tiles(64, 32, 4, 2), Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2)),
+    256: (Tiles(32, 32, 4, 1), Tiles(32, 32, 4, 1), Tiles(32, 32, 4, 1)),
+}
+# The interpreter: small, unequal blocks, so that short test sequences still cross
+# several blocks and every boundary case (masked and unmasked ranges) runs.
+_INTERPRETER_TILES = (Tiles(32, 16, 4, 1), Tiles(16, 32, 4, 1), Tiles(32, 16, 4, 1))
+
+
+def config(D: int, dtype: str, target: Target) -> Config:
+    BD = max(16, next_pow2(D))
+    if target.interpret:
+        fwd, dkdv, dq = _INTERPRETER_TILES
+    else:
+        fwd, dkdv, dq = (_GPU_TILES_FP32 if dtype == "float32" else _GPU_TILES)[BD]
+    return Config(BD, fwd, dkdv, dq, delta_rows=64 if BD <= 128 else 32,
+                  precision="ieee" if dtype == "float32" else "tf32")
+
+
+def check_flash_attention(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal, softmax_scale,
+                          return_lse=False) -> Tuple[int, int, int, int, int, int]:
+    """Validates the arguments of flash_attention; returns (B, Hq, Hkv, Nq, Nk, D)."""
+    for name, spec, layout in (("q", q, "[B, Hq, Nq, D]"), ("k", k, "[B, Hkv, Nk, D]"), ("v", v, "[B, Hkv, Nk, D]")):
+        checks.check_rank(name, spec, 4, layout)
+        checks.check_float(name, spec)
+    checks.check_same_dtype(("q", "k", "v"), (q, k, v))
+    checks.check_same_device(("q", "k", "v"), (q, k, v))
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    checks.check_dim("k", k, 0, B, "B, as in q")
+    checks.check_dim("k", k, 3, D, "D, the head size of q")
+    checks.check_shape("v", v, tuple(k.shape), "[B, Hkv, Nk, D], the shape of k")
+    checks.check_range("q.shape[0] (B)", B, 1)
+    checks.check_range("q.shape[1] (Hq)", Hq, 1)
+    checks.check_range("k.shape[1] (Hkv)", Hkv, 1)
+    checks.check_range("q.shape[2] (Nq)", Nq, 1)
+    checks.check_range("k.shape[2] (Nk)", Nk, 1)
+    checks.check_range("q.shape[3] (D)", D, 1, MAX_HEAD_DIM)
+    if Hq % Hkv:
+        raise ValueError(f"k: expected a number of kv heads that divides Hq={Hq} (grouped-query attention), "
+                         f"got Hkv={Hkv}")
+    checks.check_bool("causal", causal)
+    checks.check_bool("return_lse", return_lse)
+    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
+                                          and math.isfinite(softmax_scale)):
+        raise ValueError(f"softmax_scale: expected None or a finite float, got {softmax_scale!r}")
+    return B, Hq, Hkv, Nq, Nk, D
+
+
+def resolve_scale(softmax_scale: Optional[float], D: int) -> float:
+    return 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
+
+
+def _align(D: int, *arrays: ArraySpec) -> int:
+    return row_alignment((D,), arrays)
+
+
+def _constexprs(cfg: Config, tiles: Tiles, D: int, causal: bool, align: int) -> dict:
+    return {"BLOCK_M": tiles.m, "BLOCK_N": tiles.n, "BD": cfg.BD, "CAUSAL": causal, "EVEN_D": D == cfg.BD,
+            "PRECISION": cfg.precision, "ALIGN": align}
+
+
+@cached_plan
+def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, softmax_scale: Optional[float],
+                 target: Target) -> Plan:
+    """Inputs: q, k, v. Results: o [B, Hq, Nq, D] (q's dtype), lse [B, Hq, Nq] (fp32,
+    natural log; -inf for a query that sees no key)."""
+    B, Hq, Hkv, Nq, Nk, D = check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale)
+    cfg = config(D, q.dtype, target)
+    scale = resolve_scale(softmax_scale, D)
+    o_shape = (B, Hq, Nq, D)
+    launch = Launch(
+        kern.fa_fwd_kernel, (cdiv(Nq, cfg.fwd.m), B * Hq), ("q", "k", "v"),
+        (Hq, Hq // Hkv, Nq, Nk, D, scale * LOG2E, *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
+        (Buffer("o", o_shape, q.dtype), Buffer("lse", (B, Hq, Nq), "float32")),
+        _constexprs(cfg, cfg.fwd, D, causal, _align(D, q, k, v)), num_warps=cfg.fwd.warps, num_stages=cfg.fwd.stages,
+    )
+    return Plan((launch,), ("o", "lse"))
+
+
+@cached_plan
+def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, causal: bool,
+                  softmax_scale: Optional[float], has_dlse: bool, target: Target) -> Plan:
+    """Inputs: q, k, v, o (the forward's, row-major), do, lse and, with has_dlse, dlse (the
+    cotangent of lse). Results: dq, dk, dv (the shapes and dtype of q, k, v)."""
+    B, Hq, Hkv, Nq, Nk, D = check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale)
+    checks.check_shape("do", do, tuple(q.shape), "[B, Hq, Nq, D], the shape of the output")
+    checks.check_same_dtype(("q", "do"), (q, do))
+    cfg = config(D, q.dtype, target)
+    scale = resolve_scale(softmax_scale, D)
+    G = Hq // Hkv
+    o_strides = row_major_strides(q.shape)
+    rows = (B, Hq, Nq)
+    delta = Launch(
+        kern.fa_bwd_delta_kernel, (cdiv(Nq, cfg.delta_rows), B * Hq), ("o", "do", "lse", "dlse" if has_dlse else "lse"),
+        (Hq, Nq, D, *o_strides, *do.strides),
+        (Buffer("delta", rows, "float32"), Buffer("lse2", rows, "float32")),
+        {"BLOCK_M": cfg.delta_rows, "BD": cfg.BD, "HAS_DLSE": has_dlse, "ALIGN": _align(D, do)}, num_warps=4,
+    )
+    align = _align(D, q, k, v, do)
+    dkdv = Launch(
+        kern.fa_bwd_dkdv_kernel, (cdiv(Nk, cfg.dkdv.n), B * Hkv), ("q", "k", "v", "do", "lse2", "delta"),
+        (Hkv, G, Nq, Nk, D, scale * LOG2E, scale, *q.strides, *k.strides, *v.strides, *do.strides,
+         *row_major_strides(k.shape), *row_major_strides(v.shape)),
+        (Buffer("dk", tuple(k.shape), k.dtype), Buffer("dv", tuple(v.shape), v.dtype)),
+        _constexprs(cfg, cfg.dkdv, D, causal, align), num_warps=cfg.dkdv.warps, num_stages=cfg.dkdv.stages,
+    )
+    dq = Launch(
+        kern.fa_bwd_dq_kernel, (cdiv(Nq, cfg.dq.m), B * Hq), ("q", "k", "v", "do", "lse2", "delta"),
+        (Hq, G, Nq, Nk, D, scale * LOG2E, scale, *q.strides, *k.strides, *v.strides, *do.strides,
+         *row_major_strides(q.shape)),
+        (Buffer("dq", tuple(q.shape), q.dtype),),
+        _constexprs(cfg, cfg.dq, D, causal, align), num_warps=cfg.dq.warps, num_stages=cfg.dq.stages,
+    )
+    return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse"))

@@ -1,0 +1,45 @@
+"""Test cases of linear_attention, linear_attention_step and elu_plus_one (ato_core.testing)."""
+
+from ato_core.testing import Case, In, gpu_spec
+
+
+def la_case(B, H, N, Dk, Dv, dtype="float32", causal=False, feature_map="elu", state=False, final=False, seed=0):
+    shapes = [("q", (B, H, N, Dk)), ("k", (B, H, N, Dk)), ("v", (B, H, N, Dv))]
+    if state:
+        shapes += [("S0", (B, H, Dk, Dv)), ("z0", (B, H, Dk))]
+    kwargs = (("causal", causal), ("feature_map", feature_map),
+              ("initial_state", (In("S0"), In("z0")) if state else None), ("output_final_state", final))
+    return Case("linear_attention", tuple(shapes), dtype, (In("q"), In("k"), In("v")), kwargs, seed, ("S0", "z0"),
+                options=(("nonneg", feature_map is None),))
+
+
+def step_case(B, H, Dk, Dv, dtype="float32", feature_map="elu", seed=0):
+    shapes = (("q", (B, H, Dk)), ("k", (B, H, Dk)), ("v", (B, H, Dv)), ("S0", (B, H, Dk, Dv)), ("z0", (B, H, Dk)))
+    return Case("linear_attention_step", shapes, dtype, (In("q"), In("k"), In("v"), (In("S0"), In("z0"))),
+                (("feature_map", feature_map),), seed, ("S0", "z0"), options=(("nonneg", feature_map is None),))
+
+
+def elu_case(shape, dtype="float32", seed=0):
+    return Case("elu_plus_one", (("x", tuple(shape)),), dtype, (In("x"),), (), seed)
+
+
+def check_cases(gpu: bool, dtype: str, quick: bool):
+    """What ``ato check`` runs for this family in one dtype."""
+    dims = [(2, 4, 2048, 64, 64), (1, 4, 1000, 96, 48)] if gpu else [(2, 2, 200, 32, 24), (1, 2, 45, 48, 80)]
+    out = [elu_case((4, 1001), dtype)]
+    for i, (B, H, N, Dk, Dv) in enumerate(dims[:1] if quick else dims):
+        for causal in (False, True):
+            out.append(la_case(B, H, N, Dk, Dv, dtype, causal=causal, feature_map="elu" if i == 0 else None,
+                               state=causal, final=causal, seed=i))
+    out.append(step_case(2, 4, 64, 64, dtype))
+    return out
+
+
+def _qkv(N, D):
+    return (gpu_spec((2, 4, N, D)),) * 3
+
+
+# sm_90 compile examples (tests/test_compile_sm90.py, benchmarks/ptx_fingerprint.py):
+# (label, op, args, kwargs); a [256, 256] state takes the backward's separate dk and dv kernels.
+COMPILE = [(f"linear_attention{d} {'causal' if c else 'bidir'}", "linear_attention", _qkv(512, d),
+            {"causal": c, "feature_map": "elu"}) for d in (64, 256) for c in (True, False)]

@@ -1,0 +1,383 @@
+"""linear_attention, linear_attention_step and elu_plus_one: argument checks and launch plans.
+
+Every block size, chunk length, segment count and dtype rule of this family is decided
+here, from the shapes, the dtype and the Target, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple, Optional, Tuple
+
+from ato_core import checks
+from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel,
+                             row_alignment, row_major_strides)
+from ato_core.target import Target
+
+from . import feature_maps as fm_kern
+from . import kernels as kern
+
+MAX_HEAD_DIM = 256
+# fp32 elements of one program's [Dk-tile, Dv-tile] state held in registers.
+STATE_TILE_ELEMS = 8192
+
+
+class Settings(NamedTuple):
+    """waves: programs per SM that the segment split aims for (causal parallelism over the
+    sequence); out_chunks: rows per program in the bidirectional output kernels, in chunks."""
+
+    waves: int = 8
+    out_chunks: int = 4
+
+
+# Measured on an H200 (B8 N4096 H16 D64 bf16; results index: H200 diagnostics): waves 8 the
+# fastest of 2-32; out_chunks 4 and 8 alike.
+SETTINGS = Settings()
+# Software-pipelining depth of the kernels that walk a segment backwards (dk, dv). With
+# 2 or 3 stages, Triton 3.6 compiled la_bwd_dk_kernel (bf16, Dk=16, Dv=128, N=129) on an
+# H200 into an out-of-range shared-memory access; with 1 it runs clean.
+REVERSE_STAGES = 1
+# Smallest padded head-dim tile. tl.dot accepts 16, but on an H200 Triton 3.6 compiles the
+# bf16 backward with a 32-wide Dk tile (Dk=16, Dv=128) into wrong results (dq off by 76%,
+# la_bwd_dq_kernel, any num_stages) and, with fp32 operands, into an illegal memory access
+# (a bisect against fp32; results index: H200 diagnostics); with 64-wide tiles both are
+# right. Loads are masked, so padding costs idle MMA lanes at Dk or Dv < 64, not memory traffic.
+MIN_TILE = 64
+# fp32 elements of one program's state tile in the scan over segments.
+SCAN_TILE_ELEMS = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    B: int
+    H: int
+    N: int
+    Dk: int
+    Dv: int
+    BK: int          # Dk padded to a power of two >= MIN_TILE (kernels that need all of Dk)
+    BV: int          # Dv likewise
+    bv_tile: int     # Dv tile of the kernels that tile Dv (forward, dv)
+    bk_tile: int     # Dk tile of the kernels that tile Dk (backward state, dq, dk)
+    chunk: int
+    nseg: int        # segments of the state pass (and of the causal output passes)
+    seg_len: int
+    nseg_out: int    # programs along the sequence in the output passes
+    seg_len_out: int
+    num_warps: int
+    dot_bf16: bool
+    precision: str
+
+    @property
+    def constexprs(self) -> dict:
+        return {"CHUNK": self.chunk, "DOT_BF16": self.dot_bf16, "PRECISION": self.precision}
+
+
+def config(B: int, H: int, N: int, Dk: int, Dv: int, dtype: str, causal: bool, target: Target,
+           settings: Optional[Settings] = None) -> Config:
+    settings = settings or SETTINGS
+    BK, BV = max(MIN_TILE, next_pow2(Dk)), max(MIN_TILE, next_pow2(Dv))
+    bv_tile = min(BV, max(MIN_TILE, STATE_TILE_ELEMS // BK))
+    bk_tile = min(BK, max(MIN_TILE, STATE_TILE_ELEMS // BV))
+    chunk = 64 if max(BK, BV) <= 128 else 32
+    # Split the sequence so that B*H*segments*tiles fills the GPU; the number of
+    # segments (and so the state buffers, [B*H, segments, Dk, Dv]) does not grow with N.
+    nseg = min(max(cdiv(settings.waves * target.num_sms, B * H * cdiv(Dv, bv_tile)), 1), cdiv(N, chunk))
+    seg_len = cdiv(cdiv(N, nseg), chunk) * chunk
+    nseg = cdiv(N, seg_len)
+    if causal:
+        nseg_out, seg_len_out = nseg, seg_len
+    else:
+        seg_len_out = chunk * settings.out_chunks
+        nseg_out = cdiv(N, seg_len_out)
+    num_warps = 4 if max(BK * bv_tile, bk_tile * BV) <= 4096 else 8
+    return Config(
+        B, H, N, Dk, Dv, BK, BV, bv_tile, bk_tile, chunk, nseg, seg_len, nseg_out, seg_len_out,
+        num_warps, dot_bf16=(dtype == "bfloat16"), precision="ieee" if dtype == "float32" else "tf32",
+    )
+
+
+def check_linear_attention(
+    q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, feature_map, eps: float,
+    initial_state: Optional[Tuple[ArraySpec, ArraySpec]] = None,
+) -> Tuple[int, int, int, int, int]:
+    """Validates the arguments of linear_attention; returns (B, H, N, Dk, Dv)."""
+    for name, spec, layout in (("q", q, "[B, H, N, Dk]"), ("k", k, "[B, H, N, Dk]"), ("v", v, "[B, H, N, Dv]")):
+        checks.check_rank(name, spec, 4, layout)
+    for name, spec in (("q", q), ("k", k), ("v", v)):
+        checks.check_float(name, spec)
+    checks.check_same_dtype(("q", "k", "v"), (q, k, v))
+    checks.check_same_device(("q", "k", "v"), (q, k, v))
+    B, H, N, Dk = q.shape
+    Dv = v.shape[3]
+    for axis, what in ((0, "B"), (1, "H"), (2, "N")):
+        checks.check_dim("k", k, axis, q.shape[axis], f"{what}, as in q")
+        checks.check_dim("v", v, axis, q.shape[axis], f"{what}, as in q")
+    checks.check_dim("k", k, 3, Dk, "Dk, the feature size of q")
+    checks.check_range("q.shape[0] (B)", B, 1)
+    checks.check_range("q.shape[1] (H)", H, 1)
+    checks.check_range("q.shape[2] (N)", N, 1)
+    checks.check_range("q.shape[3] (Dk)", Dk, 1, MAX_HEAD_DIM)
+    checks.check_range("v.shape[3] (Dv)", Dv, 1, MAX_HEAD_DIM)
+    feature_map_code(feature_map)
+    checks.check_bool("causal", causal)
+    if not (isinstance(eps, (int, float)) and eps >= 0):
+        raise ValueError(f"eps: expected a non-negative float, got {eps!r}")
+    if initial_state is not None:
+        if not causal:
+            raise ValueError("initial_state: expected None when causal=False (a bidirectional pass has no "
+                             "preceding state), got a state")
+        check_state("initial_state", initial_state, B, H, Dk, Dv, q.device)
+    return B, H, N, Dk, Dv
+
+
+def check_state(name: str, state, B: int, H: int, Dk: int, Dv: int, device: str) -> None:
+    if not (isinstance(state, (tuple, list)) and len(state) == 2):
+        raise TypeError(f"{name}: expected a pair (S, z), got {type(state).__name__}")
+    S, z = state
+    checks.check_shape(f"{name}[0] (S)", S, (B, H, Dk, Dv), "[B, H, Dk, Dv]")
+    checks.check_shape(f"{name}[1] (z)", z, (B, H, Dk), "[B, H, Dk]")
+    for n, spec in ((f"{name}[0] (S)", S), (f"{name}[1] (z)", z)):
+        if spec.dtype != "float32":
+            raise TypeError(f"{n}: expected dtype float32, got {spec.dtype}")
+        if spec.device != device:
+            raise ValueError(f"{n}: expected device {device} (the device of q), got {spec.device}")
+
+
+def _f32(name, *shape):
+    return Buffer(name, tuple(shape), "float32")
+
+
+def _scan(cfg: Config, partial: str, init: Optional[str], out: Tuple[str, str, str, str], reverse: bool,
+          causal: bool) -> Launch:
+    """Prefix (or suffix) sums of per-segment partial states: the start state of each
+    segment and the total (causal), or the total alone (bidirectional: la_sum_kernel, which
+    neither writes nor allocates the start states)."""
+    BH = cfg.B * cfg.H
+    # Small tiles: the walk over segments is a chain of dependent loads, so what hides
+    # its latency is the number of programs (B*H*tiles), not the size of each.
+    bv = min(cfg.BV, 64)
+    bk = min(cfg.BK, max(SCAN_TILE_ELEMS // bv, 1))
+    grid = (BH, cdiv(cfg.Dk, bk), cdiv(cfg.Dv, bv))
+    ss, zs, sf, zf = out
+    total = (_f32(sf, cfg.B, cfg.H, cfg.Dk, cfg.Dv), _f32(zf, cfg.B, cfg.H, cfg.Dk))
+    ce = {"REVERSE": reverse, "BK": bk, "BV": bv, "ALIGN": _align(cfg.Dk, cfg.Dv)}
+    if not causal and init is None:
+        return Launch(kern.la_sum_kernel, grid, (f"{partial}_S", f"{partial}_z"), (cfg.nseg, cfg.Dk, cfg.Dv),
+                      total, ce, num_warps=4)
+    return Launch(
+        kern.la_scan_kernel, grid,
+        (f"{partial}_S", f"{partial}_z", f"{init}_S" if init else f"{partial}_S", f"{init}_z" if init else f"{partial}_z"),
+        (cfg.nseg, cfg.Dk, cfg.Dv),
+        (_f32(ss, cfg.B, cfg.H, cfg.nseg, cfg.Dk, cfg.Dv), _f32(zs, cfg.B, cfg.H, cfg.nseg, cfg.Dk), *total),
+        {"HAS_INIT": init is not None, **ce},
+        num_warps=4,
+    )
+
+
+def _align(Dk: int, Dv: int, *arrays: ArraySpec) -> int:
+    return row_alignment((Dk, Dv), arrays)
+
+
+def _state_addressing(cfg: Config, causal: bool) -> Tuple[int, int]:
+    """(states per (b, h), multiplier of the segment index) for the output passes."""
+    return (cfg.nseg, 1) if causal else (1, 0)
+
+
+@cached_plan
+def forward_plan(
+    q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, feature_map, eps: float,
+    initial_state: Optional[Tuple[ArraySpec, ArraySpec]], target: Target, settings: Optional[Settings] = None,
+) -> Tuple[Plan, Config]:
+    """Inputs: q, k, v and, with an initial state, init_S, init_z. ``settings``: default SETTINGS.
+
+    Results: o [B,H,N,Dv] (q's dtype); S_final [B,H,Dk,Dv], z_final [B,H,Dk] (fp32); and the
+    residuals of the backward: rden [B,H,N] (1/den), S_res, z_res (start state of each
+    segment when causal, the total state otherwise).
+    """
+    B, H, N, Dk, Dv = check_linear_attention(q, k, v, causal=causal, feature_map=feature_map, eps=eps,
+                                             initial_state=initial_state)
+    cfg = config(B, H, N, Dk, Dv, q.dtype, causal, target, settings)
+    BH, fmap = B * H, feature_map_code(feature_map)
+    nvt = cdiv(Dv, cfg.bv_tile)
+    align = _align(Dk, Dv, q, k, v)
+    state = Launch(
+        kern.la_fwd_state_kernel, (BH, cfg.nseg, nvt), ("k", "v"),
+        (H, N, cfg.seg_len, Dk, Dv, *k.strides, *v.strides),
+        (_f32("part_S", B, H, cfg.nseg, Dk, Dv), _f32("part_z", B, H, cfg.nseg, Dk)),
+        {"FEATURE": fmap, "BK": cfg.BK, "BV": cfg.bv_tile, "ALIGN": align, **cfg.constexprs},
+        num_warps=cfg.num_warps,
+    )
+    scan = _scan(cfg, "part", "init" if initial_state is not None else None,
+                 ("S_start", "z_start", "S_final", "z_final"), reverse=False, causal=causal)
+    res_S, res_z = ("S_start", "z_start") if causal else ("S_final", "z_final")
+    o_shape = (B, H, N, Dv)
+    out = Launch(
+        kern.la_fwd_kernel, (BH, cfg.nseg_out, nvt), ("q", "k", "v", res_S, res_z),
+        (H, N, cfg.seg_len_out, Dk, Dv, *_state_addressing(cfg, causal), float(eps),
+         *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
+        (Buffer("o", o_shape, q.dtype), _f32("rden", B, H, N)),
+        {"FEATURE": fmap, "CAUSAL": causal, "BK": cfg.BK, "BV": cfg.bv_tile, "ALIGN": align, **cfg.constexprs},
+        num_warps=cfg.num_warps,
+    )
+    plan = Plan((state, scan, out), ("o", "S_final", "z_final", "rden", res_S, res_z), dense=("init_S", "init_z"))
+    return plan, cfg
+
+
+@cached_plan
+def backward_plan(
+    q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, causal: bool, feature_map, eps: float,
+    has_dfinal: bool, target: Target, settings: Optional[Settings] = None,
+) -> Plan:
+    """Inputs: q, k, v, o, do, and the forward's rden, S_res, z_res; with has_dfinal the
+    cotangents dfinal_S, dfinal_z of the final state. ``settings``: default SETTINGS.
+
+    Results: dq, dk, dv (input dtype) and dS0 [B,H,Dk,Dv], dz0 [B,H,Dk] (fp32), the
+    gradient of the initial state.
+    """
+    B, H, N, Dk, Dv = check_linear_attention(q, k, v, causal=causal, feature_map=feature_map, eps=eps)
+    checks.check_shape("do", do, (B, H, N, Dv), "[B, H, N, Dv], the shape of the output")
+    cfg = config(B, H, N, Dk, Dv, q.dtype, causal, target, settings)
+    BH, fmap = B * H, feature_map_code(feature_map)
+    nkt, nvt = cdiv(Dk, cfg.bk_tile), cdiv(Dv, cfg.bv_tile)
+    align = _align(Dk, Dv, q, k, v, do)
+    o_strides = row_major_strides((B, H, N, Dv))
+    state = Launch(
+        kern.la_bwd_state_kernel, (BH, cfg.nseg, nkt), ("q", "do", "o", "rden"),
+        (H, N, cfg.seg_len, Dk, Dv, *q.strides, *do.strides, *o_strides),
+        (_f32("rpart_S", B, H, cfg.nseg, Dk, Dv), _f32("rpart_z", B, H, cfg.nseg, Dk), _f32("g", B, H, N)),
+        {"FEATURE": fmap, "BK": cfg.bk_tile, "BV": cfg.BV, "ALIGN": align, **cfg.constexprs},
+        num_warps=cfg.num_warps,
+    )
+    scan = _scan(cfg, "rpart", "dfinal" if has_dfinal else None, ("R_start", "r_start", "dS0", "dz0"), reverse=True,
+                 causal=causal)
+    R_S, R_z = ("R_start", "r_start") if causal else ("dS0", "dz0")
+    addressing = _state_addressing(cfg, causal)
+    common = (H, N, cfg.seg_len_out, Dk, Dv, *addressing)
+    ce = {"FEATURE": fmap, "CAUSAL": causal, "ALIGN": align, **cfg.constexprs}
+    dq = Launch(
+        kern.la_bwd_dq_kernel, (BH, cfg.nseg_out, nkt), ("q", "k", "v", "do", "rden", "g", "S_res", "z_res"),
+        (*common, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(q.shape)),
+        (Buffer("dq", tuple(q.shape), q.dtype),), {**ce, "BK": cfg.bk_tile, "BV": cfg.BV}, num_warps=cfg.num_warps,
+    )
+    if cfg.BK * cfg.BV <= STATE_TILE_ELEMS:  # the whole reverse state in one program: one pass
+        reverse = (Launch(
+            kern.la_bwd_dkdv_kernel, (BH, cfg.nseg_out), ("q", "k", "v", "do", "rden", "g", R_S, R_z),
+            (*common, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(k.shape),
+             *row_major_strides(v.shape)),
+            (Buffer("dk", tuple(k.shape), k.dtype), Buffer("dv", tuple(v.shape), v.dtype)),
+            {**ce, "BK": cfg.BK, "BV": cfg.BV}, num_warps=cfg.num_warps, num_stages=REVERSE_STAGES,
+        ),)
+    else:
+        dk = Launch(
+            kern.la_bwd_dk_kernel, (BH, cfg.nseg_out, nkt), ("q", "k", "v", "do", "rden", "g", R_S, R_z),
+            (*common, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(k.shape)),
+            (Buffer("dk", tuple(k.shape), k.dtype),), {**ce, "BK": cfg.bk_tile, "BV": cfg.BV}, num_warps=cfg.num_warps,
+            num_stages=REVERSE_STAGES,
+        )
+        dv = Launch(
+            kern.la_bwd_dv_kernel, (BH, cfg.nseg_out, nvt), ("q", "k", "do", "rden", R_S),
+            (*common, *q.strides, *k.strides, *do.strides, *row_major_strides(v.shape)),
+            (Buffer("dv", tuple(v.shape), v.dtype),), {**ce, "BK": cfg.BK, "BV": cfg.bv_tile}, num_warps=cfg.num_warps,
+            num_stages=REVERSE_STAGES,
+        )
+        reverse = (dk, dv)
+    return Plan((state, scan, dq, *reverse), ("dq", "dk", "dv", "dS0", "dz0"),
+                dense=("rden", "S_res", "z_res", "dfinal_S", "dfinal_z"))
+
+
+def check_step(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, feature_map, eps) -> Tuple[int, int, int, int]:
+    for name, spec, layout in (("q", q, "[B, H, Dk]"), ("k", k, "[B, H, Dk]"), ("v", v, "[B, H, Dv]")):
+        checks.check_rank(name, spec, 3, layout)
+        checks.check_float(name, spec)
+    checks.check_same_dtype(("q", "k", "v"), (q, k, v))
+    checks.check_same_device(("q", "k", "v"), (q, k, v))
+    B, H, Dk = q.shape
+    Dv = v.shape[2]
+    checks.check_shape("k", k, (B, H, Dk), "[B, H, Dk], the shape of q")
+    checks.check_shape("v", v, (B, H, Dv), f"[B, H, Dv] with B={B}, H={H} as in q")
+    checks.check_range("q.shape[0] (B)", B, 1)
+    checks.check_range("q.shape[1] (H)", H, 1)
+    checks.check_range("q.shape[2] (Dk)", Dk, 1, MAX_HEAD_DIM)
+    checks.check_range("v.shape[2] (Dv)", Dv, 1, MAX_HEAD_DIM)
+    feature_map_code(feature_map)
+    if not (isinstance(eps, (int, float)) and eps >= 0):
+        raise ValueError(f"eps: expected a non-negative float, got {eps!r}")
+    check_state("state", state, B, H, Dk, Dv, q.device)
+    return B, H, Dk, Dv
+
+
+@cached_plan
+def step_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, *, feature_map, eps: float, target: Target) -> Plan:
+    """Inputs: q, k, v ([B,H,D]) and state_S, state_z. Results: o [B,H,Dv], S1, z1 (fp32),
+    rden [B,H] (residual)."""
+    B, H, Dk, Dv = check_step(q, k, v, state, feature_map, eps)
+    cfg = config(B, H, 1, Dk, Dv, q.dtype, True, target)
+    launch = Launch(
+        kern.la_step_kernel, (B * H, cdiv(Dv, cfg.bv_tile)), ("q", "k", "v", "state_S", "state_z"),
+        (H, Dk, Dv, float(eps), *q.strides, *k.strides, *v.strides),
+        (Buffer("o", (B, H, Dv), q.dtype), _f32("S1", B, H, Dk, Dv), _f32("z1", B, H, Dk), _f32("rden", B, H)),
+        {"FEATURE": feature_map_code(feature_map), "BK": cfg.BK, "BV": cfg.bv_tile,
+         "ALIGN": _align(Dk, Dv, q, k, v)}, num_warps=cfg.num_warps,
+    )
+    return Plan((launch,), ("o", "S1", "z1", "rden"), dense=("state_S", "state_z"))
+
+
+def _as_one_row(spec: ArraySpec) -> ArraySpec:
+    """[B, H, D] seen as [B, H, 1, D] (the same memory)."""
+    B, H, D = spec.shape
+    sb, sh, sd = spec.strides
+    return ArraySpec((B, H, 1, D), spec.dtype, (sb, sh, D * sd, sd), spec.device)
+
+
+@cached_plan
+def step_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, feature_map, eps: float,
+                       target: Target) -> Plan:
+    """The backward of one step is the causal backward of a one-row sequence whose start
+    state is the step's input state. Inputs: q, k, v, o, do, rden, S_res (the input state
+    S), z_res, dfinal_S, dfinal_z (cotangents of the new state). Results: dq, dk, dv
+    ([B,H,D]), dS0, dz0."""
+    plan = backward_plan(_as_one_row(q), _as_one_row(k), _as_one_row(v), _as_one_row(do), causal=True,
+                         feature_map=feature_map, eps=eps, has_dfinal=True, target=target)
+    shapes = {"dq": tuple(q.shape), "dk": tuple(k.shape), "dv": tuple(v.shape)}
+    launches = tuple(
+        dataclasses.replace(l, outputs=tuple(dataclasses.replace(b, shape=shapes.get(b.name, b.shape)) for b in l.outputs))
+        for l in plan.launches
+    )
+    return dataclasses.replace(plan, launches=launches)
+
+
+FEATURE_MAPS = {None: fm_kern.IDENTITY, "elu": fm_kern.ELU_PLUS_ONE}
+
+
+def feature_map_code(feature_map) -> int:
+    checks.check_choice("feature_map", feature_map, tuple(FEATURE_MAPS))
+    return FEATURE_MAPS[feature_map]
+
+
+def _block(target: Target) -> int:
+    # The interpreter pays per program, so it gets fewer, larger blocks.
+    return 8192 if target.interpret else 1024
+
+
+@cached_plan
+def elu_plus_one_plan(x: ArraySpec, target: Target) -> Plan:
+    """y = ELU(x)+1, any shape. Inputs: x. Results: y (x's shape and dtype)."""
+    checks.check_float("x", x)
+    n, block = numel(x.shape), _block(target)
+    launch = Launch(
+        fm_kern.elu_plus_one_fwd_kernel, (max(cdiv(n, block), 1),), ("x",), (n,),
+        (Buffer("y", tuple(x.shape), x.dtype),), {"BLOCK": block, "ALIGN": alignment(n)}, num_warps=4,
+    )
+    return Plan((launch,), ("y",), dense=("x",))
+
+
+@cached_plan
+def elu_plus_one_backward_plan(x: ArraySpec, dy: ArraySpec, target: Target) -> Plan:
+    """dx = dy * ELU'(x). Inputs: x, dy. Results: dx."""
+    checks.check_shape("dy", dy, x.shape, "the shape of x")
+    n, block = numel(x.shape), _block(target)
+    launch = Launch(
+        fm_kern.elu_plus_one_bwd_kernel, (max(cdiv(n, block), 1),), ("x", "dy"), (n,),
+        (Buffer("dx", tuple(x.shape), x.dtype),), {"BLOCK": block, "ALIGN": alignment(n)}, num_warps=4,
+    )
+    return Plan((launch,), ("dx",), dense=("x", "dy"))

@@ -1,0 +1,73 @@
+"""layer_norm, rms_norm, dropout_residual_layer_norm: the declarations.
+
+kernels.py (Triton), plans.py (checks, grids, settings), reference.py, cases.py (test cases).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ato_core.op import Op
+
+from . import plans, reference
+
+
+class Norm(NamedTuple):
+    rms: bool
+    eps: float
+    p: float = 0.0
+    seed: int = 0
+
+
+def _forward(s, st: Norm, target):
+    return plans.forward_plan(s["x"], s["residual"], s["weight"], s["bias"], rms=st.rms, eps=st.eps, p=st.p,
+                              seed=st.seed, target=target)
+
+
+def _backward(s, st: Norm, target):
+    has_res = s["residual"] is not None
+    return plans.backward_plan(s["h" if has_res else "x"], s["weight"], s["bias"], rms=st.rms,
+                               has_residual=has_res, has_dh=s.get("dh") is not None, p=st.p, seed=st.seed,
+                               target=target)
+
+
+def layer_norm(x, weight=None, bias=None, *, eps=1e-5):
+    """LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias.
+
+    x: any shape [..., N], N in 1..65536, fp32/fp16/bf16 (fp32 statistics); weight, bias:
+    [N] or None. Returns y (x's shape and dtype); differentiable in x, weight and bias
+    (weight and bias gradients reduced in a fixed order: deterministic)."""
+    return (x, None, weight, bias), Norm(False, eps)
+
+
+def rms_norm(x, weight=None, *, eps=1e-6):
+    """RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * weight. Shapes as layer_norm."""
+    return (x, None, weight, None), Norm(True, eps)
+
+
+def dropout_residual_layer_norm(x, residual, weight, bias, *, p=0.0, seed=0, eps=1e-5, training=True):
+    """h = dropout(x) + residual and y = layer_norm(h); returns (y, h).
+
+    x, residual: [..., N] of one dtype; weight, bias: [N] or None. Dropout (training and
+    p > 0) keeps an element iff Philox U(0,1) on (seed, its flat index) is >= p and scales
+    it by 1/(1-p): the same seed gives the same mask in both frameworks, on CPU and GPU;
+    the backward draws it again (no mask is stored). p in [0, 1), seed in [0, 2**31) (a
+    Python int: in JAX it selects the mask at trace time)."""
+    return (x, residual, weight, bias), Norm(False, eps, plans.check_dropout(p, seed, training), seed)
+
+
+_INPUTS = ("x", "residual", "weight", "bias")
+_RESULTS = ("y", "h", "mean", "rstd")
+_common = dict(inputs=_INPUTS, results=_RESULTS, forward=_forward, backward=_backward, family="norms")
+
+_common = dict(_common, differentiable=_INPUTS)
+
+LAYER_NORM = Op(layer_norm, saved=("x", "weight", "mean", "rstd"), returns=("y",), reference=reference.layer_norm,
+                **_common)
+RMS_NORM = Op(rms_norm, saved=("x", "weight", "mean", "rstd"), returns=("y",), reference=reference.rms_norm,
+              **_common)
+DROPOUT_RESIDUAL_LAYER_NORM = Op(
+    dropout_residual_layer_norm, saved=("h", "weight", "mean", "rstd"), returns=("y", "h"),
+    optional_cotangents=(("dh",),), reference=reference.dropout_residual_layer_norm_seeded, **_common)
+
+OPS = (LAYER_NORM, RMS_NORM, DROPOUT_RESIDUAL_LAYER_NORM)

@@ -1,0 +1,38 @@
+"""Test cases of layer_norm, rms_norm and dropout_residual_layer_norm (ato_core.testing)."""
+
+from ato_core.testing import Case, In, gpu_spec
+
+
+def norm_case(op, shape, dtype="float32", weight=True, bias=True, seed=0):
+    """layer_norm (weight, bias optional) or rms_norm (weight optional) over shape[-1]."""
+    N = shape[-1]
+    shapes = [("x", tuple(shape))] + ([("weight", (N,))] if weight else []) + ([("bias", (N,))] if bias else [])
+    kwargs = (("weight", In("weight")),) + ((("bias", In("bias")),) if op == "layer_norm" else ())
+    return Case(op, tuple(shapes), dtype, (In("x"),), kwargs, seed)
+
+
+def drln_case(shape, dtype="float32", p=0.0, dseed=0, seed=0):
+    N = shape[-1]
+    shapes = (("x", tuple(shape)), ("residual", tuple(shape)), ("weight", (N,)), ("bias", (N,)))
+    return Case("dropout_residual_layer_norm", shapes, dtype, (In("x"), In("residual"), In("weight"), In("bias")),
+                (("p", p), ("seed", dseed)), seed)
+
+
+def check_cases(gpu: bool, dtype: str, quick: bool):
+    M, N = (2048, 4096) if gpu else (6, 300)
+    return [norm_case("layer_norm", (M, N), dtype=dtype, seed=1),
+            norm_case("rms_norm", (M, N + 1), dtype=dtype, bias=False, seed=2),
+            drln_case((M, N), dtype=dtype, p=0.1, dseed=3, seed=3)]
+
+
+def _x(M, N):
+    return gpu_spec((M, N)), gpu_spec((N,))
+
+
+# sm_90 compile examples (tests/test_compile_sm90.py, benchmarks/ptx_fingerprint.py): (label,
+# op, args, kwargs); single-piece rows (4096, 1000) and looped ones (65536)
+COMPILE = [(f"{name}{N}", op, args(*_x(64 if N < 65536 else 4, N)), kw)
+           for N in (4096, 1000, 65536) for name, op, args, kw in (
+    ("layer_norm", "layer_norm", lambda x, w: (x, w, w), {}),
+    ("rms_norm", "rms_norm", lambda x, w: (x, w), {}),
+    ("drln", "dropout_residual_layer_norm", lambda x, w: (x, x, w, w if N < 65536 else None), {"p": 0.1, "seed": 1}))]

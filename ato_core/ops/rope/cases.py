@@ -1,0 +1,22 @@
+"""Test cases of rope (ato_core.testing)."""
+
+from ato_core.testing import Case, In, gpu_spec
+
+
+def rope_case(B, Hq, Hkv, N, D, dtype="float32", interleaved=False, positions=False, max_pos=None, seed=0):
+    max_pos = max_pos or N
+    shapes = (("q", (B, Hq, N, D)), ("k", (B, Hkv, N, D)), ("cos", (max_pos, D // 2)), ("sin", (max_pos, D // 2)))
+    ints = (("positions", (B, N), 0, max_pos),) if positions else ()
+    kwargs = (("positions", In("positions") if positions else None), ("interleaved", interleaved))
+    return Case("rope", shapes, dtype, (In("q"), In("k"), In("cos"), In("sin")), kwargs, seed, ("cos", "sin"), ints,
+                ("cos", "sin"))
+
+
+def check_cases(gpu: bool, dtype: str, quick: bool):
+    return [rope_case(2, 8, 2, 256 if gpu else 9, 64 if gpu else 16, dtype=dtype, positions=True,
+                      max_pos=1024 if gpu else 20, seed=6)]
+
+
+# sm_90 compile examples (tests/test_compile_sm90.py): (label, op, args, kwargs)
+COMPILE = [("rope", "rope", (gpu_spec((2, 32, 16, 128)), gpu_spec((2, 8, 16, 128)), gpu_spec((64, 64)),
+                             gpu_spec((64, 64))), {"positions": gpu_spec((2, 16), "int64")})]

@@ -1,0 +1,15 @@
+"""Test cases of softmax (ato_core.testing)."""
+
+from ato_core.testing import Case, In, gpu_spec
+
+
+def softmax_case(shape, dtype="float32", temperature=1.0, seed=0):
+    return Case("softmax", (("x", tuple(shape)),), dtype, (In("x"),), (("temperature", temperature),), seed)
+
+
+def check_cases(gpu: bool, dtype: str, quick: bool):
+    return [softmax_case((2048, 4096) if gpu else (6, 300), dtype=dtype, seed=4)]
+
+
+# sm_90 compile examples (tests/test_compile_sm90.py): (label, op, args, kwargs)
+COMPILE = [(f"softmax{N}", "softmax", (gpu_spec((8, N)),), {}) for N in (1000, 4096, 50000)]

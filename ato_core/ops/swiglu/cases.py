@@ -1,0 +1,15 @@
+"""Test cases of swiglu (ato_core.testing)."""
+
+from ato_core.testing import Case, In, gpu_spec
+
+
+def swiglu_case(shape, dtype="float32", seed=0):
+    return Case("swiglu", (("gate", tuple(shape)), ("up", tuple(shape))), dtype, (In("gate"), In("up")), (), seed)
+
+
+def check_cases(gpu: bool, dtype: str, quick: bool):
+    return [swiglu_case((2048, 4096) if gpu else (6, 300), dtype=dtype, seed=5)]
+
+
+# sm_90 compile examples (tests/test_compile_sm90.py): (label, op, args, kwargs)
+COMPILE = [("swiglu", "swiglu", (gpu_spec((64, 7168)),) * 2, {})]

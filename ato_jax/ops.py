@@ -1,0 +1,87 @@
+"""Builds the JAX op of any ato_core.op.Op: one jax.custom_vjp per op, no op-specific code.
+
+A call binds the arguments (the declaration's signature), makes the inputs JAX arrays and
+builds the forward plan once (which checks the arguments, at the call rather than inside
+the trace), then calls the op's custom_vjp with the static value and the inputs' specs as
+non-differentiable arguments. Its primal runs the forward plan (``grad=False``), its fwd rule
+the same plan built with ``grad=True`` (which differs only for an op that computes its
+gradient in the forward); its bwd rule the backward plan. Inputs that take no gradient get
+None (a zero cotangent).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ato_core.op import Op
+
+from .launcher import platform_of, run_plan, spec, target_for
+
+
+def build(op: Op):
+    """The public JAX function of ``op``: the declaration's signature and docstring."""
+    names = op.inputs
+
+    def run(meta, arrays, grad):
+        static, specs = meta
+        target = target_for(*[a for a in arrays if a is not None])
+        plan = op.forward_plan(specs, static, target, grad)
+        outs = run_plan(plan, dict(zip(names, arrays)), target)
+        env = dict(zip(op.results, outs))
+        env.update(zip(names, arrays))
+        return tuple(env[n] for n in op.returned(static)), env, plan, target
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+    def fn(meta, *arrays):
+        return run(meta, arrays, False)[0]
+
+    def fwd(meta, *arrays):
+        outs, env, _, _ = run(meta, arrays, True)
+        return outs, tuple(env[n] for n in op.saved)
+
+    def bwd(meta, saved, cotangents):
+        static, specs = meta
+        target = target_for(*[a for a in saved if a is not None])
+        plan = op.forward_plan(specs, static, target, True)
+        cot_names = op.cotangents(static)
+        cot_specs = tuple(spec(c) for c in cotangents)
+        bwd_plan = op.backward_plan(plan, specs, static, cot_specs, target)
+        env = dict(zip(op.saved, saved))
+        env.update(zip(cot_names, cotangents))
+        grads = run_plan(bwd_plan, env, target)
+        return tuple(None if g is None or specs[i] is None else grads[g] for i, g in enumerate(op.input_grads))
+
+    fn.defvjp(fwd, bwd)
+
+    @functools.wraps(op.signature)
+    def call(*args, **kwargs):
+        arrays, static = op.signature(*args, **kwargs)
+        arrays = tuple(None if a is None else _array(n, a) for n, a in zip(names, arrays))
+        specs = tuple(None if a is None else spec(a) for a in arrays)
+        op.forward_plan(specs, static, target_for(*[a for a in arrays if a is not None]))
+        if op.check_values is not None:
+            op.check_values(dict(zip(names, specs)), static, functools.partial(_host, dict(zip(names, arrays))))
+        return op.pack(static, fn((static, specs), *arrays))
+
+    call.op = op
+    call.__module__ = __name__.split(".")[0]
+    return call
+
+
+def _array(name: str, x):
+    try:
+        return jnp.asarray(x)
+    except TypeError as exc:
+        raise TypeError(f"{name}: expected an array, got {type(x).__name__}") from exc
+
+
+def _host(arrays: dict, name: str):
+    """An input's values as NumPy where they are concrete and on the CPU, else None."""
+    x = arrays.get(name)
+    if x is None or isinstance(x, jax.core.Tracer) or platform_of([x]) != "cpu":
+        return None
+    return np.asarray(x)

@@ -1,0 +1,136 @@
+"""Builds the torch op of any ato_core.op.Op: one torch.autograd.Function per op, no
+op-specific code.
+
+A call binds the arguments (the declaration's signature), takes the inputs' specs, finds
+the cached forward plan (which checks the arguments when built) and runs it. When nothing
+is to be differentiated (``torch.no_grad()``, or no differentiable input requiring grad) and
+no forward-AD level is open, the plan runs without an autograd.Function, whose bookkeeping
+costs as much host time as the rest of the call. (With a forward-AD level open, the Function
+runs, and raises that it has no jvp rule where a plain call would drop the tangent.)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.autograd import forward_ad
+
+from ato_core.op import Op, default_pack
+
+from .launcher import once_differentiable, run_plan, spec, target_for
+
+
+def _forward_ad_open() -> bool:
+    return getattr(forward_ad, "_current_level", -1) >= 0
+
+
+def build(op: Op):
+    """The public torch function of ``op``: the declaration's signature and docstring."""
+    names = op.inputs
+    diff = tuple(i for i, g in enumerate(op.input_grads) if g is not None)
+    n_inputs = len(names)
+    # what the forward saves: (True, input index) or (False, result index)
+    saved_from = tuple((True, names.index(n)) if n in names else (False, op.results.index(n)) for n in op.saved)
+
+    def forward(ctx, meta, *arrays):
+        plan, target, static, specs, grad = meta
+        outs = run_plan(plan, dict(zip(names, arrays)), target)
+        saved = [arrays[i] if is_input else outs[i] for is_input, i in saved_from]
+        if op.single_backward:
+            ctx.saved_once = saved if grad else None
+        else:
+            ctx.save_for_backward(*saved)
+        ctx.meta = meta
+        ctx.set_materialize_grads(False)
+        index = fixed if fixed is not None else [op.results.index(n) for n in op.returned(static)]
+        return tuple([outs[i] for i in index]) if len(index) > 1 else outs[index[0]]
+
+    @once_differentiable
+    def backward(ctx, *cotangents):
+        plan, target, static, specs, grad = ctx.meta
+        if all(c is None for c in cotangents):
+            return (None,) * (n_inputs + 1)
+        if op.single_backward:
+            saved, ctx.saved_once = ctx.saved_once, None
+            if saved is None:
+                raise RuntimeError(f"ato_torch.{op.name}: backward called a second time (retain_graph); its "
+                                   f"backward overwrites what the forward saved. Compute the op again for another "
+                                   "backward.")
+        else:
+            saved = ctx.saved_tensors
+        cot_names = op.cotangents(static)
+        cots = _fill(op, plan, static, cot_names, cotangents)
+        # Autograd hands cotangents of the outputs' shapes and devices: the plan depends on
+        # their dtypes and strides (the memo key) and on nothing else of them.
+        key = ("torch backward", tuple([None if c is None else (c.dtype, c.stride()) for c in cots]))
+        bwd = plan.memoised(key, lambda: op.backward_plan(
+            plan, specs, static, tuple(None if c is None else spec(c, n) for n, c in zip(cot_names, cots)), target))
+        env = dict(zip(op.saved, saved))
+        env.update(zip(cot_names, cots))
+        grads = run_plan(bwd, env, target)
+        return (None, *[None if g is None or specs[i] is None else grads[g] for i, g in enumerate(op.input_grads)])
+
+    fn = type(op.name, (torch.autograd.Function,), {"forward": staticmethod(forward),
+                                                     "backward": staticmethod(backward)})
+    fixed = None if callable(op.returns) else tuple(op.results.index(n) for n in op.returned(None))
+    pack, signature, plans, in_forward = op.pack, op.signature, op.cached_forward, op.gradient_in_forward
+    # a single result returned as it is (the default pack): no tuple to build
+    single = fixed[0] if fixed is not None and len(fixed) == 1 and op.pack is default_pack else None
+
+    @functools.wraps(op.signature)
+    def call(*args, **kwargs):
+        arrays, static = signature(*args, **kwargs)
+        specs = tuple([None if t is None else spec(t, n) for n, t in zip(names, arrays)])
+        target = target_for(arrays[0])
+        grad = False
+        if torch.is_grad_enabled():
+            for i in diff:
+                if arrays[i] is not None and arrays[i].requires_grad:
+                    grad = True
+                    break
+        try:
+            plan = plans(specs, static, target, grad and in_forward)
+        except TypeError:  # an unhashable argument, or the plan's own TypeError: raised again, uncached
+            plan = None
+        if plan is None:
+            plan = op.forward_plan(specs, static, target, grad)
+        if op.check_values is not None:
+            op.check_values(dict(zip(names, specs)), static, functools.partial(_host, dict(zip(names, arrays))))
+        if not grad and not _forward_ad_open():
+            outs = run_plan(plan, dict(zip(names, arrays)), target)
+            if single is not None:
+                return outs[single]
+            index = fixed if fixed is not None else [op.results.index(n) for n in op.returned(static)]
+            return pack(static, tuple([outs[i] for i in index]))
+        out = fn.apply((plan, target, static, specs, grad), *arrays)
+        if single is not None:
+            return out
+        return pack(static, out if isinstance(out, tuple) else (out,))
+
+    call.op = op
+    call.__module__ = __name__.split(".")[0]
+    return call
+
+
+def _fill(op: Op, plan, static, names, cotangents) -> tuple:
+    """Cotangents as the backward plan takes them: an absent one zeros, unless its whole
+    optional group is absent (then None)."""
+    present = {n: c is not None for n, c in zip(names, cotangents)}
+    if all(present.values()):
+        return cotangents
+    keep_none = op.absent_cotangents(static, present)
+    ref = next(c for c in cotangents if c is not None)
+    out = []
+    for n, c in zip(names, cotangents):
+        if c is None and n not in keep_none:
+            buf = plan.buffer(plan.results[op.results.index(n[1:])])
+            c = torch.zeros(buf.shape, dtype=getattr(torch, buf.dtype), device=ref.device)
+        out.append(c)
+    return tuple(out)
+
+
+def _host(arrays: dict, name: str):
+    """An input's values as NumPy where they are on the host already, else None."""
+    t = arrays.get(name)
+    return t.detach().numpy() if t is not None and t.device.type == "cpu" else None

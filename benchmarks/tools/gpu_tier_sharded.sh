@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU test tier in SHARDS parallel pytest processes on one GPU (not a benchmark: the
+# processes share the GPU, so run no timing beside it). On a cold Triton cache the tier is
+# bound by compilation, one CPU core per process: the whole tier takes about 7 minutes in one
+# process on an H100, past what fits in a device command beside anything else.
+# Memory: each process keeps its own JAX and torch pools. With 5 shards over the attention
+# tests, two 16k/4096-token flash-attention tests ran out of the H100's 80 GB (2026-11-21);
+# rerun such failures alone, or use fewer shards there.
+# Usage (repository root, .whl carried): bash benchmarks/tools/gpu_tier_sharded.sh [PYTEST_K] [SHARDS]
+# SHARD_TIMEOUT (seconds, default 540) stops each shard, so the summary is still written
+# inside one device command. Logs: $OUT/gpu-tests-shard<i>.txt; the summary (every test's
+# result, each failure's one-line reason from pytest's short summary, and each shard's last
+# line) in $OUT/gpu-tests-summary.txt.
+set -uo pipefail
+source "$(dirname "$0")/gpu_env.sh"
+k=${1:-}
+shards=${2:-4}
+mapfile -t ids < <(python3 -m pytest -q --collect-only tests/test_gpu.py ${k:+-k "$k"} 2>/dev/null | grep '::')
+echo "${#ids[@]} tests in $shards shards (-k '${k}')" > "$OUT/gpu-tests-summary.txt"
+pids=()
+for ((s = 0; s < shards; s++)); do
+  mine=()
+  for ((i = s; i < ${#ids[@]}; i += shards)); do mine+=("${ids[i]}"); done
+  [ ${#mine[@]} -eq 0 ] && continue
+  timeout "${SHARD_TIMEOUT:-540}" python3 -m pytest -v -rsfE "${mine[@]}" > "$OUT/gpu-tests-shard$s.txt" 2>&1 &
+  pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+for ((s = 0; s < shards; s++)); do
+  [ -f "$OUT/gpu-tests-shard$s.txt" ] || continue
+  grep -E "PASSED|FAILED|ERROR|SKIPPED" "$OUT/gpu-tests-shard$s.txt" | grep '::' >> "$OUT/gpu-tests-summary.txt"
+  tail -1 "$OUT/gpu-tests-shard$s.txt" | sed "s/^/shard $s: /" >> "$OUT/gpu-tests-summary.txt"
+done
+cat "$OUT/gpu-tests-summary.txt"
+exit $rc

@@ -1,0 +1,128 @@
+"""The op declarations (ato_core.op.Op) and the generic adapters built from them: a new op is
+a kernel, its plans and one declaration; both frameworks then run it, differentiate it and
+agree bit for bit. Plans are checked against their kernels' signatures when built."""
+
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import triton.language as tl
+
+import ato_jax
+import ato_jax.ops
+import ato_torch
+import ato_torch.ops
+from ato_core.launch import ArraySpec, Buffer, Launch, Plan, alignment, cdiv, kernel, numel
+from ato_core.op import Op
+from ato_core.ops import OPS
+from ato_core.target import INTERPRETER
+
+
+# -- a toy op, declared as a family's folder would declare it: y = alpha * x -------------------
+
+@kernel(inputs=1, outputs=1)
+def scale_kernel(X, n, alpha, Y, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + offs, (x * alpha).to(Y.dtype.element_ty), mask=mask)
+
+
+def _scale_plan(x: ArraySpec, alpha: float, src: str, out: str) -> Plan:
+    n = numel(x.shape)
+    launch = Launch(scale_kernel, (max(cdiv(n, 256), 1),), (src,), (n, float(alpha)),
+                    (Buffer(out, tuple(x.shape), x.dtype),), {"BLOCK": 256})
+    return Plan((launch,), (out,), dense=(src,))
+
+
+def scaled_copy(x, *, alpha=2.0):
+    """alpha * x, elementwise (a toy op: the whole declaration of a new op)."""
+    return (x,), float(alpha)
+
+
+SCALED_COPY = Op(
+    scaled_copy, inputs=("x",), results=("y",), saved=(), differentiable=("x",),
+    forward=lambda s, alpha, target: _scale_plan(s["x"], alpha, "x", "y"),
+    backward=lambda s, alpha, target: _scale_plan(s["dy"], alpha, "dy", "dx"),
+    reference=lambda x, *, alpha=2.0: alpha * x)
+
+
+def test_a_declared_op_runs_and_differentiates_in_both_frameworks():
+    t_op, j_op = ato_torch.ops.build(SCALED_COPY), ato_jax.ops.build(SCALED_COPY)
+    assert inspect.signature(t_op) == inspect.signature(j_op) == inspect.signature(scaled_copy)
+    assert t_op.__doc__ == j_op.__doc__ == scaled_copy.__doc__
+    x = np.random.default_rng(0).standard_normal((3, 333)).astype(np.float32)
+    dy = np.random.default_rng(1).standard_normal((3, 333)).astype(np.float32)
+
+    xt = torch.from_numpy(x).requires_grad_()
+    yt = t_op(xt, alpha=1.5)
+    yt.backward(torch.from_numpy(dy))
+    yj, vjp = jax.vjp(lambda a: j_op(a, alpha=1.5), jnp.asarray(x))
+    (gj,) = vjp(jnp.asarray(dy))
+    np.testing.assert_array_equal(yt.detach().numpy(), np.float32(1.5) * x)
+    np.testing.assert_array_equal(xt.grad.numpy(), np.float32(1.5) * dy)
+    np.testing.assert_array_equal(np.asarray(yj), yt.detach().numpy())
+    np.testing.assert_array_equal(np.asarray(gj), xt.grad.numpy())
+    jitted = jax.jit(jax.grad(lambda a: jnp.sum(j_op(a, alpha=3.0) * jnp.asarray(dy))))(jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(jitted), np.float32(3.0) * dy)
+
+
+def test_every_declared_op_is_in_both_frameworks_with_one_signature_and_docstring():
+    for name, op in OPS.items():
+        t_op, j_op = getattr(ato_torch, name), getattr(ato_jax, name)
+        assert t_op.op is op and j_op.op is op, name
+        assert inspect.signature(t_op) == inspect.signature(j_op) == inspect.signature(op.signature), name
+        assert t_op.__doc__ == j_op.__doc__ == op.doc and op.doc, name
+        assert op.reference is not None and op.family, name
+        assert set(op.differentiable) <= set(op.inputs) and set(op.saved) <= set(op.inputs) | set(op.results)
+    assert sorted(ato_torch.__all__) == sorted(ato_jax.__all__) == sorted(OPS)
+
+
+def test_a_launch_is_checked_against_its_kernel_signature():
+    """A scalar too many or too few, a missing or unknown constexpr, a pointer miscounted:
+    TypeError at plan time, naming the kernel, on any machine."""
+    out = (Buffer("y", (4,), "float32"),)
+    Launch(scale_kernel, (1,), ("x",), (4, 1.0), out, {"BLOCK": 16})  # the right one
+    bad = [
+        dict(scalars=(4,)),                      # alpha missing: the output pointer would take its place
+        dict(scalars=(4, 1.0, 7)),               # one scalar too many
+        dict(inputs=("x", "x")),                 # two input pointers
+        dict(constexprs={}),                     # BLOCK missing
+        dict(constexprs={"BLOCK": 16, "ALIGN": 4}),  # not a parameter of the kernel
+    ]
+    for change in bad:
+        args = dict(kernel=scale_kernel, grid=(1,), inputs=("x",), scalars=(4, 1.0), outputs=out,
+                    constexprs={"BLOCK": 16}, **{})
+        args.update(change)
+        with pytest.raises(TypeError, match="scale_kernel"):
+            Launch(**args)
+
+
+def test_a_plan_that_reads_what_it_is_not_given_fails_when_built():
+    """A declaration whose backward reads an array that is neither saved nor a cotangent
+    fails at plan time (on the CPU), not with a KeyError deep in a launch."""
+    wrong = Op(scaled_copy, inputs=("x",), results=("y",), saved=(), differentiable=("x",),
+               forward=lambda s, alpha, target: _scale_plan(s["x"], alpha, "x", "y"),
+               backward=lambda s, alpha, target: _scale_plan(s["x"], alpha, "x", "dx"))  # x is not saved
+    spec = ArraySpec((8,), "float32", (1,), "cpu")
+    plan = wrong.forward_plan((spec,), 2.0, INTERPRETER)
+    with pytest.raises(TypeError, match=r"backward plan reads \['x'\]"):
+        wrong.backward_plan(plan, (spec,), 2.0, (spec,), INTERPRETER)
+
+
+def test_kernel_declaration_turns_off_scalar_alignment_specialisation_only():
+    """Scalars are compiled as jax-triton compiles them (no divisibility-by-16 marking),
+    pointers keep theirs: what makes torch's and JAX's binaries one."""
+    flags = {p.name: p.do_not_specialize_on_alignment for p in scale_kernel.params if not p.is_constexpr}
+    assert flags == {"X": False, "n": True, "alpha": True, "Y": False}
+    assert alignment(48, 96) == 16 and alignment(6) == 2
+
+
+def test_wrong_argument_types_name_the_argument():
+    with pytest.raises(TypeError, match="weight: expected a torch.Tensor, got tuple"):
+        ato_torch.layer_norm(torch.ones(2, 4), (1.0, 2.0, 3.0, 4.0))
+    with pytest.raises(TypeError, match="x: expected a torch.Tensor, got ndarray"):
+        ato_torch.softmax(np.ones((2, 4), np.float32))
