@@ -35,7 +35,6 @@ def build(op: Op):
         env.update(zip(names, arrays))
         return tuple(env[n] for n in op.returned(static)), env, plan, target
 
-    @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
     def fn(meta, *arrays):
         return run(meta, arrays, False)[0]
 
@@ -55,6 +54,8 @@ def build(op: Op):
         grads = run_plan(bwd_plan, env, target)
         return tuple(None if g is None or specs[i] is None else grads[g] for i, g in enumerate(op.input_grads))
 
+    fn.__name__, fwd.__name__, bwd.__name__ = op.name, op.name + "_fwd", op.name + "_bwd"  # (in jaxprs)
+    fn = jax.custom_vjp(fn, nondiff_argnums=(0,))
     fn.defvjp(fwd, bwd)
 
     @functools.wraps(op.signature)

@@ -49,7 +49,8 @@ def build(op: Op):
     @once_differentiable
     def backward(ctx, *cotangents):
         plan, target, static, specs, grad = ctx.meta
-        if all(c is None for c in cotangents):
+        absent = [c is None for c in cotangents]
+        if all(absent):
             return (None,) * (n_inputs + 1)
         if op.single_backward:
             saved, ctx.saved_once = ctx.saved_once, None
@@ -59,8 +60,8 @@ def build(op: Op):
                                    "backward.")
         else:
             saved = ctx.saved_tensors
-        cot_names = op.cotangents(static)
-        cots = _fill(op, plan, static, cot_names, cotangents)
+        cot_names = fixed_cotangents or op.cotangents(static)
+        cots = _fill(op, plan, static, cot_names, cotangents) if True in absent else cotangents
         # Autograd hands cotangents of the outputs' shapes and devices: the plan depends on
         # their dtypes and strides (the memo key) and on nothing else of them.
         key = ("torch backward", tuple([None if c is None else (c.dtype, c.stride()) for c in cots]))
@@ -74,6 +75,7 @@ def build(op: Op):
     fn = type(op.name, (torch.autograd.Function,), {"forward": staticmethod(forward),
                                                      "backward": staticmethod(backward)})
     fixed = None if callable(op.returns) else tuple(op.results.index(n) for n in op.returned(None))
+    fixed_cotangents = None if fixed is None else op.cotangents(None)
     pack, signature, plans, in_forward = op.pack, op.signature, op.cached_forward, op.gradient_in_forward
     # a single result returned as it is (the default pack): no tuple to build
     single = fixed[0] if fixed is not None and len(fixed) == 1 and op.pack is default_pack else None
