@@ -93,7 +93,7 @@ def liger_rope_args(q, k, cos, sin):
 
 
 # The transformer ops' math in plain JAX (fp32 inside, the input's dtype out): the peers that
-# jax.jit compiles with XLA, for the bench table and benchmarks/jax_gap.py.
+# jax.jit compiles with XLA, for the bench table and benchmarks/experiments/2026-11-21_jax_gap.py.
 def xla_layer_norm(a, w, b, eps=1e-5):
     import jax
     import jax.numpy as jnp
@@ -524,8 +524,23 @@ def transformer_ops_rows(quick: bool):
     return rows
 
 
-FAMILIES = {"linear_attention": linear_attention_rows, "flash_attention": flash_attention_rows,
-            "transformer_ops": transformer_ops_rows}
+# One table per op family, or per group of families (ato_core.ops.GROUPS).
+TABLES = {"linear_attention": linear_attention_rows, "flash_attention": flash_attention_rows,
+          "transformer_ops": transformer_ops_rows}
+
+
+def table_of(name: str) -> str:
+    """The table that times a family or group (an ``--op`` value of ato check and ato bench)."""
+    from ato_core.ops import GROUPS
+
+    if name in TABLES:
+        return name
+    return next(group for group, families in GROUPS.items() if name in families)
+
+
+def tables(ops=None) -> list:
+    """The tables that ``--op`` values select, each once; all of them without."""
+    return list(dict.fromkeys(table_of(op) for op in ops)) if ops else list(TABLES)
 
 
 def _versions():
@@ -594,8 +609,8 @@ def run(out: str = "benchmarks/results", quick: bool = False, ops=None) -> int:
         return 2
     gpu = torch.cuda.get_device_name()
     versions = _versions()
-    for family in ops or FAMILIES:
-        rows = FAMILIES[family](quick)
-        cmd = f"command: ato bench --op {family}" + (" --quick" if quick else "")
-        write_table(rows, out, gpu, family, [f"GPU {gpu}; {versions}", cmd])
+    for table in tables(ops):
+        rows = TABLES[table](quick)
+        cmd = f"command: ato bench --op {table}" + (" --quick" if quick else "")
+        write_table(rows, out, gpu, table, [f"GPU {gpu}; {versions}", cmd])
     return 0

@@ -19,8 +19,8 @@ def main(argv=None) -> int:
     b = sub.add_parser("bench", help="GPU timings against peers (table, CSV, PNG)")
     b.add_argument("--out", default="benchmarks/results", help="folder for the CSV, PNG and table")
     b.add_argument("--quick", action="store_true", help="fewer repetitions")
-    b.add_argument("--op", action="append", choices=["linear_attention", "flash_attention", "transformer_ops"],
-                   help="op family (bench table) to time (repeatable; default: all)")
+    b.add_argument("--op", action="append", choices=choices(),
+                   help="op family or group whose table to time (repeatable; default: all)")
     args = parser.parse_args(argv)
     if args.command == "check":
         from .check import run

@@ -29,3 +29,12 @@ def test_check_rejects_an_unknown_family(capsys):
     with pytest.raises(SystemExit):
         main(["check", "--op", "attention"])
     assert "invalid choice: 'attention'" in capsys.readouterr().err
+
+
+def test_every_family_has_a_bench_table():
+    from ato_cli import bench
+
+    for family in check.families():
+        assert bench.table_of(family) in bench.TABLES
+    assert bench.tables(["norms", "rope", "flash_attention"]) == ["transformer_ops", "flash_attention"]
+    assert bench.tables() == list(bench.TABLES)

@@ -126,3 +126,16 @@ def test_wrong_argument_types_name_the_argument():
         ato_torch.layer_norm(torch.ones(2, 4), (1.0, 2.0, 3.0, 4.0))
     with pytest.raises(TypeError, match="x: expected a torch.Tensor, got ndarray"):
         ato_torch.softmax(np.ones((2, 4), np.float32))
+
+
+def test_ato_jax_runs_without_importing_ato_torch():
+    """The JAX CPU path runs the interpreter through ato_core.interpreter (torch tensors, but
+    not ato_torch): a JAX user's process never imports the torch adapter."""
+    import subprocess
+    import sys
+
+    code = ("import sys, jax.numpy as jnp, ato_jax; ato_jax.softmax(jnp.ones((2, 8))); "
+            "print('ato_torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -2,13 +2,12 @@
 
 On the GPU machine, after ``source benchmarks/tools/gpu_env.sh``: python benchmarks/tools/fa_sweep.py
 [D,...]. For the bench shapes (bf16, B4 N4096, H32 at D128 and H64 at D64), causal and not,
-times each kernel of the plan alone (do_bench median) with each candidate Tiles in place
-of the plan's, and prints the kernel's own TFLOP/s (forward: 2 matmuls; dK/dV: 4; dQ: 3,
+times each kernel of the plan alone (do_bench median), built with each candidate Tiles
+(the plans' settings argument), and prints the kernel's own TFLOP/s (forward: 2 matmuls; dK/dV: 4; dQ: 3,
 each 2*N^2*D per head, halved when causal). The winners go into
 ato_core/ops/flash_attention/plans.py (_GPU_TILES).
 """
 
-import dataclasses
 import sys
 
 import torch
@@ -16,7 +15,7 @@ from triton.testing import do_bench
 
 from ato_core.ops.flash_attention import plans as fa
 from ato_core.ops.flash_attention.plans import Tiles
-from ato_core.launch import Plan, cdiv
+from ato_core.launch import Plan
 from ato_torch import launcher as tlaunch
 from ato_torch.launcher import spec
 
@@ -27,14 +26,6 @@ DKDV = [Tiles(32, 128, 4, 3), Tiles(64, 128, 8, 3), Tiles(32, 128, 4, 5), Tiles(
 DQ = [Tiles(128, 32, 4, 3), Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 32, 8, 3),
       Tiles(128, 64, 8, 2)]
 MATMULS = {"fa_fwd_kernel": 2, "fa_bwd_dkdv_kernel": 4, "fa_bwd_dq_kernel": 3}
-
-
-def _retile(launch, tiles, rows):
-    """The launch with other tiles: the grid's first axis follows the block of its rows."""
-    per = tiles.n if launch.kernel is fa.kern.fa_bwd_dkdv_kernel else tiles.m
-    return dataclasses.replace(
-        launch, grid=(cdiv(rows, per), *launch.grid[1:]), num_warps=tiles.warps, num_stages=tiles.stages,
-        constexprs={**launch.constexprs, "BLOCK_M": tiles.m, "BLOCK_N": tiles.n})
 
 
 def _time(launch, env, target):
@@ -59,11 +50,24 @@ def main(dims):
             env.update(delta=delta, lse2=lse2)
             print(f"D{D} H{H} causal={causal}: {bplan.launches[0].name} {_time(bplan.launches[0], env, target) * 1e3:.1f} us",
                   flush=True)
-            for launch, cands in ((fplan.launches[0], FWD), (bplan.launches[1], DKDV), (bplan.launches[2], DQ)):
+            cfg = fa.config(D, "bfloat16", target)
+            default = fa.Settings(cfg.fwd, cfg.dkdv, cfg.dq)
+
+            def retiled(which, tiles):
+                """The launch of kernel ``which`` (0 forward, 1 dK/dV, 2 dQ) in a plan built with ``tiles``."""
+                s = default._replace(**{("fwd", "dkdv", "dq")[which]: tiles})
+                if which == 0:
+                    return fa.forward_plan(spec(q), spec(k), spec(v), causal=causal, softmax_scale=None, target=target,
+                                           settings=s).launches[0]
+                return fa.backward_plan(spec(q), spec(k), spec(v), spec(do), causal=causal, softmax_scale=None,
+                                        has_dlse=False, target=target, settings=s).launches[which]
+
+            for which, launch, cands in ((0, fplan.launches[0], FWD), (1, bplan.launches[1], DKDV),
+                                         (2, bplan.launches[2], DQ)):
                 best = None
                 for tiles in cands:
                     try:
-                        ms = _time(_retile(launch, tiles, N), env, target)
+                        ms = _time(retiled(which, tiles), env, target)
                     except Exception as exc:  # e.g. out of shared memory
                         print(f"  {launch.name:20s} {tiles}: {type(exc).__name__} {str(exc)[:80]}", flush=True)
                         continue

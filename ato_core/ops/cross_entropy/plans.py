@@ -1,5 +1,4 @@
-"""cross_entropy: argument checks and launch plans (kernels: ato_core/kernels/cross_entropy.py;
-reference: ato_core/reference/cross_entropy.py). logits row-major [T, V]."""
+"""cross_entropy: argument checks and launch plans (kernels.py beside it). logits row-major [T, V]."""
 
 from __future__ import annotations
 
@@ -75,7 +74,7 @@ def check_target_values(targets, V: int, ignore_index: int) -> None:
 def _programs(T: int, grad: bool, target: Target, settings: Settings) -> int:
     """Persistent grid of the forward (with the gradient: few rows in flight, one per SM, so
     that most of a row is still in L2 when its program reads it the second time; see
-    ato_core/kernels/cross_entropy.py)."""
+    kernels.py)."""
     per_sm = settings.programs_per_sm if grad else settings.loss_programs_per_sm
     return max(1, min(T, round(target.num_sms * per_sm)))
 

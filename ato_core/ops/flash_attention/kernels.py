@@ -158,6 +158,18 @@ def _query_tile(Hq, G, D, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.c
             offs_d < D)
 
 
+@triton.jit
+def _block_tile(H, D, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
+    """A program of grid (blocks, B*H), in launch order: (bh, b, h (int64), D carrying its
+    alignment, the first row of its block, the block's row offsets)."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    D = aligned(D, ALIGN)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    return bh, b, h, D, pid * BLOCK, tl.arange(0, BLOCK)
+
+
 @kernel(inputs=3, outputs=2)
 def fa_fwd_kernel(
     Q, K, V,
@@ -201,13 +213,7 @@ def fa_bwd_delta_kernel(
 ):
     """Grid (query blocks, B*Hq). delta = rowsum(o * do) - dlse and lse2 = lse * log2(e)
     (+inf for rows that saw no key), both [B*Hq, Nq] fp32."""
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    D = aligned(D, ALIGN)
-    b = (bh // Hq).to(tl.int64)
-    h = (bh % Hq).to(tl.int64)
-    first = pid_m * BLOCK_M
-    offs_r = tl.arange(0, BLOCK_M)
+    bh, b, h, D, first, offs_r = _block_tile(Hq, D, BLOCK_M, ALIGN)
     offs_m = first + offs_r
     offs_d = tl.arange(0, BD)
     dmask = offs_d < D
@@ -272,13 +278,7 @@ def fa_bwd_dkdv_kernel(
     """Grid (key blocks, B*Hkv). dk, dv of one key block, summed over the G query heads of
     its kv head in order. For each head, the query blocks split into the causal boundary
     (masked), those that see the whole key block (unmasked) and the last partial block."""
-    pid_n = tl.program_id(0)
-    bh = tl.program_id(1)
-    D = aligned(D, ALIGN)
-    b = (bh // Hkv).to(tl.int64)
-    hk = (bh % Hkv).to(tl.int64)
-    first = pid_n * BLOCK_N
-    offs_c = tl.arange(0, BLOCK_N)
+    bh, b, hk, D, first, offs_c = _block_tile(Hkv, D, BLOCK_N, ALIGN)  # a key block
     offs_n = first + offs_c
     offs_r = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BD)

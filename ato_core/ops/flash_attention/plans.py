@@ -1,6 +1,5 @@
 """flash_attention: argument checks and launch plans.
 
-Kernels: ato_core/kernels/flash_attention.py. Reference: ato_core/reference/flash_attention.py.
 Every block size, warp count and pipelining depth of this op is decided here, from the
 head size, the dtype and the Target.
 """
@@ -9,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 from ato_core import checks
 from . import kernels as kern
@@ -64,10 +63,20 @@ _GPU_TILES_FP32 = {
 _INTERPRETER_TILES = (Tiles(32, 16, 4, 1), Tiles(16, 32, 4, 1), Tiles(32, 16, 4, 1))
 
 
-def config(D: int, dtype: str, target: Target) -> Config:
+class Settings(NamedTuple):
+    """The tiles of the forward, dK/dV and dQ kernels on a GPU (default: the tables above)."""
+
+    fwd: Tiles
+    dkdv: Tiles
+    dq: Tiles
+
+
+def config(D: int, dtype: str, target: Target, settings: Optional[Settings] = None) -> Config:
     BD = max(16, next_pow2(D))
     if target.interpret:
         fwd, dkdv, dq = _INTERPRETER_TILES
+    elif settings is not None:
+        fwd, dkdv, dq = settings
     else:
         fwd, dkdv, dq = (_GPU_TILES_FP32 if dtype == "float32" else _GPU_TILES)[BD]
     return Config(BD, fwd, dkdv, dq, delta_rows=64 if BD <= 128 else 32,
@@ -119,11 +128,11 @@ def _constexprs(cfg: Config, tiles: Tiles, D: int, causal: bool, align: int) -> 
 
 @cached_plan
 def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, softmax_scale: Optional[float],
-                 target: Target) -> Plan:
+                 target: Target, settings: Optional[Settings] = None) -> Plan:
     """Inputs: q, k, v. Results: o [B, Hq, Nq, D] (q's dtype), lse [B, Hq, Nq] (fp32,
     natural log; -inf for a query that sees no key)."""
     B, Hq, Hkv, Nq, Nk, D = check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale)
-    cfg = config(D, q.dtype, target)
+    cfg = config(D, q.dtype, target, settings)
     scale = resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
     launch = Launch(
@@ -137,13 +146,14 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
 
 @cached_plan
 def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, causal: bool,
-                  softmax_scale: Optional[float], has_dlse: bool, target: Target) -> Plan:
+                  softmax_scale: Optional[float], has_dlse: bool, target: Target,
+                  settings: Optional[Settings] = None) -> Plan:
     """Inputs: q, k, v, o (the forward's, row-major), do, lse and, with has_dlse, dlse (the
     cotangent of lse). Results: dq, dk, dv (the shapes and dtype of q, k, v)."""
     B, Hq, Hkv, Nq, Nk, D = check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale)
     checks.check_shape("do", do, tuple(q.shape), "[B, Hq, Nq, D], the shape of the output")
     checks.check_same_dtype(("q", "do"), (q, do))
-    cfg = config(D, q.dtype, target)
+    cfg = config(D, q.dtype, target, settings)
     scale = resolve_scale(softmax_scale, D)
     G = Hq // Hkv
     o_strides = row_major_strides(q.shape)

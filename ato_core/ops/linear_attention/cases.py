@@ -39,7 +39,7 @@ def _qkv(N, D):
     return (gpu_spec((2, 4, N, D)),) * 3
 
 
-# sm_90 compile examples (tests/test_compile_sm90.py, benchmarks/ptx_fingerprint.py):
+# sm_90 compile examples (tests/test_compile_sm90.py, benchmarks/tools/ptx_fingerprint.py):
 # (label, op, args, kwargs); a [256, 256] state takes the backward's separate dk and dv kernels.
 COMPILE = [(f"linear_attention{d} {'causal' if c else 'bidir'}", "linear_attention", _qkv(512, d),
             {"causal": c, "feature_map": "elu"}) for d in (64, 256) for c in (True, False)]

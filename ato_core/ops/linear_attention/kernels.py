@@ -32,7 +32,7 @@ state does not fit one program, ``la_bwd_dk_kernel`` and ``la_bwd_dv_kernel``, t
 
 Conventions: pointers to inputs, then scalars, then outputs, then constexprs. q/k/v/o/do
 are addressed through explicit (b, h, n, d) strides; Dk, Dv and the b, h, n strides are
-multiples of the ALIGN constexpr (see ato_core.kernels.common.aligned); states are row-major
+multiples of the ALIGN constexpr (see ato_core.triton_helpers.aligned); states are row-major
 [B*H, segments, Dk, Dv] fp32 buffers. All offsets are int64. Everything accumulates in
 fp32; ``DOT_BF16`` feeds tensor cores bf16 operands (bf16 inputs), otherwise fp32 operands
 go in at ``PRECISION`` ("tf32" for fp16 inputs: fp16 cannot hold a long sequence's state;

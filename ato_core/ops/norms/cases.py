@@ -29,7 +29,7 @@ def _x(M, N):
     return gpu_spec((M, N)), gpu_spec((N,))
 
 
-# sm_90 compile examples (tests/test_compile_sm90.py, benchmarks/ptx_fingerprint.py): (label,
+# sm_90 compile examples (tests/test_compile_sm90.py, benchmarks/tools/ptx_fingerprint.py): (label,
 # op, args, kwargs); single-piece rows (4096, 1000) and looped ones (65536)
 COMPILE = [(f"{name}{N}", op, args(*_x(64 if N < 65536 else 4, N)), kw)
            for N in (4096, 1000, 65536) for name, op, args, kw in (

@@ -1,6 +1,6 @@
 """layer_norm, rms_norm, dropout_residual_layer_norm: argument checks and launch plans.
 
-Kernels: ato_core/kernels/norms.py. Reference: ato_core/reference/norms.py. Inputs are
+Inputs are
 addressed as row-major [M, N] (N the last axis, M the product of the others); the adapters
 make them contiguous (``Plan.dense``).
 """

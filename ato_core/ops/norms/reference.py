@@ -1,7 +1,7 @@
 """Reference layer_norm, rms_norm and dropout + residual + layer_norm (over the last axis).
 
 The dropout reference takes the keep-mask as an argument: the mask itself comes from the
-kernels' counter-based generator (ato_core.kernels.norms), whose statistics the tests check
+kernels' counter-based generator (kernels.py beside this file), whose statistics the tests check
 separately.
 """
 

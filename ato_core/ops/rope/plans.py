@@ -1,5 +1,4 @@
-"""rope: argument checks and launch plans (kernels: ato_core/kernels/rope.py; reference:
-ato_core/reference/rope.py). q, k row-major [B, H, N, D]."""
+"""rope: argument checks and launch plans (kernels.py beside it). q, k row-major [B, H, N, D]."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""softmax: argument checks and launch plans (kernels: ato_core/kernels/softmax.py;
-reference: ato_core/reference/softmax.py). Row-major [M, N] over the last axis."""
+"""softmax: argument checks and launch plans (kernels.py beside it). Row-major [M, N] over the
+last axis."""
 
 from __future__ import annotations
 

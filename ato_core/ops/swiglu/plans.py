@@ -1,5 +1,5 @@
-"""swiglu: argument checks and launch plans (kernels: ato_core/kernels/swiglu.py;
-reference: ato_core/reference/swiglu.py). Flat row-major arrays of any shape."""
+"""swiglu: argument checks and launch plans (kernels.py beside it). Flat row-major arrays of any
+shape."""
 
 from __future__ import annotations
 
