@@ -40,6 +40,7 @@ class Op:
     backward: ``(specs, static, target) -> Plan``: the specs of every input, of the saved
       results and of the cotangents (None for an absent one). It may read only the saved
       arrays and the cotangents.
+    optional: the inputs that may be None (absent); any other None is a TypeError naming it.
     returns: the results the op returns (a tuple of names, or a function of ``static``
       giving one); default: all of ``results``. pack: ``(static, returned arrays) -> what
       the op returns`` (default: the array, or a tuple of them).
@@ -62,6 +63,7 @@ class Op:
     differentiable: Tuple[str, ...]
     returns: Any = None
     pack: Callable = default_pack
+    optional: Tuple[str, ...] = ()
     optional_cotangents: Tuple[Tuple[str, ...], ...] = ()
     gradient_in_forward: bool = False
     single_backward: bool = False

@@ -61,7 +61,7 @@ def build(op: Op):
     @functools.wraps(op.signature)
     def call(*args, **kwargs):
         arrays, static = op.signature(*args, **kwargs)
-        arrays = tuple(None if a is None else _array(n, a) for n, a in zip(names, arrays))
+        arrays = tuple(None if a is None and n in op.optional else _array(n, a) for n, a in zip(names, arrays))
         specs = tuple(None if a is None else spec(a) for a in arrays)
         target = target_for(*[a for a in arrays if a is not None])
         op.forward_plan(specs, static, target)
@@ -75,6 +75,8 @@ def build(op: Op):
 
 
 def _array(name: str, x):
+    if x is None:
+        raise TypeError(f"{name}: expected an array, got NoneType")
     try:
         return jnp.asarray(x)
     except TypeError as exc:

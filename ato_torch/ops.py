@@ -28,6 +28,7 @@ def _forward_ad_open() -> bool:
 def build(op: Op):
     """The public torch function of ``op``: the declaration's signature and docstring."""
     names = op.inputs
+    may_be_none = tuple(n in op.optional for n in names)
     diff = tuple(i for i, g in enumerate(op.input_grads) if g is not None)
     n_inputs = len(names)
     # what the forward saves: (True, input index) or (False, result index)
@@ -83,7 +84,7 @@ def build(op: Op):
     @functools.wraps(op.signature)
     def call(*args, **kwargs):
         arrays, static = signature(*args, **kwargs)
-        specs = tuple([None if t is None else spec(t, n) for n, t in zip(names, arrays)])
+        specs = tuple([None if t is None and o else spec(t, n) for n, t, o in zip(names, arrays, may_be_none)])
         target = target_for(arrays[0])
         grad = False
         if torch.is_grad_enabled():

@@ -77,7 +77,8 @@ def test_every_declared_op_is_in_both_frameworks_with_one_signature_and_docstrin
         assert inspect.signature(t_op) == inspect.signature(j_op) == inspect.signature(op.signature), name
         assert t_op.__doc__ == j_op.__doc__ == op.doc and op.doc, name
         assert op.reference is not None and op.family, name
-        assert set(op.differentiable) <= set(op.inputs) and set(op.saved) <= set(op.inputs) | set(op.results)
+        assert set(op.differentiable) <= set(op.inputs) and set(op.optional) <= set(op.inputs)
+        assert set(op.saved) <= set(op.inputs) | set(op.results)
     assert sorted(ato_torch.__all__) == sorted(ato_jax.__all__) == sorted(OPS)
 
 
@@ -139,3 +140,18 @@ def test_ato_jax_runs_without_importing_ato_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_a_required_array_given_as_none_is_named(framework):
+    ops, expected = (ato_torch, "expected a torch.Tensor, got NoneType") if framework == "torch" else \
+        (ato_jax, "expected an array, got NoneType")
+    x = np.ones((2, 8), np.float32)
+    x = torch.from_numpy(x) if framework == "torch" else jnp.asarray(x)
+    with pytest.raises(TypeError, match=f"x: {expected}"):
+        ops.layer_norm(None)
+    with pytest.raises(TypeError, match=f"up: {expected}"):
+        ops.swiglu(x, None)
+    with pytest.raises(TypeError, match=f"residual: {expected}"):
+        ops.dropout_residual_layer_norm(x, None, None, None)
+    assert ops.layer_norm(x, None, None).shape == (2, 8)  # weight and bias may be absent

@@ -73,7 +73,8 @@ LINEAR_ATTENTION = Op(
     linear_attention, inputs=("q", "k", "v", "init_S", "init_z"),
     results=("o", "S_final", "z_final", "rden", "S_res", "z_res"),
     returns=lambda st: ("o", "S_final", "z_final") if st.output_final_state else ("o",), pack=_pack_state,
-    optional_cotangents=(("dS_final", "dz_final"),), saved=("q", "k", "v", "o", "rden", "S_res", "z_res"),
+    optional=("init_S", "init_z"), optional_cotangents=(("dS_final", "dz_final"),),
+    saved=("q", "k", "v", "o", "rden", "S_res", "z_res"),
     differentiable=("q", "k", "v", "init_S", "init_z"), forward=_la_forward, backward=_la_backward,
     reference=reference.linear_attention, family="linear_attention")
 

@@ -62,12 +62,13 @@ _common = dict(inputs=_INPUTS, results=_RESULTS, forward=_forward, backward=_bac
 
 _common = dict(_common, differentiable=_INPUTS)
 
-LAYER_NORM = Op(layer_norm, saved=("x", "weight", "mean", "rstd"), returns=("y",), reference=reference.layer_norm,
-                **_common)
-RMS_NORM = Op(rms_norm, saved=("x", "weight", "mean", "rstd"), returns=("y",), reference=reference.rms_norm,
-              **_common)
+_plain = dict(_common, saved=("x", "weight", "mean", "rstd"), returns=("y",), optional=("residual", "weight", "bias"))
+
+LAYER_NORM = Op(layer_norm, reference=reference.layer_norm, **_plain)
+RMS_NORM = Op(rms_norm, reference=reference.rms_norm, **_plain)
 DROPOUT_RESIDUAL_LAYER_NORM = Op(
     dropout_residual_layer_norm, saved=("h", "weight", "mean", "rstd"), returns=("y", "h"),
-    optional_cotangents=(("dh",),), reference=reference.dropout_residual_layer_norm_seeded, **_common)
+    optional=("weight", "bias"), optional_cotangents=(("dh",),),
+    reference=reference.dropout_residual_layer_norm_seeded, **_common)
 
 OPS = (LAYER_NORM, RMS_NORM, DROPOUT_RESIDUAL_LAYER_NORM)

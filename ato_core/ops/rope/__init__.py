@@ -30,7 +30,7 @@ def _backward(s, interleaved, target):
 
 
 ROPE = Op(rope, inputs=("q", "k", "cos", "sin", "positions"), results=("q_rot", "k_rot"),
-          saved=("cos", "sin", "positions"), differentiable=("q", "k"), forward=_forward, backward=_backward,
-          reference=reference.rope, family="rope")
+          optional=("positions",), saved=("cos", "sin", "positions"), differentiable=("q", "k"), forward=_forward,
+          backward=_backward, reference=reference.rope, family="rope")
 
 OPS = (ROPE,)
