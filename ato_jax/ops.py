@@ -30,7 +30,7 @@ def build(op: Op):
         static, specs = meta
         target = target_for(*[a for a in arrays if a is not None])
         plan = op.forward_plan(specs, static, target, grad)
-        outs = run_plan(plan, dict(zip(names, arrays)), target)
+        outs = _first_order(op.name, lambda *a: run_plan(plan, dict(zip(names, a)), target))(*arrays)
         env = dict(zip(op.results, outs))
         env.update(zip(names, arrays))
         return tuple(env[n] for n in op.returned(static)), env, plan, target
@@ -47,11 +47,14 @@ def build(op: Op):
         target = target_for(*[a for a in saved if a is not None])
         plan = op.forward_plan(specs, static, target, True)
         cot_names = op.cotangents(static)
-        cot_specs = tuple(spec(c) for c in cotangents)
-        bwd_plan = op.backward_plan(plan, specs, static, cot_specs, target)
-        env = dict(zip(op.saved, saved))
-        env.update(zip(cot_names, cotangents))
-        grads = run_plan(bwd_plan, env, target)
+        bwd_plan = op.backward_plan(plan, specs, static, tuple(spec(c) for c in cotangents), target)
+
+        def backward(saved, cotangents):
+            env = dict(zip(op.saved, saved))
+            env.update(zip(cot_names, cotangents))
+            return run_plan(bwd_plan, env, target)
+
+        grads = _first_order(op.name, backward)(saved, cotangents)
         return tuple(None if g is None or specs[i] is None else grads[g] for i, g in enumerate(op.input_grads))
 
     fn.__name__, fwd.__name__, bwd.__name__ = op.name, op.name + "_fwd", op.name + "_bwd"  # (in jaxprs)
@@ -72,6 +75,21 @@ def build(op: Op):
     call.op = op
     call.__module__ = __name__.split(".")[0]
     return call
+
+
+def _first_order(name: str, run):
+    """``run`` (a plan's launches) as a function JAX may not differentiate itself: its jvp rule
+    raises an error that names the op. The op's derivative is its custom_vjp; differentiating
+    what that runs (grad of grad, jax.hessian) would otherwise fail inside jax-triton or
+    pure_callback, naming neither."""
+    fn = jax.custom_jvp(run)
+
+    def no_jvp(primals, tangents):
+        raise NotImplementedError(f"ato_jax.{name}: first-order reverse mode only (jax.grad, jax.vjp); "
+                                  "second-order differentiation (grad of grad, jax.hessian) is not supported")
+
+    fn.defjvp(no_jvp)
+    return fn
 
 
 def _array(name: str, x):

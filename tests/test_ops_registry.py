@@ -155,3 +155,16 @@ def test_a_required_array_given_as_none_is_named(framework):
     with pytest.raises(TypeError, match=f"residual: {expected}"):
         ops.dropout_residual_layer_norm(x, None, None, None)
     assert ops.layer_norm(x, None, None).shape == (2, 8)  # weight and bias may be absent
+
+
+def test_jax_second_order_differentiation_names_the_op():
+    """ato's derivatives are first-order reverse mode (custom_vjp). Differentiating what they
+    run (grad of grad, jax.hessian) fails with an error naming the op, not deep inside
+    pure_callback or jax-triton; the first-order gradient is unaffected."""
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32))
+    g = jax.grad(lambda a: jnp.sum(ato_jax.layer_norm(a) ** 2))(x)
+    assert g.shape == x.shape and bool(jnp.all(jnp.isfinite(g)))
+    with pytest.raises(NotImplementedError, match="ato_jax.layer_norm: first-order reverse mode only"):
+        jax.grad(lambda a: jnp.sum(jax.grad(lambda b: jnp.sum(ato_jax.layer_norm(b) ** 2))(a)))(x)
+    with pytest.raises(NotImplementedError, match="ato_jax.softmax: first-order reverse mode only"):
+        jax.hessian(lambda a: jnp.sum(ato_jax.softmax(a)))(x)
