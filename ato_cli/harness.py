@@ -49,8 +49,11 @@ def _f64(x) -> np.ndarray:
     return np.asarray(x).astype(np.float64)
 
 
-def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", reference: bool = False) -> Result:
-    """ato_torch (or, with reference=True, the float64 reference under torch autograd)."""
+def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", reference: bool = False,
+              strided: bool = False) -> Result:
+    """ato_torch (or, with reference=True, the float64 reference under torch autograd). With
+    ``strided``, the op gets each differentiated input as a non-contiguous view (every other
+    element of a buffer twice as wide) holding the same values; gradients are the leaves'."""
     import torch
 
     import ato_torch
@@ -74,8 +77,9 @@ def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", re
     fn = reference_op(case.op) if reference else getattr(ato_torch, case.op)
     diff = case.differentiated(list(inputs))
     t_in = {n: to_t(a) if n in diff else to_const(n, a) for n, a in inputs.items()}
+    args = {n: _strided(t) if strided and n in diff else t for n, t in t_in.items()}
     start = time.perf_counter()
-    outs = case.call(fn, t_in)
+    outs = case.call(fn, args)
     cts = cotangents(case, outs)
     loss = sum((o.double() * torch.from_numpy(c).double().to(device)).sum() for o, c in zip(outs, cts))
     loss.backward()
@@ -83,6 +87,13 @@ def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", re
         torch.cuda.synchronize()
     secs = time.perf_counter() - start
     return Result([_f64(o) for o in outs], {n: _f64(t_in[n].grad) for n in diff}, secs)
+
+
+def _strided(t):
+    """The values of ``t`` as a view whose last axis has stride 2 (differentiable)."""
+    import torch
+
+    return torch.stack((t, torch.zeros_like(t)), dim=-1)[..., 0]
 
 
 def run_jax(case: Case, inputs: Dict[str, np.ndarray], jit: bool = True) -> Result:

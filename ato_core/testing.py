@@ -144,3 +144,21 @@ def compile_plans(op, args, kwargs, target, grad: bool = True):
         named = op.backward_specs(fwd, arrays, static, cots)
         out.append((bwd, {n: s for n, s in named.items() if s is not None}))
     return out
+
+
+class Pick:
+    """What a family's ``cases.fuzz`` draws its cases with: ``pick.int(lo, hi)`` (inclusive)
+    and ``pick.choice(seq)``. The fuzzing tier (tests/test_fuzz.py) backs it with hypothesis;
+    anything with these two methods will do (ato_core does not import hypothesis)."""
+
+    def int(self, lo: int, hi: int) -> int:  # pragma: no cover - an interface
+        raise NotImplementedError
+
+    def choice(self, seq):  # pragma: no cover - an interface
+        raise NotImplementedError
+
+
+def fuzz_shape(pick: Pick, rank_max: int = 3, last_max: int = 300, other_max: int = 5) -> tuple:
+    """A shape of rank 1..rank_max: the last axis 1..last_max, the others 1..other_max."""
+    rank = pick.int(1, rank_max)
+    return tuple(pick.int(1, other_max) for _ in range(rank - 1)) + (pick.int(1, last_max),)

@@ -21,3 +21,11 @@ _LOGITS = (gpu_spec((16, 128256)), gpu_spec((16,), "int64"))
 COMPILE = [("cross_entropy", "cross_entropy", _LOGITS, {"label_smoothing": 0.1}),
            ("cross_entropy none", "cross_entropy", _LOGITS, {"reduction": "none"}),
            ("cross_entropy loss", "cross_entropy", _LOGITS, {"reduction": "sum"}, False)]
+
+
+def fuzz(pick):
+    """A random case of each op (the fuzzing tier, tests/test_fuzz.py): {op name: Case}."""
+    return {"cross_entropy": ce_case(
+        pick.int(1, 20), pick.int(1, 600), pick.choice(("float32", "bfloat16")),
+        reduction=pick.choice(("mean", "sum", "none")), label_smoothing=pick.choice((0.0, 0.1)),
+        ignore_every=pick.choice((0, 3)), scale=pick.choice((1.0, 10.0)), seed=pick.int(0, 99))}

@@ -20,3 +20,12 @@ def check_cases(gpu: bool, dtype: str, quick: bool):
 # sm_90 compile examples (tests/test_compile_sm90.py): (label, op, args, kwargs)
 COMPILE = [("flash_attention", "flash_attention", (gpu_spec((1, 8, 256, 128)), gpu_spec((1, 2, 256, 128)),
                                                    gpu_spec((1, 2, 256, 128))), {"causal": True, "return_lse": True})]
+
+
+def fuzz(pick):
+    """A random case of each op (the fuzzing tier, tests/test_fuzz.py): {op name: Case}."""
+    Hkv = pick.int(1, 2)
+    return {"flash_attention": fa_case(
+        pick.int(1, 2), Hkv * pick.int(1, 3), Hkv, pick.int(1, 80), pick.int(1, 80), pick.int(1, 72),
+        dtype=pick.choice(("float32", "bfloat16")), causal=pick.choice((False, True)), lse=pick.choice((False, True)),
+        scale=pick.choice((None, 0.3)), seed=pick.int(0, 99))}

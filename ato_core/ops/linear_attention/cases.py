@@ -1,6 +1,6 @@
 """Test cases of linear_attention, linear_attention_step and elu_plus_one (ato_core.testing)."""
 
-from ato_core.testing import Case, In, gpu_spec
+from ato_core.testing import Case, In, fuzz_shape, gpu_spec
 
 
 def la_case(B, H, N, Dk, Dv, dtype="float32", causal=False, feature_map="elu", state=False, final=False, seed=0):
@@ -43,3 +43,18 @@ def _qkv(N, D):
 # (label, op, args, kwargs); a [256, 256] state takes the backward's separate dk and dv kernels.
 COMPILE = [(f"linear_attention{d} {'causal' if c else 'bidir'}", "linear_attention", _qkv(512, d),
             {"causal": c, "feature_map": "elu"}) for d in (64, 256) for c in (True, False)]
+
+
+def fuzz(pick):
+    """A random case of each op (the fuzzing tier, tests/test_fuzz.py): {op name: Case}."""
+    dtype = pick.choice(("float32", "bfloat16"))
+    B, H, N, Dk, Dv = pick.int(1, 2), pick.int(1, 3), pick.int(1, 150), pick.int(1, 70), pick.int(1, 70)
+    causal = pick.choice((False, True))
+    fmap = pick.choice(("elu", None))
+    return {
+        "elu_plus_one": elu_case(fuzz_shape(pick), dtype, seed=pick.int(0, 99)),
+        "linear_attention": la_case(B, H, N, Dk, Dv, dtype, causal=causal, feature_map=fmap,
+                                    state=causal and pick.choice((False, True)), final=pick.choice((False, True)),
+                                    seed=pick.int(0, 99)),
+        "linear_attention_step": step_case(B, H, Dk, Dv, dtype, feature_map=fmap, seed=pick.int(0, 99)),
+    }

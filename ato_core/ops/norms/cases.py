@@ -1,6 +1,6 @@
 """Test cases of layer_norm, rms_norm and dropout_residual_layer_norm (ato_core.testing)."""
 
-from ato_core.testing import Case, In, gpu_spec
+from ato_core.testing import Case, In, fuzz_shape, gpu_spec
 
 
 def norm_case(op, shape, dtype="float32", weight=True, bias=True, seed=0):
@@ -36,3 +36,17 @@ COMPILE = [(f"{name}{N}", op, args(*_x(64 if N < 65536 else 4, N)), kw)
     ("layer_norm", "layer_norm", lambda x, w: (x, w, w), {}),
     ("rms_norm", "rms_norm", lambda x, w: (x, w), {}),
     ("drln", "dropout_residual_layer_norm", lambda x, w: (x, x, w, w if N < 65536 else None), {"p": 0.1, "seed": 1}))]
+
+
+def fuzz(pick):
+    """A random case of each op (the fuzzing tier, tests/test_fuzz.py): {op name: Case}."""
+    dtype = pick.choice(("float32", "bfloat16"))
+    shape = fuzz_shape(pick)
+    return {
+        "layer_norm": norm_case("layer_norm", shape, dtype, weight=pick.choice((True, False)),
+                                bias=pick.choice((True, False)), seed=pick.int(0, 99)),
+        "rms_norm": norm_case("rms_norm", shape, dtype, weight=pick.choice((True, False)), bias=False,
+                              seed=pick.int(0, 99)),
+        "dropout_residual_layer_norm": drln_case(shape, dtype, p=pick.choice((0.0, 0.1, 0.5)), dseed=pick.int(0, 999),
+                                                 seed=pick.int(0, 99)),
+    }

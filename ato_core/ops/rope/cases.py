@@ -20,3 +20,11 @@ def check_cases(gpu: bool, dtype: str, quick: bool):
 # sm_90 compile examples (tests/test_compile_sm90.py): (label, op, args, kwargs)
 COMPILE = [("rope", "rope", (gpu_spec((2, 32, 16, 128)), gpu_spec((2, 8, 16, 128)), gpu_spec((64, 64)),
                              gpu_spec((64, 64))), {"positions": gpu_spec((2, 16), "int64")})]
+
+
+def fuzz(pick):
+    """A random case of each op (the fuzzing tier, tests/test_fuzz.py): {op name: Case}."""
+    N = pick.int(1, 40)
+    return {"rope": rope_case(pick.int(1, 2), pick.int(1, 5), pick.int(1, 3), N, 2 * pick.int(1, 40),
+                              pick.choice(("float32", "bfloat16")), interleaved=pick.choice((False, True)),
+                              positions=pick.choice((False, True)), max_pos=N + pick.int(0, 20), seed=pick.int(0, 99))}

@@ -1,6 +1,6 @@
 """Test cases of swiglu (ato_core.testing)."""
 
-from ato_core.testing import Case, In, gpu_spec
+from ato_core.testing import Case, In, fuzz_shape, gpu_spec
 
 
 def swiglu_case(shape, dtype="float32", seed=0):
@@ -13,3 +13,9 @@ def check_cases(gpu: bool, dtype: str, quick: bool):
 
 # sm_90 compile examples (tests/test_compile_sm90.py): (label, op, args, kwargs)
 COMPILE = [("swiglu", "swiglu", (gpu_spec((64, 7168)),) * 2, {})]
+
+
+def fuzz(pick):
+    """A random case of each op (the fuzzing tier, tests/test_fuzz.py): {op name: Case}."""
+    return {"swiglu": swiglu_case(fuzz_shape(pick, last_max=3000), pick.choice(("float32", "bfloat16")),
+                                  seed=pick.int(0, 99))}
