@@ -75,7 +75,7 @@ def run(quick: bool = False, ops=None) -> int:
                 # time a second, warm call (the first one compiles)
                 res = runner(case, inputs, device) if fw == "torch" else runner(case, inputs)
                 results[fw] = res
-                err = h.max_rel_err(res, ref, case.dtype)
+                err = h.max_rel_err(res, ref)
                 ok = err < h.TOLERANCE[case.dtype]
                 rows.append((case.label, fw, backend, f"{err:.2e}", f"{res.seconds * 1e3:.1f} ms", "ok" if ok else "FAIL"))
             except Exception as exc:  # a crash is a failure, reported in the table
