@@ -72,9 +72,7 @@ class Op:
     family: str = ""
 
     def __post_init__(self):
-        # the forward plan cache, keyed by (specs, static, target, grad): adapters on a hot
-        # path may call it directly (grad only where gradient_in_forward; TypeError where an
-        # argument is unhashable, or the plan's own check raises it)
+        # the forward plan cache, keyed by (specs, static, target, grad)
         object.__setattr__(self, "cached_forward", functools.lru_cache(maxsize=1024)(self._build_forward))
         grads = tuple(self.differentiable.index(n) if n in self.differentiable else None for n in self.inputs)
         object.__setattr__(self, "input_grads", grads)
@@ -92,6 +90,11 @@ class Op:
         if self.returns is None:
             return self.results
         return self.returns(static) if callable(self.returns) else self.returns
+
+    def checks_values(self, target) -> bool:
+        """Whether a call checks input values: only where they are on the host already (the
+        interpreter; on a GPU a check would cost a synchronisation every call)."""
+        return self.check_values is not None and target.interpret
 
     def cotangents(self, static) -> Tuple[str, ...]:
         return tuple("d" + name for name in self.returned(static))

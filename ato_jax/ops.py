@@ -68,7 +68,7 @@ def build(op: Op):
         specs = tuple(None if a is None else spec(a) for a in arrays)
         target = target_for(*[a for a in arrays if a is not None])
         op.forward_plan(specs, static, target)
-        if op.check_values is not None and target.interpret:  # (values on the host only there)
+        if op.checks_values(target):
             op.check_values(dict(zip(names, specs)), static, functools.partial(_host, dict(zip(names, arrays))))
         return op.pack(static, fn((static, specs), *arrays))
 

@@ -77,7 +77,7 @@ def build(op: Op):
                                                      "backward": staticmethod(backward)})
     fixed = None if callable(op.returns) else tuple(op.results.index(n) for n in op.returned(None))
     fixed_cotangents = None if fixed is None else op.cotangents(None)
-    pack, signature, plans, in_forward = op.pack, op.signature, op.cached_forward, op.gradient_in_forward
+    pack, signature = op.pack, op.signature
     # a single result returned as it is (the default pack): no tuple to build
     single = fixed[0] if fixed is not None and len(fixed) == 1 and op.pack is default_pack else None
 
@@ -92,13 +92,8 @@ def build(op: Op):
                 if arrays[i] is not None and arrays[i].requires_grad:
                     grad = True
                     break
-        try:
-            plan = plans(specs, static, target, grad and in_forward)
-        except TypeError:  # an unhashable argument, or the plan's own TypeError: raised again, uncached
-            plan = None
-        if plan is None:
-            plan = op.forward_plan(specs, static, target, grad)
-        if op.check_values is not None and target.interpret:  # (values on the host only there)
+        plan = op.forward_plan(specs, static, target, grad)
+        if op.checks_values(target):
             op.check_values(dict(zip(names, specs)), static, functools.partial(_host, dict(zip(names, arrays))))
         if not grad and not _forward_ad_open():
             outs = run_plan(plan, dict(zip(names, arrays)), target)
@@ -123,12 +118,12 @@ def _fill(op: Op, plan, static, names, cotangents) -> tuple:
     if all(present.values()):
         return cotangents
     keep_none = op.absent_cotangents(static, present)
-    ref = next(c for c in cotangents if c is not None)
+    device = next(c for c in cotangents if c is not None).device
     out = []
     for n, c in zip(names, cotangents):
         if c is None and n not in keep_none:
-            buf = plan.buffer(plan.results[op.results.index(n[1:])])
-            c = torch.zeros(buf.shape, dtype=getattr(torch, buf.dtype), device=ref.device)
+            s = op.result_spec(plan, n[1:], str(device))  # the result's shape and dtype
+            c = torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=device)
         out.append(c)
     return tuple(out)
 

@@ -168,3 +168,30 @@ def test_jax_second_order_differentiation_names_the_op():
         jax.grad(lambda a: jnp.sum(jax.grad(lambda b: jnp.sum(ato_jax.layer_norm(b) ** 2))(a)))(x)
     with pytest.raises(NotImplementedError, match="ato_jax.softmax: first-order reverse mode only"):
         jax.hessian(lambda a: jnp.sum(ato_jax.softmax(a)))(x)
+
+
+def test_torch_absent_cotangents_are_zeros_as_jax_passes_them():
+    """torch hands None for an output the loss does not use; the generic adapter fills it with
+    zeros (an optional group wholly absent stays None). The gradients must be JAX's, whose
+    cotangents are always given, bit for bit: rope with only q_rot used, linear_attention with
+    only the final S used (o's and z's cotangents absent)."""
+    rng = np.random.default_rng(3)
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    q, k, cos, sin = r(1, 2, 5, 8), r(1, 1, 5, 8), r(5, 4), r(5, 4)
+    qt, kt = torch.from_numpy(q).requires_grad_(), torch.from_numpy(k).requires_grad_()
+    ato_torch.rope(qt, kt, torch.from_numpy(cos), torch.from_numpy(sin))[0].sum().backward()
+    _, vjp = jax.vjp(lambda a, b: ato_jax.rope(a, b, jnp.asarray(cos), jnp.asarray(sin)), jnp.asarray(q), jnp.asarray(k))
+    gq, gk = vjp((jnp.ones(q.shape, jnp.float32), jnp.zeros(k.shape, jnp.float32)))
+    np.testing.assert_array_equal(qt.grad.numpy(), np.asarray(gq))
+    np.testing.assert_array_equal(kt.grad.numpy(), np.asarray(gk))
+    assert not kt.grad.any()
+
+    a, b, c = np.abs(r(1, 2, 7, 4)), np.abs(r(1, 2, 7, 4)), r(1, 2, 7, 3)
+    leaves = [torch.from_numpy(x).requires_grad_() for x in (a, b, c)]
+    _, (S, _) = ato_torch.linear_attention(*leaves, causal=True, output_final_state=True)
+    S.sum().backward()
+    f = lambda *x: ato_jax.linear_attention(*x, causal=True, output_final_state=True)  # noqa: E731
+    (o, (Sj, zj)), vjp = jax.vjp(f, *map(jnp.asarray, (a, b, c)))
+    grads = vjp((jnp.zeros_like(o), (jnp.ones_like(Sj), jnp.zeros_like(zj))))
+    for t, g in zip(leaves, grads):
+        np.testing.assert_array_equal(t.grad.numpy(), np.asarray(g))
