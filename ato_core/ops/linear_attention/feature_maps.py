@@ -2,7 +2,8 @@
 as @triton.jit helpers that the attention kernels apply while loading q and k.
 
 ELU(x)+1 = x+1 for x > 0 and exp(x) for x <= 0: positive everywhere (so the linear
-attention normaliser is positive), smooth at 0, derivative 1 or exp(x).
+attention normaliser is positive), smooth at 0, derivative 1 or exp(x). NaN gives NaN (and
+a NaN gradient): the min that keeps exp from overflowing in the unselected branch propagates it.
 """
 
 import triton
@@ -21,7 +22,7 @@ def feature(x, mask, FEATURE: tl.constexpr):
     rows and columns must be zeroed after the map, not before)."""
     x = x.to(tl.float32)
     if FEATURE == 1:
-        x = tl.where(x > 0, x + 1.0, tl.exp(tl.minimum(x, 0.0)))
+        x = tl.where(x > 0, x + 1.0, tl.exp(tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)))
     return tl.where(mask, x, 0.0)
 
 
@@ -30,7 +31,7 @@ def feature_grad(x, dphi, FEATURE: tl.constexpr):
     """d phi(x) / dx times dphi (fp32)."""
     if FEATURE == 1:
         x = x.to(tl.float32)
-        dphi = tl.where(x > 0, dphi, dphi * tl.exp(tl.minimum(x, 0.0)))
+        dphi = tl.where(x > 0, dphi, dphi * tl.exp(tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)))
     return dphi
 
 
