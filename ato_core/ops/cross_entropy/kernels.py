@@ -22,9 +22,11 @@ gradient pushes out the rows still to be read again. Row offsets are row * V wit
 divisibility (ALIGN), so every access is a 16-byte vector.
 
 Instructions. With one program per SM the passes must also be cheap per element. The
-log-sum-exp takes each thread's vector maximum first, then spends one FMA, one exp2 and one
-add per element. The gradient pass spends one FMA, one subtract and one exp2 per element
-(the row's log-sum-exp kept as two fp32 numbers, see there); the one-hot
+log-sum-exp takes each thread's vector maximum m first, then spends one subtract, one
+multiply, one exp2 and one add per element: 2^((x - m) log2 e), whose exponent is never
+positive, since m is one of the logits (not a rounded m log2 e), so no finite logit, up to
+the largest fp32, can overflow it. The gradient pass spends one subtract, one FMA and one
+exp2 per element (the row's log-sum-exp kept as two fp32 numbers, see there); the one-hot
 target's element is written by one store after the row. The measurements behind these
 choices: benchmarks/results/README.md (cross_entropy).
 
@@ -80,16 +82,14 @@ def ce_fwd_kernel(
         inv_count = 1.0 / tl.load(COUNT)  # count 0: every row is ignored and scaled by 0 below
     else:
         inv_count = 1.0
+    inv_v = 1.0 / V
     for r in range(tl.program_id(0), T, tl.num_programs(0)):
         row = tl.cast(r, tl.int64)  # (the interpreter's loop index is a Python int)
         base = row * V
-        # Online log-sum-exp per vector, in base 2: (m2, l) with l = sum of 2^(x log2 e - m2)
-        # over the vector's elements so far, m2 an fp32 number near the vector's max x log2 e.
-        # Per piece, the vector's max first, then per element one FMA (x log2 e - m2 with the
-        # product exact; written out, since launches compile with fp_fusion off:
-        # ato_core.launch.Launch), one exp2 and one add. m2 starts at -FLT_MAX / 2, so that a
-        # masked -inf gives 2^-inf = 0, never inf - inf.
-        m2 = tl.full([BLOCK_V // VEC], -1.7014117331926443e38, tl.float32)
+        # Online log-sum-exp per vector: (m, l) with m the largest logit of the vector's
+        # elements so far and l = sum of 2^((x - m) log2 e) over them. A vector that has seen
+        # only -inf keeps m = -inf and l = 0 (m_use = 0 there, never -inf - -inf).
+        m = tl.full([BLOCK_V // VEC], float("-inf"), tl.float32)
         l = tl.zeros([BLOCK_V // VEC], tl.float32)
         sx = tl.zeros([BLOCK_V // VEC], tl.float32)
         for c0 in range(0, V, BLOCK_V):
@@ -100,42 +100,46 @@ def ce_fwd_kernel(
             else:
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=float("-inf"))
             x = x.to(tl.float32)
-            m2_new = tl.maximum(m2, tl.max(x, 1) * LOG2E)
-            e = tl.exp2(tl.fma(x, LOG2E, -m2_new[:, None]))
-            l = l * tl.exp2(m2 - m2_new) + tl.sum(e, 1)
-            m2 = m2_new
-            if SMOOTH:
-                sx += tl.sum(tl.where(cmask, x, 0.0), 1)
-        # The row's lse (log2 e) is kept as m2_row + lo, lo = log2 of the row's sum (small),
-        # never rounded into one fp32 number: x log2 e - m2_row - lo keeps its precision where
-        # x is near the max, where a logit of 1e4 (fp32 ulp 1e-3) would otherwise lose it.
-        m2_row = tl.max(m2, 0)
-        lo = tl.log2(tl.sum(l * tl.exp2(m2 - m2_row), 0))
+            m_new = tl.maximum(m, tl.max(x, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            e = tl.exp2((x - m_use[:, None]) * LOG2E)
+            l = l * tl.exp2((m - m_use) * LOG2E) + tl.sum(e, 1)
+            m = m_new
+            if SMOOTH:  # the mean of x as a sum of x / V, which cannot overflow
+                sx += tl.sum(tl.where(cmask, x * inv_v, 0.0), 1)
+        # The row's lse is kept as m_row + lo * ln 2, lo = log2 of the row's sum (small),
+        # never rounded into one fp32 number: the loss (m_row - xt) + lo ln 2 and the exponent
+        # (x - m_row) log2 e - lo keep their precision where x is near the max, where a logit
+        # of 1e4 (fp32 ulp 1e-3) would otherwise lose it.
+        m_row = tl.max(m, 0)
+        m_row_use = tl.where(m_row == float("-inf"), 0.0, m_row)
+        lo = tl.log2(tl.sum(l * tl.exp2((m - m_row_use) * LOG2E), 0))
         t = tl.load(TARGETS + row).to(tl.int64)
         valid = t != ignore_index
         in_range = (t >= 0) & (t < V)
         xt = tl.load(LOGITS + base + tl.where(in_range, t, 0)).to(tl.float32)
         # loss = lse - (1 - eps) xt - eps mean(x) = (lse - xt) + eps (xt - mean(x))
-        loss = (tl.fma(xt, -LOG2E, m2_row) + lo) * LN2
+        loss = (m_row - xt) + lo * LN2
         if SMOOTH:
-            loss += smoothing * (xt - tl.sum(sx, 0) / V)
+            loss += smoothing * xt - smoothing * tl.sum(sx, 0)
         loss = tl.where(in_range, loss, float("nan"))
         tl.store(LOSS + row, tl.where(valid, loss, 0.0))
         if GRAD:
             scale = tl.where(valid, inv_count, 0.0)
             scale = tl.where(in_range | (t == ignore_index), scale, float("nan"))
-            # g = exp(x - lse) * scale = 2^(x log2 e - m2_row - c), c = lo - log2(scale): one
-            # FMA, one subtract and one exp2 per element (scale 0: c = inf and g = 0; NaN stays
-            # NaN). The target's element is written again after the loop.
+            # g = exp(x - lse) * scale = 2^((x - m_row) log2 e - c), c = lo - log2(scale): one
+            # subtract, one FMA and one exp2 per element (scale 0: c = inf and g = 0, but a row
+            # whose lse is NaN, as torch's softmax of it, is NaN even where it is ignored). The
+            # target's element is written again after the loop.
             nonzero = tl.where(scale == 0.0, 1.0, scale)
-            c = tl.where(scale == 0.0, float("inf"), lo - tl.log2(nonzero))
+            c = tl.where(scale == 0.0, float("inf") + 0.0 * lo, lo - tl.log2(nonzero))
             n_pieces = tl.cdiv(V, BLOCK_V)
             for i in range(0, n_pieces):
                 cols = (n_pieces - 1 - i) * BLOCK_V + offs  # backwards: the last read first
                 cmask = cols < V
                 # not needed again, and the gradient never read here: both first out of L2
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=0.0, eviction_policy="evict_first")
-                g = tl.exp2(tl.fma(x.to(tl.float32), LOG2E, -m2_row) - c)
+                g = tl.exp2(tl.fma(x.to(tl.float32) - m_row, LOG2E, -c))
                 if SMOOTH:
                     g -= smoothing * scale / V
                 tl.store(DLOGITS + base + cols, g.to(DLOGITS.dtype.element_ty), mask=cmask,
@@ -143,7 +147,7 @@ def ce_fwd_kernel(
             # Every thread's stores above are visible to the whole program after the barrier,
             # so the target's element below is written last.
             tl.debug_barrier()
-            p_t = tl.exp2(tl.fma(xt, LOG2E, -m2_row) - lo)
+            p_t = tl.exp2(tl.fma(xt - m_row, LOG2E, -lo))
             gt = (p_t - smoothing / V - (1.0 - smoothing)) * scale
             tl.store(DLOGITS + base + t, gt.to(DLOGITS.dtype.element_ty), mask=in_range)
 
