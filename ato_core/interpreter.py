@@ -10,7 +10,15 @@ path: outputs allocated, then each launch. ``interpreted(kernel)`` returns a cac
 Triton's interpreter (3.6 to 3.9 at least) stores bfloat16 as uint16 and hands those bit
 patterns straight to ``np.matmul`` in ``tl.dot``, so a bf16 dot returns garbage. We
 widen bf16 operands to fp32 first (exact), which is what the tensor cores compute: bf16
-products accumulated in fp32. The patch is idempotent and only touches the interpreter.
+products accumulated in fp32. Its fp32 -> bf16 conversion truncates (Triton 3.9 even with
+``fp_downcast_rounding="rtne"``), where the GPU rounds to nearest even: every such
+conversion (a cast, a store to bf16) rounds to nearest even here too, as the GPU does
+(an explicit ``"rtz"`` still truncates). The patches are idempotent and only touch the
+interpreter.
+
+Subnormal numbers: a plan runs with the thread's floating-point environment reset to IEEE
+defaults (no flush to zero), since XLA's CPU threads, which run ato_jax's pure_callback,
+flush subnormals to zero; torch's do not.
 """
 
 from __future__ import annotations
@@ -41,6 +49,89 @@ def _patch_bf16_dot() -> None:
 
     create_dot._ato_bf16_fix = True
     builder.create_dot = create_dot
+
+
+def round_to_bf16(bits32: np.ndarray) -> np.ndarray:
+    """The bf16 bit patterns (uint16) nearest to fp32 values given as their uint32 bit
+    patterns, ties to even; NaN gives the quiet NaN 0x7FC0 with its sign, as torch does."""
+    u = bits32.astype(np.uint64)
+    out = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = (bits32 & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, ((bits32 >> 16) & 0x8000 | 0x7FC0).astype(np.uint16), out)
+
+
+def _patch_bf16_rounding() -> None:
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    if getattr(builder.cast_impl, "_ato_rtne", False):
+        return
+    cast_impl, fp_to_fp = builder.cast_impl, builder.create_fp_to_fp
+    rtz = getattr(getattr(interp, "_ir", None), "ROUNDING_MODE", None)
+    rtz = getattr(rtz, "RTZ", None)
+
+    def to_bf16(src):
+        bits = np.ascontiguousarray(src.data, dtype=np.float32).view(np.uint32)
+        return interp.TensorHandle(round_to_bf16(bits), tl.bfloat16)
+
+    def cast(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            return to_bf16(src)
+        return cast_impl(self, src, dst_type)
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16 and (rtz is None or rounding_mode != rtz):
+            return to_bf16(src)
+        return fp_to_fp(self, src, dst_type, rounding_mode)
+
+    cast._ato_rtne = True
+    builder.cast_impl = cast
+    builder.create_fp_to_fp = create_fp_to_fp
+
+
+class _IEEEEnvironment:
+    """A context manager that runs its block with the C floating-point environment reset to
+    its defaults (round to nearest, no flush of subnormals to zero) and puts the caller's
+    back afterwards; glibc's fegetenv / fesetenv(FE_DFL_ENV). Where libc cannot be loaded it
+    does nothing."""
+
+    def __init__(self):
+        import ctypes
+        import ctypes.util
+
+        try:
+            libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+            self._get, self._set = libm.fegetenv, libm.fesetenv
+        except (OSError, AttributeError):
+            self._get = None
+        self._buffers = threading.local()
+        self._ctypes = ctypes
+
+    def __enter__(self):
+        if self._get is not None:
+            saved = self._ctypes.create_string_buffer(512)  # fenv_t: 32 bytes on x86-64, 8 on arm64
+            self._get(saved)
+            self._set(self._ctypes.c_void_p(-1))  # FE_DFL_ENV
+            stack = getattr(self._buffers, "stack", None) or []
+            stack.append(saved)
+            self._buffers.stack = stack
+        return self
+
+    def __exit__(self, *exc):
+        if self._get is not None:
+            self._set(self._buffers.stack.pop())
+        return False
+
+
+_IEEE = None
+
+
+def ieee_environment() -> _IEEEEnvironment:
+    global _IEEE
+    if _IEEE is None:
+        _IEEE = _IEEEEnvironment()
+    return _IEEE
 
 
 _TWINS: dict = {}
@@ -158,6 +249,7 @@ def interpreted(kernel) -> _Interpreted:
     """``interpreted(kernel)[grid](*args, **constexprs)`` runs a JITFunction under Triton's
     interpreter, on CPU torch tensors (or CUDA ones, copied through the host)."""
     _patch_bf16_dot()
+    _patch_bf16_rounding()
     _patch_scalar_index()
     return _Interpreted(kernel)
 
@@ -165,7 +257,8 @@ def interpreted(kernel) -> _Interpreted:
 def run_plan(plan, arrays) -> tuple:
     """Runs every launch of ``plan`` under the interpreter on torch tensors (``arrays``: the
     plan's input names to tensors, None for an absent optional input); returns its results."""
-    return execute(plan, arrays, _interpret)
+    with ieee_environment():
+        return execute(plan, arrays, _interpret)
 
 
 def _interpret(launch, inputs, outs, device) -> None:
