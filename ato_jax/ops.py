@@ -70,7 +70,15 @@ def build(op: Op):
         op.forward_plan(specs, static, target)
         if op.checks_values(target):
             op.check_values(dict(zip(names, specs)), static, functools.partial(_host, dict(zip(names, arrays))))
-        return op.pack(static, fn((static, specs), *arrays))
+        try:
+            out = fn((static, specs), *arrays)
+        except TypeError as exc:  # raised by jax.jvp / jacfwd as they trace the custom_vjp
+            if "forward-mode" not in str(exc):
+                raise
+            raise NotImplementedError(
+                f"ato_jax.{op.name}: forward-mode differentiation (jax.jvp, jax.jacfwd) is not supported; "
+                "use reverse mode (jax.grad, jax.vjp, jax.jacrev)") from exc
+        return op.pack(static, out)
 
     call.op = op
     call.__module__ = __name__.split(".")[0]
@@ -93,12 +101,11 @@ def _first_order(name: str, run):
 
 
 def _array(name: str, x):
-    if x is None:
-        raise TypeError(f"{name}: expected an array, got NoneType")
-    try:
-        return jnp.asarray(x)
-    except TypeError as exc:
-        raise TypeError(f"{name}: expected an array, got {type(x).__name__}") from exc
+    """x as a JAX array: a JAX or NumPy array (or anything with __jax_array__); a list, a
+    tuple or a Python number is refused, as jax.numpy refuses them."""
+    if not isinstance(x, (jax.Array, np.ndarray, np.generic)) and not hasattr(x, "__jax_array__"):
+        raise TypeError(f"{name}: expected an array, got {type(x).__name__}")
+    return jnp.asarray(x)
 
 
 def _host(arrays: dict, name: str):
