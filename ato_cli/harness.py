@@ -132,8 +132,8 @@ def run_jax(case: Case, inputs: Dict[str, np.ndarray], jit: bool = True) -> Resu
 FLOOR_RMS = 1e-3
 
 
-def rel_err(a: np.ndarray, ref: np.ndarray) -> float:
-    """||a - ref|| / max(||ref||, FLOOR_RMS * sqrt(n)) over the finite entries of ref; inf if
+def rel_err(a: np.ndarray, ref: np.ndarray, floor: float = FLOOR_RMS) -> float:
+    """||a - ref|| / max(||ref||, floor * sqrt(n)) over the finite entries of ref; inf if
     a has a NaN, or an infinity where ref has not the same one (an infinite reference entry,
     such as the lse -inf of a query that sees no key, must be matched exactly)."""
     a, ref = np.asarray(a), np.asarray(ref)
@@ -141,7 +141,7 @@ def rel_err(a: np.ndarray, ref: np.ndarray) -> float:
     if np.isnan(a).any() or np.isinf(a[~same_inf]).any() or np.isinf(ref[~same_inf]).any():
         return float("inf")
     a, ref = a[~same_inf], ref[~same_inf]
-    denom = max(float(np.linalg.norm(ref)), FLOOR_RMS * np.sqrt(max(ref.size, 1)))
+    denom = max(float(np.linalg.norm(ref)), floor * np.sqrt(max(ref.size, 1)))
     return float(np.linalg.norm(a - ref) / denom)
 
 

@@ -34,7 +34,8 @@ class Case:
     # float inputs that are not differentiated (cos/sin of rope)
     nondiff: Tuple[str, ...] = ()
     # how inputs are drawn: "scale" (logits = scale * N(0, 1)), "ignore_every" (every n-th
-    # target is -100), "nonneg" (|N(0, 1)| for q and k: features without a feature map)
+    # target is -100), "nonneg" (|N(0, 1)| for q and k: features without a feature map),
+    # "magnitude" (see magnitude_of)
     options: Tuple[Tuple[str, object], ...] = ()
 
     def differentiated(self, names):
@@ -88,16 +89,35 @@ def round_to(a: np.ndarray, dtype: str) -> np.ndarray:
     return a.astype(np_dtype)
 
 
+# A magnitude (Case option "magnitude"): half the largest finite value of the case's dtype.
+HALF_MAX = "half-max"
+
+
+def magnitude_of(case: Case) -> float:
+    """The case's "magnitude" option as a number (1 when absent): the inputs it scales (every
+    float input but states and rotary tables) are drawn as N(0, 1) clipped to [-4, 4], times
+    magnitude / 4, so that none exceeds it in absolute value."""
+    m = dict(case.options).get("magnitude", 1.0)
+    if m == HALF_MAX:
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(round_to(np.zeros(1), case.dtype).dtype).max) / 2
+    return float(m)
+
+
 def make_inputs(case: Case) -> Dict[str, np.ndarray]:
     """Random inputs in the case's dtype (states fp32 and non-negative, cos/sin a real rotary
     table), as the case's options say."""
     rng = np.random.default_rng(case.seed)
     opt = dict(case.options)
+    magnitude = magnitude_of(case)
     out = {}
     for name, shape in case.shapes:
         a = rng.standard_normal(shape).astype(np.float32)
         if name == "logits":
             a = a * np.float32(opt.get("scale", 1.0))
+        if "magnitude" in opt and name not in case.fp32_inputs and name not in ("cos", "sin"):
+            a = (np.clip(a.astype(np.float64), -4, 4) * (magnitude / 4)).astype(np.float32)
         if name in ("cos", "sin"):  # a real rotary table: angle = position * frequency
             pos = np.arange(shape[0])[:, None]
             angle = pos * (10000.0 ** (-np.arange(shape[1]) / shape[1]))[None, :]

@@ -38,3 +38,70 @@ def frontend(framework):
 
     import ato_jax
     return ato_jax, jnp.asarray
+
+
+def check_special(case, inputs, device="cpu", masked_grads=False):
+    """``check`` for inputs holding NaN, infinities or extreme magnitudes: in every output and
+    gradient, NaN and each infinity exactly where the float64 reference (torch autograd) has
+    them, the finite entries within the dtype's tolerance, and the two frameworks bitwise
+    equal (NaN included). The absolute floor of the comparison (ato_cli.harness.rel_err)
+    shrinks with the case's magnitude, so that tiny values are compared relative to their
+    size. With ``masked_grads``, a gradient may be NaN in fewer places than the reference
+    (never in others): where the kernel skips a masked block that the dense reference
+    multiplies by a zero weight, 0 * NaN. Returns (torch, jax, reference) results."""
+    import numpy as np
+
+    from ato_core.testing import magnitude_of
+
+    t = h.run_torch(case, inputs, device)
+    j = h.run_jax(case, inputs)
+    r = h.run_torch(case, inputs, device, reference=True)
+    tol = h.TOLERANCE[case.dtype]
+    floor = h.FLOOR_RMS * min(1.0, magnitude_of(case))
+    pairs = [(f"output {i}", a, b, c) for i, (a, b, c) in enumerate(zip(t.outputs, j.outputs, r.outputs))]
+    pairs += [(f"d{n}", t.grads[n], j.grads[n], r.grads[n]) for n in r.grads]
+    for what, a, b, ref in pairs:
+        assert np.array_equal(a, b, equal_nan=True), f"{case.label}: {what}: torch and JAX differ"
+        nan = np.isnan(ref)
+        if masked_grads and what.startswith("d"):
+            assert not (np.isnan(a) & ~nan).any(), f"{case.label}: {what}: NaN where the reference has none"
+            nan = np.isnan(a)
+        assert np.array_equal(np.isnan(a), nan), (
+            f"{case.label}: {what}: NaN at {np.argwhere(np.isnan(a) != nan)[:4].tolist()} "
+            f"(ato {np.isnan(a).sum()}, reference {nan.sum()} NaN)")
+        inf = np.isinf(ref)
+        assert np.array_equal(a[inf], ref[inf]) and not np.isinf(a[~inf]).any(), f"{case.label}: {what}: infinities differ"
+        fin = np.isfinite(ref)
+        err = h.rel_err(a[fin], ref[fin], floor)
+        assert err < tol, f"{case.label}: {what}: {err:.3g} >= {tol} over the finite entries"
+    return t, j, r
+
+
+def bf16_cast_kernel():
+    """A Triton kernel storing fp32 values to bf16 twice, by a store's implicit cast and by an
+    explicit ``.to``: ``kernel[(1,)](x, y_store, y_cast, n, BLOCK=...)``."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def cast_kernel(X, Y, Z, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(X + offs, mask=mask)
+        tl.store(Y + offs, x, mask=mask)
+        tl.store(Z + offs, x.to(tl.bfloat16), mask=mask)
+
+    return cast_kernel
+
+
+def bf16_rounding_values():
+    """fp32 values whose bf16 rounding is easy to get wrong: ties (to even, up and down), the
+    overflow to inf past bf16's largest value, subnormals, signed zero, NaN and infinities,
+    then random values over the whole exponent range."""
+    import numpy as np
+
+    special = [1.0, 1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, -(1 + 3 * 2**-8), 3.4e38, 3.3895e38,
+               np.inf, -np.inf, np.nan, 1e-39, 3e-41, -1e-45, -0.0, 0.0]
+    rng = np.random.default_rng(0)
+    rand = rng.standard_normal(2000) * 10.0 ** rng.uniform(-44, 38, 2000)
+    return np.concatenate([np.array(special), rand]).astype(np.float32)

@@ -13,6 +13,7 @@ Values are finite here (N(0, 1), logits up to 10x that); NaN, infinities and ext
 are the next properties to come (issue 27), with the kernel fixes they need.
 """
 
+import dataclasses
 import importlib
 import os
 
@@ -22,11 +23,14 @@ from hypothesis import strategies as st
 
 from ato_cli import harness as h
 from ato_core.ops import FAMILIES, OPS
-from helpers import check
+import numpy as np
+
+from helpers import check, check_special
 
 EXAMPLES = int(os.environ.get("ATO_FUZZ_EXAMPLES", "3"))
-FUZZ = {name: importlib.import_module(f.__name__ + ".cases").fuzz for f in FAMILIES for name in
-        (op.name for op in f.OPS)}
+CASES = {name: importlib.import_module(f.__name__ + ".cases") for f in FAMILIES for name in (op.name for op in f.OPS)}
+FUZZ = {name: cases.fuzz for name, cases in CASES.items()}
+MAGNITUDES = {name: cases.MAGNITUDES[name] for name, cases in CASES.items()}
 
 
 class _Pick:
@@ -42,8 +46,13 @@ class _Pick:
         return self.data.draw(st.sampled_from(tuple(seq)))
 
 
+# Ops whose kernels skip masked blocks (a causal query that sees no key): a NaN there reaches
+# fewer gradient entries than in the dense reference, where it meets a zero weight.
+MASKED = {"flash_attention"}
+
+
 def test_every_op_has_a_fuzz_strategy():
-    assert set(FUZZ) == set(OPS)
+    assert set(FUZZ) == set(OPS) == set(MAGNITUDES)
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -56,3 +65,34 @@ def test_fuzz(op, data):
     t, _, _ = check(case, inputs)
     strided = h.run_torch(case, inputs, strided=True)
     assert h.bitwise_equal(strided, t), f"{case.label}: strided views differ from contiguous inputs"
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fuzz_nan(op, data):
+    """One NaN in one float input: NaN in exactly the outputs and gradients where the float64
+    reference has it (a diverging run must look diverged), the rest as usual."""
+    case = FUZZ[op](_Pick(data))[op]
+    inputs = h.make_inputs(case)
+    ints = {n for n, _, _, _ in case.int_inputs}
+    name = data.draw(st.sampled_from(sorted(n for n in inputs if n not in ints)))
+    a = inputs[name].copy()
+    a.reshape(-1)[data.draw(st.integers(0, a.size - 1))] = np.nan
+    inputs[name] = a
+    check_special(case, inputs, masked_grads=op in MASKED)
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fuzz_magnitude(op, data):
+    """Inputs of a magnitude the op's family declares (cases.MAGNITUDES: from 1e-30 up to
+    half the dtype's largest value for cross_entropy): finite where the reference is, and
+    within tolerance of it relative to their size."""
+    case = FUZZ[op](_Pick(data))[op]
+    magnitude = data.draw(st.sampled_from(MAGNITUDES[op]))
+    case = dataclasses.replace(case, options=case.options + (("magnitude", magnitude),))
+    check_special(case, h.make_inputs(case))

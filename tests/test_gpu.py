@@ -403,3 +403,60 @@ def test_cross_entropy_jax_vjp_twice_gpu():
     g2, g1, g2b = both(logits)
     np.testing.assert_array_equal(np.asarray(g2), np.asarray(g2b))
     np.testing.assert_array_equal(np.asarray(g1) * 2, np.asarray(g2))  # fp32 doubling is exact
+
+
+# ---- no silent wrong results (issue 27) at realistic shapes ----
+
+NAN_GPU_CASES = [
+    lambda: elu_case((4096, 1024), "bfloat16", seed=21),
+    lambda: la_case(2, 4, 2048, 64, 64, "bfloat16", causal=True, feature_map="elu", seed=22),
+    lambda: la_case(1, 4, 1000, 96, 48, "float16", causal=False, feature_map="elu", seed=23),
+    lambda: fa_case(1, 8, 2, 2048, 2048, 128, "bfloat16", causal=True, seed=24),
+    lambda: ce_case(512, 128256, "bfloat16", seed=25),
+    lambda: softmax_case((16, 50000), "bfloat16", seed=26),
+    lambda: norm_case("layer_norm", (1024, 4096), "bfloat16", seed=27),
+    lambda: swiglu_case((1024, 7168), "bfloat16", seed=28),
+]
+
+
+@pytest.mark.parametrize("i", range(len(NAN_GPU_CASES)), ids=lambda i: NAN_GPU_CASES[i]().label.split()[0])
+def test_nan_propagates_gpu(i):
+    """One NaN in the first input (at a fixed interior position): NaN in exactly the outputs and
+    gradients where the float64 reference has it, the rest within tolerance, torch and JAX
+    bitwise equal (tests/helpers.check_special)."""
+    from helpers import check_special
+
+    case = NAN_GPU_CASES[i]()
+    inputs = h.make_inputs(case)
+    name = case.shapes[0][0]
+    a = inputs[name].copy()
+    a.reshape(-1)[a.size // 3] = np.nan
+    inputs[name] = a
+    check_special(case, inputs, "cuda")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("magnitude", [5e9, 1e30, "half-max"], ids=str)
+def test_cross_entropy_huge_logits_gpu(dtype, magnitude):
+    """Logits up to half the dtype's largest value: finite, exact losses and gradients."""
+    import dataclasses
+
+    from helpers import check_special
+
+    case = ce_case(1024, 32000, dtype, reduction="none", label_smoothing=0.1, seed=29)
+    case = dataclasses.replace(case, options=case.options + (("magnitude", magnitude),))
+    t, _, _ = check_special(case, h.make_inputs(case), "cuda")
+    assert np.isfinite(t.outputs[0]).all()
+
+
+@pytest.mark.parametrize("op", ["swiglu", "rope", "elu_plus_one"])
+def test_bf16_cpu_equals_gpu(op):
+    """An elementwise op (no freedom in the order of its arithmetic) gives the same bf16 bits
+    interpreted on the CPU as compiled on the GPU: the interpreter rounds to nearest even as
+    the GPU does (ato_core.interpreter)."""
+    case = {"swiglu": swiglu_case((64, 3000), "bfloat16", seed=30),
+            "rope": rope_case(2, 4, 2, 64, 128, "bfloat16", positions=True, max_pos=200, seed=31),
+            "elu_plus_one": elu_case((64, 3000), "bfloat16", seed=32)}[op]
+    inputs = h.make_inputs(case)
+    cpu, gpu = h.run_torch(case, inputs, "cpu"), h.run_torch(case, inputs, "cuda")
+    assert h.bitwise_equal(cpu, gpu), f"{case.label}: CPU and GPU differ by {h.max_rel_err(cpu, gpu):.3g}"

@@ -127,6 +127,13 @@ def test_wrong_argument_types_name_the_argument():
         ato_torch.layer_norm(torch.ones(2, 4), (1.0, 2.0, 3.0, 4.0))
     with pytest.raises(TypeError, match="x: expected a torch.Tensor, got ndarray"):
         ato_torch.softmax(np.ones((2, 4), np.float32))
+    with pytest.raises(TypeError, match="x: expected a torch.Tensor, got list"):
+        ato_torch.softmax([[1.0, 2.0]])
+    with pytest.raises(TypeError, match="weight: expected an array, got tuple"):
+        ato_jax.layer_norm(jnp.ones((2, 4)), (1.0, 2.0, 3.0, 4.0))
+    with pytest.raises(TypeError, match="x: expected an array, got list"):
+        ato_jax.softmax([[1.0, 2.0]])
+    assert ato_jax.softmax(np.ones((2, 4), np.float32)).shape == (2, 4)  # NumPy arrays are arrays
 
 
 def test_ato_jax_runs_without_importing_ato_torch():
@@ -168,6 +175,18 @@ def test_jax_second_order_differentiation_names_the_op():
         jax.grad(lambda a: jnp.sum(jax.grad(lambda b: jnp.sum(ato_jax.layer_norm(b) ** 2))(a)))(x)
     with pytest.raises(NotImplementedError, match="ato_jax.softmax: first-order reverse mode only"):
         jax.hessian(lambda a: jnp.sum(ato_jax.softmax(a)))(x)
+
+
+def test_jax_forward_mode_names_the_op():
+    """Forward mode (jax.jvp, jax.jacfwd) is not supported: the error names the op and says what
+    is, instead of JAX's message about a custom_vjp the user never wrote; jax.jacrev works."""
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((3,)).astype(np.float32))
+    with pytest.raises(NotImplementedError, match="ato_jax.elu_plus_one: forward-mode differentiation"):
+        jax.jvp(ato_jax.elu_plus_one, (x,), (x,))
+    with pytest.raises(NotImplementedError, match="ato_jax.softmax: forward-mode differentiation"):
+        jax.jit(jax.jacfwd(ato_jax.softmax))(x)
+    jac = jax.jacrev(ato_jax.elu_plus_one)(x)
+    np.testing.assert_allclose(np.diag(np.asarray(jac)), np.where(x > 0, 1.0, np.exp(x)), rtol=1e-6)
 
 
 def test_torch_absent_cotangents_are_zeros_as_jax_passes_them():

@@ -1,6 +1,6 @@
 """Test cases of cross_entropy (ato_core.testing)."""
 
-from ato_core.testing import Case, In, gpu_spec
+from ato_core.testing import HALF_MAX, Case, In, gpu_spec
 
 
 def ce_case(T, V, dtype="float32", reduction="mean", label_smoothing=0.0, ignore_every=5, scale=1.0, seed=0):
@@ -29,3 +29,8 @@ def fuzz(pick):
         pick.int(1, 20), pick.int(1, 600), pick.choice(("float32", "bfloat16")),
         reduction=pick.choice(("mean", "sum", "none")), label_smoothing=pick.choice((0.0, 0.1)),
         ignore_every=pick.choice((0, 3)), scale=pick.choice((1.0, 10.0)), seed=pick.int(0, 99))}
+
+
+# Magnitudes (Case option "magnitude") at which each op must match the reference (the
+# fuzzing tier's test_fuzz_magnitude). Logits: up to half the dtype's largest value (a loss up to about that, finite).
+MAGNITUDES = {"cross_entropy": (1e-30, 1e4, 5e9, 1e30, HALF_MAX)}

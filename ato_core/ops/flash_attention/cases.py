@@ -29,3 +29,8 @@ def fuzz(pick):
         pick.int(1, 2), Hkv * pick.int(1, 3), Hkv, pick.int(1, 80), pick.int(1, 80), pick.int(1, 72),
         dtype=pick.choice(("float32", "bfloat16")), causal=pick.choice((False, True)), lse=pick.choice((False, True)),
         scale=pick.choice((None, 0.3)), seed=pick.int(0, 99))}
+
+
+# Magnitudes (Case option "magnitude") at which each op must match the reference (the
+# fuzzing tier's test_fuzz_magnitude). Scores of up to D * 1e6: the softmax one-hot, its arg max well separated.
+MAGNITUDES = {"flash_attention": (1e-30, 1e3)}

@@ -1,6 +1,6 @@
 """Test cases of linear_attention, linear_attention_step and elu_plus_one (ato_core.testing)."""
 
-from ato_core.testing import Case, In, fuzz_shape, gpu_spec
+from ato_core.testing import HALF_MAX, Case, In, fuzz_shape, gpu_spec
 
 
 def la_case(B, H, N, Dk, Dv, dtype="float32", causal=False, feature_map="elu", state=False, final=False, seed=0):
@@ -63,3 +63,10 @@ def fuzz(pick):
                                     seed=pick.int(0, 99)),
         "linear_attention_step": step_case(B, H, max(Dk, 2), Dv, dtype, feature_map=fmap, seed=pick.int(0, 99)),
     }
+
+
+# Magnitudes (Case option "magnitude") at which each op must match the reference (the
+# fuzzing tier's test_fuzz_magnitude). Products of features summed over N in fp32: up to
+# 1e4. Not tiny ones: phi(q) = 1 + q there, and dq a cancellation of terms of size 1.
+MAGNITUDES = {"elu_plus_one": (1e-30, 1e30, HALF_MAX), "linear_attention": (1e2, 1e4),
+              "linear_attention_step": (1e2, 1e4)}

@@ -50,3 +50,9 @@ def fuzz(pick):
         "dropout_residual_layer_norm": drln_case(shape, dtype, p=pick.choice((0.0, 0.1, 0.5)), dseed=pick.int(0, 999),
                                                  seed=pick.int(0, 99)),
     }
+
+
+# Magnitudes (Case option "magnitude") at which each op must match the reference (the
+# fuzzing tier's test_fuzz_magnitude). The sum of squares is fp32 (as in torch): rows up to 1e15.
+MAGNITUDES = {"layer_norm": (1e-30, 1e15), "rms_norm": (1e-30, 1e15),
+              "dropout_residual_layer_norm": (1e-30, 1e15)}

@@ -28,3 +28,8 @@ def fuzz(pick):
     return {"rope": rope_case(pick.int(1, 2), pick.int(1, 5), pick.int(1, 3), N, 2 * pick.int(1, 40),
                               pick.choice(("float32", "bfloat16")), interleaved=pick.choice((False, True)),
                               positions=pick.choice((False, True)), max_pos=N + pick.int(0, 20), seed=pick.int(0, 99))}
+
+
+# Magnitudes (Case option "magnitude") at which each op must match the reference (the
+# fuzzing tier's test_fuzz_magnitude). A rotation: up to 1e37 (a rotated pair stays below sqrt(2) times that).
+MAGNITUDES = {"rope": (1e-30, 1e37)}

@@ -19,3 +19,8 @@ def fuzz(pick):
     """A random case of each op (the fuzzing tier, tests/test_fuzz.py): {op name: Case}."""
     return {"softmax": softmax_case(fuzz_shape(pick), pick.choice(("float32", "bfloat16")),
                                     temperature=pick.choice((1.0, 0.7, 3.0)), seed=pick.int(0, 99))}
+
+
+# Magnitudes (Case option "magnitude") at which each op must match the reference (the
+# fuzzing tier's test_fuzz_magnitude). x / temperature must stay finite: up to 1e37 for the drawn temperatures (>= 0.7).
+MAGNITUDES = {"softmax": (1e-30, 1e30, 1e37)}

@@ -19,3 +19,8 @@ def fuzz(pick):
     """A random case of each op (the fuzzing tier, tests/test_fuzz.py): {op name: Case}."""
     return {"swiglu": swiglu_case(fuzz_shape(pick, last_max=3000), pick.choice(("float32", "bfloat16")),
                                   seed=pick.int(0, 99))}
+
+
+# Magnitudes (Case option "magnitude") at which each op must match the reference (the
+# fuzzing tier's test_fuzz_magnitude). gate * up must stay finite in fp32: up to 1e18.
+MAGNITUDES = {"swiglu": (1e-30, 1e18)}

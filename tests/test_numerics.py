@@ -1,0 +1,101 @@
+"""Numerics that a wrong result could hide behind (issue 27), beside the fuzzing tier:
+bf16 rounding under the interpreter, subnormal numbers in both frameworks, cross-entropy at
+the largest logits."""
+
+import numpy as np
+import pytest
+import torch
+
+import ato_jax
+import ato_torch
+from ato_core import interpreter
+from helpers import bf16_cast_kernel, bf16_rounding_values
+
+
+def test_interpreter_rounds_bf16_to_nearest_even():
+    """Every fp32 -> bf16 conversion of an interpreted kernel (a store to bf16, an explicit
+    cast) rounds to nearest even, as the GPU does (Triton's interpreter truncates)."""
+    x = torch.from_numpy(bf16_rounding_values())
+    y, z = torch.empty(len(x), dtype=torch.bfloat16), torch.empty(len(x), dtype=torch.bfloat16)
+    interpreter.interpreted(bf16_cast_kernel())[(1,)](x, y, z, len(x), BLOCK=4096)
+    ref = x.to(torch.bfloat16)
+    nan = torch.isnan(x)
+    for out in (y, z):
+        assert torch.isnan(out[nan]).all()
+        assert torch.equal(out[~nan].view(torch.int16), ref[~nan].view(torch.int16))
+
+
+def test_bf16_output_rounds_to_nearest_even():
+    """An op's bf16 output is its fp32 result rounded to nearest even: rope (a multiply and a
+    subtract per element, fp32) against torch doing the same arithmetic."""
+    rng = np.random.default_rng(1)
+    q = torch.from_numpy(rng.standard_normal((1, 2, 64, 32)).astype(np.float32)).bfloat16()
+    cos = torch.from_numpy(rng.uniform(-1, 1, (64, 16)).astype(np.float32))
+    sin = torch.from_numpy(rng.uniform(-1, 1, (64, 16)).astype(np.float32))
+    out, _ = ato_torch.rope(q, q, cos, sin)
+    x1, x2 = q.float()[..., :16], q.float()[..., 16:]
+    ref = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).bfloat16()
+    assert torch.equal(out.view(torch.int16), ref.view(torch.int16))
+
+
+# op: (its float inputs from x [8, 5] ~ N(0, 1), drawn so that results or gradients are
+# subnormal; the call, differentiated in the first input)
+TARGETS = np.arange(8) % 5
+SUBNORMAL_OPS = {
+    "elu_plus_one": (lambda x: (x - 87.5,), lambda ops, a: ops.elu_plus_one(a)),
+    "swiglu": (lambda x: (x * 1e-20, x * 1e-19), lambda ops, g, u: ops.swiglu(g, u)),
+    "softmax": (lambda x: (x * 0.1 - np.arange(5) * 23.0,), lambda ops, a: ops.softmax(a)),  # e^-92 ...
+    "cross_entropy": (lambda x: (x * 40.0,), lambda ops, a: ops.cross_entropy(a, _targets(ops))),
+}
+
+
+def _targets(ops):
+    import jax.numpy as jnp
+
+    return torch.from_numpy(TARGETS) if ops is ato_torch else jnp.asarray(TARGETS)
+
+
+@pytest.mark.parametrize("op", sorted(SUBNORMAL_OPS))
+def test_subnormals_same_in_torch_and_jax(op):
+    """Results and gradients below 1e-38 are the same bits in both frameworks: JAX's CPU
+    threads flush subnormals to zero, so ato_jax's interpreter runs with IEEE defaults."""
+    import jax
+    import jax.numpy as jnp
+
+    prep, call = SUBNORMAL_OPS[op]
+    arrays = [a.astype(np.float32) for a in prep(np.random.default_rng(2).standard_normal((8, 5)))]
+    cot = np.random.default_rng(3).standard_normal(8 if op == "cross_entropy" else (8, 5)).astype(np.float32)
+    cot = cot[0] if op == "cross_entropy" else cot  # a mean: one number
+    at = [torch.from_numpy(a).requires_grad_() for a in arrays]
+    yt = call(ato_torch, *at)
+    (gt,) = torch.autograd.grad((yt * torch.from_numpy(np.asarray(cot))).sum(), at[0])
+    yj, vjp = jax.vjp(lambda *a: call(ato_jax, *a), *[jnp.asarray(a) for a in arrays])
+    gj = vjp(jnp.asarray(cot))[0]
+    tiny = lambda a: int(((a != 0) & (np.abs(a) < np.finfo(np.float32).tiny)).sum())  # noqa: E731
+    assert tiny(yt.detach().numpy()) + tiny(gt.numpy()) > 0, "the case produces no subnormal"
+    assert np.array_equal(yt.detach().numpy(), np.asarray(yj))
+    assert np.array_equal(gt.numpy(), np.asarray(gj))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cross_entropy_at_the_largest_logits(dtype):
+    """Rows of one logit repeated (+-largest finite: loss log V), and rows whose target holds
+    the largest logit and the rest its negative (loss 0): exact and finite, with exact
+    gradients (uniform, or zero)."""
+    big = torch.finfo(dtype).max
+    V = 7
+    logits = torch.tensor([[big] * V, [-big] * V, [big] + [-big] * (V - 1), [0.0] * (V - 1) + [big]], dtype=dtype)
+    targets = torch.tensor([3, 3, 0, V - 1])
+    x = logits.clone().requires_grad_()
+    loss = ato_torch.cross_entropy(x, targets, reduction="none")
+    (grad,) = torch.autograd.grad(loss.sum(), x)
+    rtol = 1e-6 if dtype == torch.float32 else 8e-3  # an ulp of the dtype
+    np.testing.assert_allclose(loss.detach().float().numpy(), [np.log(V), np.log(V), 0.0, 0.0], rtol=rtol)
+    uniform = np.full(V, 1.0 / V) - np.eye(V)[3]
+    np.testing.assert_allclose(grad.float().numpy()[:2], [uniform, uniform], rtol=rtol)
+    assert torch.equal(grad.float()[2:], torch.zeros(2, V))
+    import jax.numpy as jnp
+
+    jl = ato_jax.cross_entropy(jnp.asarray(logits.float().numpy()).astype(str(dtype).split(".")[1]),
+                               jnp.asarray(targets.numpy()), reduction="none")
+    assert np.array_equal(np.asarray(jl).astype(np.float32), loss.detach().float().numpy())
