@@ -46,9 +46,9 @@ class _Pick:
         return self.data.draw(st.sampled_from(tuple(seq)))
 
 
-# Ops whose kernels skip masked blocks (a causal query that sees no key): a NaN there reaches
-# fewer gradient entries than in the dense reference, where it meets a zero weight.
-MASKED = {"flash_attention"}
+# Ops whose kernels skip or select away masked (causal) entries: a NaN reaches fewer gradient
+# entries than in the dense reference, where it meets a zero weight (0 * NaN).
+MASKED = {"flash_attention", "linear_attention"}
 
 
 def test_every_op_has_a_fuzz_strategy():

@@ -32,7 +32,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     m = xp.where(m == -math.inf, xp.zeros_like(m), m)                       # rows that see no key
     e = xp.where(visible, xp.exp(xp.where(visible, s - m, neg_inf)), xp.zeros_like(s))
     l = xp.sum(e, axis=-1, keepdims=True)
-    seen = l > 0
+    seen = l != 0                                                            # (NaN: seen, and lse NaN)
     l_safe = xp.where(seen, l, xp.ones_like(l))
     o = xp.reshape(xp.matmul(e / l_safe, v[:, :, None]), (B, Hq, Nq, D))
     if not return_lse:
