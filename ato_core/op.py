@@ -36,7 +36,7 @@ class Op:
       order of ``inputs``, and a hashable value of everything else the plans need. It never
       looks inside an array, so it runs on torch tensors and JAX tracers alike.
     forward: ``(specs, static, target) -> Plan`` (``specs``: input name -> ArraySpec or None);
-      with ``gradient_in_forward``, also ``grad=`` (whether the gradient will be wanted).
+      with ``forward_takes_grad``, also ``grad=`` (whether the gradient will be wanted).
     backward: ``(specs, static, target) -> Plan``: the specs of every input, of the saved
       results and of the cotangents (None for an absent one). It may read only the saved
       arrays and the cotangents.
@@ -65,7 +65,7 @@ class Op:
     pack: Callable = default_pack
     optional: Tuple[str, ...] = ()
     optional_cotangents: Tuple[Tuple[str, ...], ...] = ()
-    gradient_in_forward: bool = False
+    forward_takes_grad: bool = False
     single_backward: bool = False
     check_values: Optional[Callable] = None
     reference: Optional[Callable] = None
@@ -104,7 +104,7 @@ class Op:
     def forward_plan(self, specs: Tuple[Optional[ArraySpec], ...], static, target, grad: bool = False) -> Plan:
         """The forward plan (cached on its arguments; arguments are checked when it is built,
         and a bad one raises every call)."""
-        grad = grad and self.gradient_in_forward
+        grad = grad and self.forward_takes_grad
         try:
             return self.cached_forward(specs, static, target, grad)
         except TypeError as exc:  # unhashable arguments: build without the cache
@@ -114,7 +114,7 @@ class Op:
 
     def _build_forward(self, specs, static, target, grad) -> Plan:
         named = dict(zip(self.inputs, specs))
-        plan = self.forward(named, static, target, grad=grad) if self.gradient_in_forward else \
+        plan = self.forward(named, static, target, grad=grad) if self.forward_takes_grad else \
             self.forward(named, static, target)
         self._check_plan(plan, "forward", [n for n, s in named.items() if s is not None], len(self.results))
         return plan

@@ -1,6 +1,8 @@
 """Shared by the CPU-tier test modules: one op case run in both frameworks and the reference."""
 
 import chex
+import triton
+import triton.language as tl
 
 from ato_cli import harness as h
 
@@ -81,21 +83,15 @@ def check_special(case, inputs, device="cpu", masked_grads=False):
     return t, j, r
 
 
-def bf16_cast_kernel():
-    """A Triton kernel storing fp32 values to bf16 twice, by a store's implicit cast and by an
-    explicit ``.to``: ``kernel[(1,)](x, y_store, y_cast, n, BLOCK=...)``."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def cast_kernel(X, Y, Z, n, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        mask = offs < n
-        x = tl.load(X + offs, mask=mask)
-        tl.store(Y + offs, x, mask=mask)
-        tl.store(Z + offs, x.to(tl.bfloat16), mask=mask)
-
-    return cast_kernel
+@triton.jit
+def bf16_cast_kernel(X, Y, Z, n, BLOCK: tl.constexpr):
+    """Stores fp32 values to bf16 twice, by a store's implicit cast (Y) and by an explicit
+    ``.to`` (Z): ``bf16_cast_kernel[(1,)](x, y, z, n, BLOCK=...)``."""
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(X + offs, mask=mask)
+    tl.store(Y + offs, x, mask=mask)
+    tl.store(Z + offs, x.to(tl.bfloat16), mask=mask)
 
 
 def bf16_rounding_values():

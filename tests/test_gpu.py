@@ -467,7 +467,7 @@ def test_bf16_cpu_equals_gpu():
     for device in ("cpu", "cuda"):
         xd = x.to(device)
         y, z = torch.empty(len(x), dtype=torch.bfloat16, device=device), torch.empty(len(x), dtype=torch.bfloat16, device=device)
-        kernel = bf16_cast_kernel()
+        kernel = bf16_cast_kernel
         launch = interpreter.interpreted(kernel) if device == "cpu" else kernel
         launch[(1,)](xd, y, z, len(x), BLOCK=4096)
         outs[device] = (y.cpu(), z.cpu())

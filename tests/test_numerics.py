@@ -17,7 +17,7 @@ def test_interpreter_rounds_bf16_to_nearest_even():
     cast) rounds to nearest even, as the GPU does (Triton's interpreter truncates)."""
     x = torch.from_numpy(bf16_rounding_values())
     y, z = torch.empty(len(x), dtype=torch.bfloat16), torch.empty(len(x), dtype=torch.bfloat16)
-    interpreter.interpreted(bf16_cast_kernel())[(1,)](x, y, z, len(x), BLOCK=4096)
+    interpreter.interpreted(bf16_cast_kernel)[(1,)](x, y, z, len(x), BLOCK=4096)
     ref = x.to(torch.bfloat16)
     nan = torch.isnan(x)
     for out in (y, z):

@@ -1,7 +1,7 @@
 """cross_entropy: the declaration. kernels.py (Triton), plans.py (checks, grids, settings),
 reference.py, cases.py.
 
-Its gradient is computed in the forward when it will be wanted (``gradient_in_forward``:
+Its gradient is computed in the forward when it will be wanted (``forward_takes_grad``:
 one more read of each row while it is in L2) and saved; the backward scales it by dloss in
 place (``single_backward``: so one backward per forward in torch)."""
 
@@ -54,7 +54,7 @@ CROSS_ENTROPY = Op(
     cross_entropy, inputs=("logits", "targets"), results=("loss", "dlogits"), returns=("loss",),
     saved=("dlogits",), differentiable=("logits",), forward=_forward,
     backward=lambda s, st, target: plans.backward_plan(s["dlogits"], s["dloss"], target=target),
-    gradient_in_forward=True, single_backward=True, check_values=_check_values,
+    forward_takes_grad=True, single_backward=True, check_values=_check_values,
     reference=reference.cross_entropy, family="cross_entropy")
 
 OPS = (CROSS_ENTROPY,)

@@ -92,20 +92,22 @@ def linear_attention_step(q, k, v, state, *, feature_map=None, eps=1e-6):
     return (q, k, v, S, z), LA(True, feature_map, eps)
 
 
-def _step_forward(s, st: LA, target):
+def _step_forward(s, st: LA, target, grad):
     return plans.step_plan(s["q"], s["k"], s["v"], (s["state_S"], s["state_z"]), feature_map=st.feature_map,
-                           eps=st.eps, target=target)
+                           eps=st.eps, target=target, grad=grad)
 
 
 def _step_backward(s, st: LA, target):
     plan = plans.step_backward_plan(s["q"], s["k"], s["v"], s["do"], feature_map=st.feature_map, eps=st.eps,
                                     target=target)
-    return plan.renamed({"S_res": "state_S", "z_res": "state_z", "dfinal_S": "dS1", "dfinal_z": "dz1"})
+    return plan.renamed({"o": "o32", "S_res": "state_S", "z_res": "state_z", "dfinal_S": "dS1", "dfinal_z": "dz1"})
 
 
+# forward_takes_grad: o is saved in fp32 (o32) when a gradient will be wanted
 LINEAR_ATTENTION_STEP = Op(
-    linear_attention_step, inputs=("q", "k", "v", "state_S", "state_z"), results=("o", "S1", "z1", "rden"),
-    returns=("o", "S1", "z1"), pack=_pack_state, saved=("q", "k", "v", "o", "rden", "state_S", "state_z"),
+    linear_attention_step, inputs=("q", "k", "v", "state_S", "state_z"), results=("o", "S1", "z1", "rden", "o32"),
+    returns=("o", "S1", "z1"), pack=_pack_state, saved=("q", "k", "v", "o32", "rden", "state_S", "state_z"),
+    forward_takes_grad=True,
     differentiable=("q", "k", "v", "state_S", "state_z"), forward=_step_forward, backward=_step_backward,
     reference=reference.linear_attention_step, family="linear_attention")
 

@@ -507,16 +507,18 @@ def la_bwd_dkdv_kernel(
         tl.store(_tile(dv_base, rows, offs_v, sgvn, sgvd, ALIGN), dv.to(DV.dtype.element_ty), mask=vm)
 
 
-@kernel(inputs=5, outputs=4)
+@kernel(inputs=5, outputs=5)
 def la_step_kernel(
     Q, K, V, S0, Z0,
     H, Dk, Dv, eps,
     sqb, sqh, sqd, skb, skh, skd, svb, svh, svd,
-    O, S1, Z1, RDEN,
-    FEATURE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ALIGN: tl.constexpr,
+    O, S1, Z1, RDEN, O32,
+    FEATURE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ALIGN: tl.constexpr, STORE_O32: tl.constexpr,
 ):
     """Grid (B*H, Dv tiles). One decoding step: S1 = S0 + phi(k) v^T, z1 = z0 + phi(k),
-    o = phi(q) S1 / (phi(q) . z1 + eps), exactly what the causal kernels compute for a row."""
+    o = phi(q) S1 / (phi(q) . z1 + eps), exactly what the causal kernels compute for a row.
+    With STORE_O32, o also in fp32 (O32), for the backward: its o . do is a cancellation
+    against phi(q)-weighted sums of S1, which o rounded to bf16 would spoil."""
     bh, vb, _, b, h, Dk, Dv = _program(H, Dk, Dv, ALIGN)  # grid axis 1: the Dv tile
     offs_k = tl.arange(0, BK)
     offs_v = vb * BV + tl.arange(0, BV)
@@ -531,6 +533,8 @@ def la_step_kernel(
     den = tl.sum(phiq * z, axis=0) + eps
     o = tl.sum(phiq[:, None] * S, axis=0) / den
     tl.store(O + bh.to(tl.int64) * Dv + offs_v, o.to(O.dtype.element_ty), mask=vmask)
+    if STORE_O32:
+        tl.store(O32 + bh.to(tl.int64) * Dv + offs_v, o, mask=vmask)
     tl.store(_state_ptrs(S1, bh, offs_k, offs_v, Dk, Dv), S, mask=m2)
     if vb == 0:
         tl.store(Z1 + bh.to(tl.int64) * Dk + offs_k, z, mask=kmask)

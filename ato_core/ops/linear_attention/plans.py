@@ -11,7 +11,7 @@ from typing import NamedTuple, Optional, Tuple
 
 from ato_core import checks
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel,
-                             row_alignment, row_major_strides)
+                             optional_output, row_alignment, row_major_strides)
 from ato_core.target import Target
 
 from . import feature_maps as fm_kern
@@ -307,19 +307,21 @@ def check_step(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, feature_map, eps
 
 
 @cached_plan
-def step_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, *, feature_map, eps: float, target: Target) -> Plan:
+def step_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, *, feature_map, eps: float, target: Target,
+              grad: bool = False) -> Plan:
     """Inputs: q, k, v ([B,H,D]) and state_S, state_z. Results: o [B,H,Dv], S1, z1 (fp32),
-    rden [B,H] (residual)."""
+    rden [B,H] and, with ``grad``, o32 (o in fp32; else a placeholder): residuals."""
     B, H, Dk, Dv = check_step(q, k, v, state, feature_map, eps)
     cfg = config(B, H, 1, Dk, Dv, q.dtype, True, target)
     launch = Launch(
         kern.la_step_kernel, (B * H, cdiv(Dv, cfg.bv_tile)), ("q", "k", "v", "state_S", "state_z"),
         (H, Dk, Dv, float(eps), *q.strides, *k.strides, *v.strides),
-        (Buffer("o", (B, H, Dv), q.dtype), _f32("S1", B, H, Dk, Dv), _f32("z1", B, H, Dk), _f32("rden", B, H)),
+        (Buffer("o", (B, H, Dv), q.dtype), _f32("S1", B, H, Dk, Dv), _f32("z1", B, H, Dk), _f32("rden", B, H),
+         optional_output("o32", (B, H, Dv), "float32", grad)),
         {"FEATURE": feature_map_code(feature_map), "BK": cfg.BK, "BV": cfg.bv_tile,
-         "ALIGN": _align(Dk, Dv, q, k, v)}, num_warps=cfg.num_warps,
+         "ALIGN": _align(Dk, Dv, q, k, v), "STORE_O32": grad}, num_warps=cfg.num_warps,
     )
-    return Plan((launch,), ("o", "S1", "z1", "rden"), dense=("state_S", "state_z"))
+    return Plan((launch,), ("o", "S1", "z1", "rden", "o32"), dense=("state_S", "state_z"))
 
 
 def _as_one_row(spec: ArraySpec) -> ArraySpec:
@@ -333,14 +335,18 @@ def _as_one_row(spec: ArraySpec) -> ArraySpec:
 def step_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, feature_map, eps: float,
                        target: Target) -> Plan:
     """The backward of one step is the causal backward of a one-row sequence whose start
-    state is the step's input state. Inputs: q, k, v, o, do, rden, S_res (the input state
-    S), z_res, dfinal_S, dfinal_z (cotangents of the new state). Results: dq, dk, dv
-    ([B,H,D]), dS0, dz0."""
+    state is the step's input state. Inputs: q, k, v, o (fp32: the forward's o32), do, rden,
+    S_res (the input state S), z_res, dfinal_S, dfinal_z (cotangents of the new state).
+    Results: dq, dk, dv ([B,H,D]), dS0, dz0."""
     plan = backward_plan(_as_one_row(q), _as_one_row(k), _as_one_row(v), _as_one_row(do), causal=True,
                          feature_map=feature_map, eps=eps, has_dfinal=True, target=target)
     shapes = {"dq": tuple(q.shape), "dk": tuple(k.shape), "dv": tuple(v.shape)}
+    # One row is little work: IEEE fp32 dots, where bf16 or tf32 operands would round the fp32
+    # state, whose products with do cancel in dq and dk.
+    fp32_dots = {"DOT_BF16": False, "PRECISION": "ieee"}
     launches = tuple(
-        dataclasses.replace(l, outputs=tuple(dataclasses.replace(b, shape=shapes.get(b.name, b.shape)) for b in l.outputs))
+        dataclasses.replace(l, outputs=tuple(dataclasses.replace(b, shape=shapes.get(b.name, b.shape)) for b in l.outputs),
+                            constexprs={**l.constexprs, **{c: x for c, x in fp32_dots.items() if c in l.constexprs}})
         for l in plan.launches
     )
     return dataclasses.replace(plan, launches=launches)
