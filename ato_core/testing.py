@@ -93,10 +93,14 @@ def round_to(a: np.ndarray, dtype: str) -> np.ndarray:
 HALF_MAX = "half-max"
 
 
+_UNSCALED = ("cos", "sin", "weight", "bias")
+
+
 def magnitude_of(case: Case) -> float:
-    """The case's "magnitude" option as a number (1 when absent): the inputs it scales (every
-    float input but states and rotary tables) are drawn as N(0, 1) clipped to [-4, 4], times
-    magnitude / 4, so that none exceeds it in absolute value."""
+    """The case's "magnitude" option as a number (1 when absent): the inputs it scales (the
+    activations: every float input but states, rotary tables and norm parameters) are drawn
+    as N(0, 1) clipped to [-4, 4], times magnitude / 4, so that none exceeds it in absolute
+    value."""
     m = dict(case.options).get("magnitude", 1.0)
     if m == HALF_MAX:
         import ml_dtypes
@@ -116,7 +120,7 @@ def make_inputs(case: Case) -> Dict[str, np.ndarray]:
         a = rng.standard_normal(shape).astype(np.float32)
         if name == "logits":
             a = a * np.float32(opt.get("scale", 1.0))
-        if "magnitude" in opt and name not in case.fp32_inputs and name not in ("cos", "sin"):
+        if "magnitude" in opt and name not in case.fp32_inputs and name not in _UNSCALED:
             a = (np.clip(a.astype(np.float64), -4, 4) * (magnitude / 4)).astype(np.float32)
         if name in ("cos", "sin"):  # a real rotary table: angle = position * frequency
             pos = np.arange(shape[0])[:, None]
