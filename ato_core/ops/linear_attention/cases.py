@@ -43,6 +43,9 @@ def _qkv(N, D):
 # (label, op, args, kwargs); a [256, 256] state takes the backward's separate dk and dv kernels.
 COMPILE = [(f"linear_attention{d} {'causal' if c else 'bidir'}", "linear_attention", _qkv(512, d),
             {"causal": c, "feature_map": "elu"}) for d in (64, 256) for c in (True, False)]
+_STEP = (*(gpu_spec((8, 16, 64)),) * 3, (gpu_spec((8, 16, 64, 64), "float32"), gpu_spec((8, 16, 64), "float32")))
+COMPILE += [("linear_attention_step64", "linear_attention_step", _STEP, {"feature_map": "elu"}),
+            ("linear_attention_step64 no grad", "linear_attention_step", _STEP, {"feature_map": "elu"}, False)]
 
 
 def fuzz(pick):
