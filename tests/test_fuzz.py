@@ -7,10 +7,14 @@ properties, for every op and every draw:
 
 - outputs and gradients within the dtype's tolerance of the float64 reference
   (ato_cli.harness.TOLERANCE), torch and JAX bitwise equal (tests/helpers.check);
-- torch on strided views of the inputs gives the bits it gives on contiguous ones.
+- torch on strided views of the inputs gives the bits it gives on contiguous ones;
+- one NaN in one input: NaN in exactly the outputs and gradients where the float64 reference
+  has it (tests/helpers.check_special), torch and JAX bitwise equal;
+- each magnitude the family declares (cases.MAGNITUDES, from 1e-30 up to half the dtype's
+  largest value): finite where the reference is, within tolerance relative to the size.
 
-Values are finite here (N(0, 1), logits up to 10x that); NaN, infinities and extreme magnitudes
-are the next properties to come (issue 27), with the kernel fixes they need.
+With its fix reverted, test_fuzz_nan finds ELU+1 dropping NaN and test_fuzz_magnitude the
+cross-entropy overflow at huge logits (issue 27).
 """
 
 import dataclasses
