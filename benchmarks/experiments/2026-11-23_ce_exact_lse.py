@@ -6,18 +6,12 @@ bf16 logits T8192 V128256, as `ato bench`: loss + gradient (mean), and the loss 
 On the GPU machine, after ``source benchmarks/tools/gpu_env.sh``, from the repository root:
     python benchmarks/experiments/2026-11-23_ce_exact_lse.py OLD_DIR [ROUNDS]
 """
-import importlib, os, statistics, sys
+import os, statistics, sys
 import torch
 from triton.testing import do_bench
 
+from benchmarks.tools.ab import alternate, load
 
-def load(path):
-    for m in [m for m in sys.modules if m.split(".")[0] in ("ato_core", "ato_torch", "ato_jax", "ato_cli")]:
-        del sys.modules[m]
-    sys.path.insert(0, path)
-    t = importlib.import_module("ato_torch")
-    sys.path.remove(path)
-    return t
 
 
 T, V = 8192, 128256
@@ -48,10 +42,7 @@ if lig is not None:
 for fn in fns.values():
     fn()
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 6
-res = {k: [] for k in fns}
-for r in range(rounds):
-    for k in (list(fns) if r % 2 == 0 else list(reversed(list(fns)))):
-        res[k].append(do_bench(fns[k], warmup=10, rep=100, return_mode="median"))
+res = alternate(fns, rounds, lambda fn: do_bench(fn, warmup=10, rep=100, return_mode="median"))
 print(f"GPU {torch.cuda.get_device_name()}; cross_entropy T{T} V{V} bf16, do_bench medians (us), "
       f"{rounds} alternating rounds, old = {sys.argv[1]}: median of rounds (min)")
 for mode in ("loss+grad", "loss"):

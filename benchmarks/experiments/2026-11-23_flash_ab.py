@@ -5,19 +5,13 @@ per cent between two benches in separate leases is the code or the lease.
 On the GPU machine, after ``source benchmarks/tools/gpu_env.sh``, from the repository root:
     python benchmarks/experiments/2026-11-23_flash_ab.py OLD_DIR [ROUNDS]
 """
-import importlib, statistics, sys, os
+import os, statistics, sys
 import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
+from benchmarks.tools.ab import alternate, load
 
-def load(path):
-    for m in [m for m in sys.modules if m.split(".")[0] in ("ato_core", "ato_torch", "ato_jax", "ato_cli")]:
-        del sys.modules[m]
-    sys.path.insert(0, path)
-    t = importlib.import_module("ato_torch")
-    sys.path.remove(path)
-    return t
 
 
 B, H, N, D = 4, 32, 4096, 128
@@ -49,11 +43,7 @@ for causal in (False, True):
 for fn in fns.values():
     fn()
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 6
-res = {key: [] for key in fns}
-for r in range(rounds):
-    order = list(fns) if r % 2 == 0 else list(reversed(list(fns)))
-    for key in order:
-        res[key].append(do_bench(fns[key], warmup=25, rep=200, return_mode="median"))
+res = alternate(fns, rounds, lambda fn: do_bench(fn, warmup=25, rep=200, return_mode="median"))
 print(f"GPU {torch.cuda.get_device_name()}; B{B} H{H} N{N} D{D} bf16; do_bench medians (ms), "
       f"{rounds} alternating rounds, old = {sys.argv[1]}: median of rounds (min) and TFLOP/s")
 for causal in (False, True):

@@ -5,18 +5,12 @@ Causal, ELU+1, B8 H16 N4096 D64 bf16 as `ato bench`: forward, forward+backward.
 On the GPU machine, after ``source benchmarks/tools/gpu_env.sh``, from the repository root:
     python benchmarks/experiments/2026-11-23_la_nan_elu.py OLD_DIR [ROUNDS]
 """
-import importlib, os, statistics, sys
+import os, statistics, sys
 import torch
 from triton.testing import do_bench
 
+from benchmarks.tools.ab import alternate, load
 
-def load(path):
-    for m in [m for m in sys.modules if m.split(".")[0] in ("ato_core", "ato_torch", "ato_jax", "ato_cli")]:
-        del sys.modules[m]
-    sys.path.insert(0, path)
-    t = importlib.import_module("ato_torch")
-    sys.path.remove(path)
-    return t
 
 
 B, H, N, D = 8, 16, 4096, 64
@@ -32,10 +26,7 @@ for name, ato in versions.items():
 for fn in fns.values():
     fn()
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-res = {key: [] for key in fns}
-for r in range(rounds):
-    for key in (list(fns) if r % 2 == 0 else list(reversed(list(fns)))):
-        res[key].append(do_bench(fns[key], warmup=10, rep=100, return_mode="median"))
+res = alternate(fns, rounds, lambda fn: do_bench(fn, warmup=10, rep=100, return_mode="median"))
 print(f"GPU {torch.cuda.get_device_name()}; linear_attention causal ELU+1 B{B} H{H} N{N} D{D} bf16, "
       f"do_bench medians (us), {rounds} alternating rounds, old = {sys.argv[1]}: median of rounds (min)")
 for mode in ("fwd", "fwd+bwd"):

@@ -7,17 +7,14 @@ a few microseconds between versions timed in separate processes. On the GPU mach
 
 OLD_DIR holds the other version's ato_core, ato_torch, ato_jax and ato_cli (e.g. a copy of
 another checkout's). Prints per op the median and min over rounds of each, tiny inputs."""
-import importlib, os, statistics, sys, time
+import os, statistics, sys, time
 import torch
+
+from benchmarks.tools import ab
 root = os.getcwd()
 
 def load(path):
-    for m in [m for m in sys.modules if m.split(".")[0] in ("ato_core", "ato_torch", "ato_jax", "ato_cli")]:
-        del sys.modules[m]
-    sys.path.insert(0, path)
-    t = importlib.import_module("ato_torch")
-    b = importlib.import_module("ato_cli.bench")
-    sys.path.remove(path)
+    t, b = ab.load(path, "ato_torch", "ato_cli.bench")
     return t, b._torch_fwd_bwd
 
 dev, bf = "cuda", torch.bfloat16

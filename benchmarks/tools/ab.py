@@ -1,0 +1,30 @@
+"""Two versions of ato imported into ONE process and timed in alternating rounds (used by
+``host_compare.py`` and the dated A/B experiments; not a test). A host's and a lease's speed
+drift by more than the few per cent such a comparison looks for, so the versions run side by
+side, each round in the other order.
+
+``load(path, *modules)`` imports ``modules`` (default ato_torch) from the ato_core, ato_torch,
+ato_jax and ato_cli found in ``path`` (e.g. a copy of another checkout's), after dropping any
+loaded before; ``alternate(fns, rounds, time_fn)`` times each function once a round."""
+import importlib
+import sys
+
+
+def load(path, *modules):
+    for m in [m for m in sys.modules if m.split(".")[0] in ("ato_core", "ato_torch", "ato_jax", "ato_cli")]:
+        del sys.modules[m]
+    sys.path.insert(0, path)
+    try:
+        loaded = tuple(importlib.import_module(m) for m in (modules or ("ato_torch",)))
+    finally:
+        sys.path.remove(path)
+    return loaded[0] if len(loaded) == 1 else loaded
+
+
+def alternate(fns: dict, rounds: int, time_fn) -> dict:
+    """{key: [time_fn(fn) per round]}, the keys in order on even rounds and reversed on odd."""
+    res = {key: [] for key in fns}
+    for r in range(rounds):
+        for key in (list(fns) if r % 2 == 0 else list(reversed(list(fns)))):
+            res[key].append(time_fn(fns[key]))
+    return res
