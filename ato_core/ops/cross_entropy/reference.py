@@ -12,9 +12,11 @@ def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label
     T, V = logits.shape
     m = xp.max(logits, axis=-1, keepdims=True)
     lse = xp.log(xp.sum(xp.exp(logits - m), axis=-1)) + m[:, 0]
-    onehot = xp.astype(xp.arange(V, device=device(logits))[None, :] == targets[:, None], logits.dtype)
-    xt = xp.sum(logits * onehot, axis=-1)
-    loss = lse - (1 - label_smoothing) * xt - label_smoothing * xp.mean(logits, axis=-1)
+    onehot = xp.arange(V, device=device(logits))[None, :] == targets[:, None]
+    xt = xp.sum(xp.where(onehot, logits, xp.zeros_like(logits)), axis=-1)  # (a -inf elsewhere: not 0 * -inf)
+    loss = lse - xt
+    if label_smoothing:
+        loss = loss + label_smoothing * (xt - xp.mean(logits, axis=-1))
     valid = targets != ignore_index
     loss = xp.where(valid, loss, xp.zeros_like(loss))
     if reduction == "none":
