@@ -528,7 +528,9 @@ def la_step_kernel(
     phiq = feature(tl.load(_head(Q, b, h, sqb, sqh, ALIGN) + offs_k * sqd, mask=kmask, other=0.0), kmask, FEATURE)
     phik = feature(tl.load(_head(K, b, h, skb, skh, ALIGN) + offs_k * skd, mask=kmask, other=0.0), kmask, FEATURE)
     v = tl.load(_head(V, b, h, svb, svh, ALIGN) + offs_v * svd, mask=vmask, other=0.0).to(tl.float32)
-    S = tl.load(_state_ptrs(S0, bh, offs_k, offs_v, Dk, Dv), mask=m2, other=0.0) + phik[:, None] * v[None, :]
+    # (padding zeroed after the product: 0 * an infinite v would put NaN into o's sum)
+    S = tl.load(_state_ptrs(S0, bh, offs_k, offs_v, Dk, Dv), mask=m2, other=0.0) + \
+        tl.where(m2, phik[:, None] * v[None, :], 0.0)
     z = tl.load(Z0 + bh.to(tl.int64) * Dk + offs_k, mask=kmask, other=0.0) + phik
     den = tl.sum(phiq * z, axis=0) + eps
     o = tl.sum(phiq[:, None] * S, axis=0) / den
