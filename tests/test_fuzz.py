@@ -9,7 +9,8 @@ properties, for every op and every draw:
   (ato_cli.harness.TOLERANCE), torch and JAX bitwise equal (tests/helpers.check);
 - torch on strided views of the inputs gives the bits it gives on contiguous ones;
 - one NaN in one input: NaN in exactly the outputs and gradients where the float64 reference
-  has it (tests/helpers.check_special), torch and JAX bitwise equal;
+  has it (tests/helpers.check_special), torch and JAX bitwise equal; one infinity: the
+  outputs' NaN and infinities exactly the reference's;
 - each magnitude the family declares (cases.MAGNITUDES, from 1e-30 up to half the dtype's
   largest value): finite where the reference is, within tolerance relative to the size.
 
@@ -73,21 +74,26 @@ def test_fuzz(op, data):
     assert h.bitwise_equal(strided, t), f"{case.label}: strided views differ from contiguous inputs"
 
 
+@pytest.mark.parametrize("special", ["nan", "inf"])
 @pytest.mark.parametrize("op", sorted(OPS))
 @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(data=st.data())
-def test_fuzz_nan(op, data):
+def test_fuzz_nan(op, special, data):
     """One NaN in one float input: NaN in exactly the outputs and gradients where the float64
-    reference has it (a diverging run must look diverged), the rest as usual."""
+    reference has it (a diverging run must look diverged), the rest as usual. One infinity
+    instead: the outputs' NaN and infinities exactly the reference's; the gradients are
+    compared between the frameworks only (the reference's autograd sums products such as
+    sigmoid * inf - gate * sigmoid' * inf into NaN where the derivative is an infinity)."""
     case = FUZZ[op](_Pick(data))[op]
     inputs = h.make_inputs(case)
     ints = {n for n, _, _, _ in case.int_inputs}
     name = data.draw(st.sampled_from(sorted(n for n in inputs if n not in ints)))
     a = inputs[name].copy()
-    a.reshape(-1)[data.draw(st.integers(0, a.size - 1))] = np.nan
+    value = np.nan if special == "nan" else data.draw(st.sampled_from((np.inf, -np.inf)))
+    a.reshape(-1)[data.draw(st.integers(0, a.size - 1))] = value
     inputs[name] = a
-    check_special(case, inputs, masked_grads=op in MASKED)
+    check_special(case, inputs, masked_grads=op in MASKED, grads=bool(np.isnan(value)))
 
 
 @pytest.mark.parametrize("op,magnitude", [(op, m) for op in sorted(OPS) for m in MAGNITUDES[op]], ids=str)
