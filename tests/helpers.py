@@ -42,17 +42,17 @@ def frontend(framework):
     return ato_jax, jnp.asarray
 
 
-def check_special(case, inputs, device="cpu", masked_grads=False, cancelling=(), grads=True):
+def check_special(case, inputs, device="cpu", masked=False, cancelling=(), grads=True):
     """``check`` for inputs holding NaN, infinities or extreme magnitudes: in every output and
     gradient, NaN and each infinity exactly where the float64 reference (torch autograd) has
     them, the finite entries within the dtype's tolerance, and the two frameworks bitwise
     equal (NaN included). The absolute floor of the comparison (ato_cli.harness.rel_err)
     shrinks with the case's magnitude, so that tiny values are compared relative to their
-    size. With ``masked_grads`` (causal attention), a gradient need only be NaN somewhere
-    exactly when the reference's is: a NaN meets a zero weight (0 * NaN) at masked entries
-    that the dense reference computes everywhere and a kernel only in the blocks it visits,
-    so neither has the NaN-free pattern of the math there; the entries finite in both
-    agree within tolerance. ``cancelling``: inputs whose gradients are a cancellation here
+    size. With ``masked`` (causal attention), an output or gradient need only be NaN
+    somewhere exactly when the reference's is: a NaN meets a zero weight (0 * NaN) at masked
+    entries that the dense reference computes everywhere and a kernel only in the blocks it
+    visits, so neither has the NaN-free pattern of the math there; the entries finite in
+    both agree within tolerance. ``cancelling``: inputs whose gradients are a cancellation here
     (dq of attention whose softmax is one-hot): only their NaN and infinities are compared.
     Without ``grads``, gradients are compared between the frameworks only. Returns (torch,
     jax, reference) results."""
@@ -72,7 +72,7 @@ def check_special(case, inputs, device="cpu", masked_grads=False, cancelling=(),
         if what.startswith("d") and not grads:
             continue
         nan = np.isnan(ref)
-        if masked_grads and what.startswith("d"):
+        if masked:
             assert np.isnan(a).any() == nan.any(), f"{case.label}: {what}: NaN {np.isnan(a).any()}, reference {nan.any()}"
             ref = np.where(np.isnan(a), np.nan, ref)
             nan = np.isnan(ref)

@@ -432,7 +432,7 @@ def test_nan_propagates_gpu(i):
     a = inputs[name].copy()
     a.reshape(-1)[a.size // 3] = np.nan
     inputs[name] = a
-    check_special(case, inputs, "cuda", masked_grads=case.op in ("flash_attention", "linear_attention"))
+    check_special(case, inputs, "cuda", masked=case.op in ("flash_attention", "linear_attention"))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
