@@ -1,4 +1,4 @@
-# Sourced by the GPU-machine scripts (gpu_run.sh, diagnose_run.sh), from the repository root
+# Sourced by the GPU-machine scripts (gpu_run.sh, gpu_tier_sharded.sh) and by the commands of a device run, from the repository root
 # with .whl carried (../shared/gpu/prepare.sh array-api-compat==1.16.0 fills it): installs the
 # wheels, sets the environment, creates $OUT and records the GPU in $OUT/gpu.txt.
 # The device's git history is the checkout's base, not this session's commits (its work tree is
