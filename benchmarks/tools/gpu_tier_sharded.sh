@@ -3,9 +3,10 @@
 # processes share the GPU, so run no timing beside it). On a cold Triton cache the tier is
 # bound by compilation, one CPU core per process: the whole tier takes about 7 minutes in one
 # process on an H100, past what fits in a device command beside anything else.
-# Memory: each process keeps its own JAX and torch pools. With 5 shards over the attention
-# tests, two 16k/4096-token flash-attention tests ran out of the H100's 80 GB (2026-11-21);
-# rerun such failures alone, or use fewer shards there.
+# Memory: each process keeps its own JAX and torch pools. Beside other shards the largest
+# flash-attention tests ran out of the H100's 80 GB (2026-11-21, 5 shards; 2026-11-23, 4
+# shards): the tests that HEAVY_K (a pytest -k expression) selects run in shard 0 alone, the
+# rest in the other shards.
 # Usage (repository root, .whl carried): bash benchmarks/tools/gpu_tier_sharded.sh [PYTEST_K] [SHARDS]
 # SHARD_TIMEOUT (seconds, default 540) stops each shard, so the summary is still written
 # inside one device command. Logs: $OUT/gpu-tests-shard<i>.txt; the summary (every test's
@@ -15,12 +16,22 @@ set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 k=${1:-}
 shards=${2:-4}
-mapfile -t ids < <(python3 -m pytest -q --collect-only tests/test_gpu.py ${k:+-k "$k"} 2>/dev/null | grep '::')
-echo "${#ids[@]} tests in $shards shards (-k '${k}')" > "$OUT/gpu-tests-summary.txt"
+heavy_k=${HEAVY_K-vs_sdpa_16k or memory_linear_in_n or 4096x4096}
+collect() { python3 -m pytest -q --collect-only tests/test_gpu.py "$@" 2>/dev/null | grep '::'; }
+mapfile -t all < <(collect ${k:+-k "$k"})
+mapfile -t heavy < <([ -n "$heavy_k" ] && collect -k "${k:+($k) and }($heavy_k)")
+mapfile -t ids < <(printf '%s\n' "${all[@]}" | grep -vxFf <(printf '%s\n' "${heavy[@]}"))
+echo "${#all[@]} tests in $shards shards (-k '${k}'; ${#heavy[@]} heavy ones in shard 0 alone)" > "$OUT/gpu-tests-summary.txt"
 pids=()
 for ((s = 0; s < shards; s++)); do
   mine=()
-  for ((i = s; i < ${#ids[@]}; i += shards)); do mine+=("${ids[i]}"); done
+  if [ ${#heavy[@]} -gt 0 ]; then
+    if [ $s -eq 0 ]; then mine=("${heavy[@]}"); else
+      for ((i = s - 1; i < ${#ids[@]}; i += shards - 1)); do mine+=("${ids[i]}"); done
+    fi
+  else
+    for ((i = s; i < ${#ids[@]}; i += shards)); do mine+=("${ids[i]}"); done
+  fi
   [ ${#mine[@]} -eq 0 ] && continue
   timeout "${SHARD_TIMEOUT:-540}" python3 -m pytest -v -rsfE "${mine[@]}" > "$OUT/gpu-tests-shard$s.txt" 2>&1 &
   pids+=($!)
