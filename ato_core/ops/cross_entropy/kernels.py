@@ -160,7 +160,8 @@ def ce_reduce_kernel(
     BLOCK: tl.constexpr, MEAN: tl.constexpr,
 ):
     """Grid (1,). OUT = the sum of the row losses, divided by COUNT when MEAN (0/0 = NaN when
-    every target is ignored)."""
+    every target is ignored). A sum that overflows (losses near the largest fp32) is summed
+    again as loss / COUNT when MEAN, since the mean may still be finite."""
     offs = tl.arange(0, BLOCK)
     acc = tl.zeros([BLOCK], tl.float32)
     for r0 in range(0, T, BLOCK):
@@ -168,7 +169,15 @@ def ce_reduce_kernel(
         acc += tl.load(LOSS + rows, mask=rows < T, other=0.0)
     total = tl.sum(acc, 0)
     if MEAN:
-        total = total / tl.load(COUNT)
+        count = tl.load(COUNT)
+        if total == float("inf"):
+            acc = tl.zeros([BLOCK], tl.float32)
+            for r0 in range(0, T, BLOCK):
+                rows = r0 + offs
+                acc += tl.load(LOSS + rows, mask=rows < T, other=0.0) / count
+            total = tl.sum(acc, 0)
+        else:
+            total = total / count
     tl.store(OUT, total)
 
 
