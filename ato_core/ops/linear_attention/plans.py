@@ -90,9 +90,12 @@ def config(B: int, H: int, N: int, Dk: int, Dv: int, dtype: str, causal: bool, t
         seg_len_out = chunk * settings.out_chunks
         nseg_out = cdiv(N, seg_len_out)
     num_warps = 4 if max(BK * bv_tile, bk_tile * BV) <= 4096 else 8
+    # One row (a decoding step's backward) is little work: IEEE fp32 dots, where bf16 or tf32
+    # operands would round the fp32 state, whose products with do cancel in dq and dk.
+    ieee = dtype == "float32" or N == 1
     return Config(
         B, H, N, Dk, Dv, BK, BV, bv_tile, bk_tile, chunk, nseg, seg_len, nseg_out, seg_len_out,
-        num_warps, dot_bf16=(dtype == "bfloat16"), precision="ieee" if dtype == "float32" else "tf32",
+        num_warps, dot_bf16=(dtype == "bfloat16" and not ieee), precision="ieee" if ieee else "tf32",
     )
 
 
@@ -341,12 +344,8 @@ def step_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, 
     plan = backward_plan(_as_one_row(q), _as_one_row(k), _as_one_row(v), _as_one_row(do), causal=True,
                          feature_map=feature_map, eps=eps, has_dfinal=True, target=target)
     shapes = {"dq": tuple(q.shape), "dk": tuple(k.shape), "dv": tuple(v.shape)}
-    # One row is little work: IEEE fp32 dots, where bf16 or tf32 operands would round the fp32
-    # state, whose products with do cancel in dq and dk.
-    fp32_dots = {"DOT_BF16": False, "PRECISION": "ieee"}
     launches = tuple(
-        dataclasses.replace(l, outputs=tuple(dataclasses.replace(b, shape=shapes.get(b.name, b.shape)) for b in l.outputs),
-                            constexprs={**l.constexprs, **{c: x for c, x in fp32_dots.items() if c in l.constexprs}})
+        dataclasses.replace(l, outputs=tuple(dataclasses.replace(b, shape=shapes.get(b.name, b.shape)) for b in l.outputs))
         for l in plan.launches
     )
     return dataclasses.replace(plan, launches=launches)
