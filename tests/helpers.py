@@ -42,6 +42,12 @@ def frontend(framework):
     return ato_jax, jnp.asarray
 
 
+def causal_masked(case) -> bool:
+    """Whether ``case`` is causal attention, whose kernels skip or select away masked entries
+    that the dense reference multiplies by a zero weight (``check_special``'s ``masked``)."""
+    return case.op in ("flash_attention", "linear_attention") and dict(case.kwargs).get("causal", False)
+
+
 def check_special(case, inputs, device="cpu", masked=False, cancelling=(), grads=True):
     """``check`` for inputs holding NaN, infinities or extreme magnitudes: in every output and
     gradient, NaN and each infinity exactly where the float64 reference (torch autograd) has

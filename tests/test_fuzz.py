@@ -31,7 +31,7 @@ from ato_core.ops import FAMILIES, OPS
 from ato_core.testing import HALF_MAX
 import numpy as np
 
-from helpers import check, check_special
+from helpers import causal_masked, check, check_special
 
 EXAMPLES = int(os.environ.get("ATO_FUZZ_EXAMPLES", "3"))
 CASES = {name: importlib.import_module(f.__name__ + ".cases") for f in FAMILIES for name in (op.name for op in f.OPS)}
@@ -51,11 +51,6 @@ class _Pick:
 
     def choice(self, seq):
         return self.data.draw(st.sampled_from(tuple(seq)))
-
-
-# Ops whose kernels, when causal, skip or select away masked entries: a NaN reaches other output and
-# gradient entries than in the dense reference, where it meets a zero weight (0 * NaN).
-MASKED = {"flash_attention", "linear_attention"}
 
 
 def test_every_op_has_a_fuzz_strategy():
@@ -93,8 +88,7 @@ def test_fuzz_nan(op, special, data):
     value = np.nan if special == "nan" else data.draw(st.sampled_from((np.inf, -np.inf)))
     a.reshape(-1)[data.draw(st.integers(0, a.size - 1))] = value
     inputs[name] = a
-    masked = op in MASKED and dict(case.kwargs).get("causal", False)
-    check_special(case, inputs, masked=masked, grads=bool(np.isnan(value)))
+    check_special(case, inputs, masked=causal_masked(case), grads=bool(np.isnan(value)))
 
 
 @pytest.mark.parametrize("op,magnitude", [(op, m) for op in sorted(OPS) for m in MAGNITUDES[op]], ids=str)

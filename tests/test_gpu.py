@@ -424,7 +424,7 @@ def test_nan_propagates_gpu(i):
     """One NaN in the first input (at a fixed interior position): NaN in exactly the outputs and
     gradients where the float64 reference has it, the rest within tolerance, torch and JAX
     bitwise equal (tests/helpers.check_special)."""
-    from helpers import check_special
+    from helpers import causal_masked, check_special
 
     case = NAN_GPU_CASES[i]()
     inputs = h.make_inputs(case)
@@ -432,7 +432,7 @@ def test_nan_propagates_gpu(i):
     a = inputs[name].copy()
     a.reshape(-1)[a.size // 3] = np.nan
     inputs[name] = a
-    check_special(case, inputs, "cuda", masked=case.op in ("flash_attention", "linear_attention"))
+    check_special(case, inputs, "cuda", masked=causal_masked(case))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
