@@ -22,7 +22,8 @@ class LA(NamedTuple):
     output_final_state: bool = False
 
 
-def _pair(state, name):
+def state_pair(state, name):
+    """(S, z) of a state argument (None: (None, None)); a TypeError naming it otherwise."""
     if state is None:
         return None, None
     if not (isinstance(state, (tuple, list)) and len(state) == 2):
@@ -49,7 +50,7 @@ def linear_attention(q, k, v, *, causal=False, feature_map=None, eps=1e-6, initi
       with respect to q, k, v and the initial state.
     """
     checks.check_bool("output_final_state", output_final_state)
-    S0, z0 = _pair(initial_state, "initial_state")
+    S0, z0 = state_pair(initial_state, "initial_state")
     return (q, k, v, S0, z0), LA(causal, feature_map, eps, output_final_state)
 
 
@@ -65,14 +66,15 @@ def _la_backward(s, st: LA, target):
     return plan.renamed({"dfinal_S": "dS_final", "dfinal_z": "dz_final"})
 
 
-def _pack_state(static, outs):
+def pack_state(static, outs):
+    """o, or (o, (S, z)): what the ops with a state return."""
     return (outs[0], tuple(outs[1:])) if len(outs) == 3 else outs[0]
 
 
 LINEAR_ATTENTION = Op(
     linear_attention, inputs=("q", "k", "v", "init_S", "init_z"),
     results=("o", "S_final", "z_final", "rden", "S_res", "z_res"),
-    returns=lambda st: ("o", "S_final", "z_final") if st.output_final_state else ("o",), pack=_pack_state,
+    returns=lambda st: ("o", "S_final", "z_final") if st.output_final_state else ("o",), pack=pack_state,
     optional=("init_S", "init_z"), optional_cotangents=(("dS_final", "dz_final"),),
     saved=("q", "k", "v", "o", "rden", "S_res", "z_res"),
     differentiable=("q", "k", "v", "init_S", "init_z"), forward=_la_forward, backward=_la_backward,
@@ -88,7 +90,7 @@ def linear_attention_step(q, k, v, state, *, feature_map=None, eps=1e-6):
     """
     if state is None:
         raise TypeError("state: expected a pair (S, z), got NoneType")
-    S, z = _pair(state, "state")
+    S, z = state_pair(state, "state")
     return (q, k, v, S, z), LA(True, feature_map, eps)
 
 
@@ -106,7 +108,7 @@ def _step_backward(s, st: LA, target):
 # forward_takes_grad: o is saved in fp32 (o32) when a gradient will be wanted
 LINEAR_ATTENTION_STEP = Op(
     linear_attention_step, inputs=("q", "k", "v", "state_S", "state_z"), results=("o", "S1", "z1", "rden", "o32"),
-    returns=("o", "S1", "z1"), pack=_pack_state, saved=("q", "k", "v", "o32", "rden", "state_S", "state_z"),
+    returns=("o", "S1", "z1"), pack=pack_state, saved=("q", "k", "v", "o32", "rden", "state_S", "state_z"),
     forward_takes_grad=True,
     differentiable=("q", "k", "v", "state_S", "state_z"), forward=_step_forward, backward=_step_backward,
     reference=reference.linear_attention_step, family="linear_attention")

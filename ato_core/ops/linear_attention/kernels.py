@@ -57,6 +57,25 @@ def _mm(a, b, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _mm_exact(a, b, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """a @ b to fp32 precision for fp32 a and b exact in the dot's operand type (v, in the
+    input dtype): with bf16 operands a is split into three bf16 terms (24 bits, three
+    products); with tf32 operands the product is taken at "tf32x3" (b's low part is 0)."""
+    if DOT_BF16:
+        b = b.to(tl.bfloat16)
+        hi = a.to(tl.bfloat16)
+        rest = a - hi.to(tl.float32)
+        mid = rest.to(tl.bfloat16)
+        lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+        c = tl.dot(hi, b) + tl.dot(mid, b) + tl.dot(lo, b)
+    elif PRECISION == "tf32":
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32x3")
+    else:
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision=PRECISION)
+    return c
+
+
+@triton.jit
 def _tile(base, rows, cols, stride_n, stride_d, ALIGN: tl.constexpr):
     return base + rows[:, None].to(tl.int64) * aligned(stride_n, ALIGN) + cols[None, :].to(tl.int64) * stride_d
 
@@ -96,7 +115,9 @@ def la_fwd_state_kernel(
     DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, segments, Dv tiles). dS[bh, s] = sum over the segment's rows of
-    phi(k) v^T (one Dv tile, all of Dk); dz[bh, s] = sum of phi(k) (written by tile 0)."""
+    phi(k) v^T (one Dv tile, all of Dk); dz[bh, s] = sum of phi(k) (written by tile 0).
+    phi(k) is not rounded to the dot's operand type (_mm_exact): these partials make the
+    final state, which a decode continues for many steps."""
     bh = tl.program_id(0)
     Dk = aligned(Dk, ALIGN)
     Dv = aligned(Dv, ALIGN)
@@ -121,7 +142,7 @@ def la_fwd_state_kernel(
         km = rmask[:, None] & kmask[None, :]
         phik = feature(tl.load(_tile(k_base, rows, offs_k, skn, skd, ALIGN), mask=km, other=0.0), km, FEATURE)
         v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=rmask[:, None] & vmask[None, :], other=0.0)
-        S += _mm(tl.trans(phik), v, DOT_BF16, PRECISION)
+        S += _mm_exact(tl.trans(phik), v, DOT_BF16, PRECISION)
         z += tl.sum(phik, axis=0)
     idx = bh * nseg + s
     tl.store(_state_ptrs(DS, idx, offs_k, offs_v, Dk, Dv), S, mask=kmask[:, None] & vmask[None, :])

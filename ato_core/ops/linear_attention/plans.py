@@ -79,16 +79,7 @@ def config(B: int, H: int, N: int, Dk: int, Dv: int, dtype: str, causal: bool, t
     bv_tile = min(BV, max(MIN_TILE, STATE_TILE_ELEMS // BK))
     bk_tile = min(BK, max(MIN_TILE, STATE_TILE_ELEMS // BV))
     chunk = 64 if max(BK, BV) <= 128 else 32
-    # Split the sequence so that B*H*segments*tiles fills the GPU; the number of
-    # segments (and so the state buffers, [B*H, segments, Dk, Dv]) does not grow with N.
-    nseg = min(max(cdiv(settings.waves * target.num_sms, B * H * cdiv(Dv, bv_tile)), 1), cdiv(N, chunk))
-    seg_len = cdiv(cdiv(N, nseg), chunk) * chunk
-    nseg = cdiv(N, seg_len)
-    if causal:
-        nseg_out, seg_len_out = nseg, seg_len
-    else:
-        seg_len_out = chunk * settings.out_chunks
-        nseg_out = cdiv(N, seg_len_out)
+    nseg, seg_len, nseg_out, seg_len_out = segments(B * H * cdiv(Dv, bv_tile), N, chunk, causal, target, settings)
     num_warps = 4 if max(BK * bv_tile, bk_tile * BV) <= 4096 else 8
     # One row (a decoding step's backward) is little work: IEEE fp32 dots, where bf16 or tf32
     # operands would round the fp32 state, whose products with do cancel in dq and dk.
@@ -97,6 +88,27 @@ def config(B: int, H: int, N: int, Dk: int, Dv: int, dtype: str, causal: bool, t
         B, H, N, Dk, Dv, BK, BV, bv_tile, bk_tile, chunk, nseg, seg_len, nseg_out, seg_len_out,
         num_warps, dot_bf16=(dtype == "bfloat16" and not ieee), precision="ieee" if ieee else "tf32",
     )
+
+
+def segments(programs: int, N: int, chunk: int, causal: bool, target: Target,
+             settings: Optional[Settings] = None) -> Tuple[int, int, int, int]:
+    """How the sequence is split among programs: (nseg, seg_len) of the state pass (and of
+    the causal output passes), (nseg_out, seg_len_out) of the output passes. ``programs``:
+    programs per segment (B*H times the tiles of a segment). The split fills the GPU; the
+    number of segments (and so the state buffers, [B*H, segments, F, Dv]) does not grow with N."""
+    settings = settings or SETTINGS
+    nseg = min(max(cdiv(settings.waves * target.num_sms, programs), 1), cdiv(N, chunk))
+    seg_len = cdiv(cdiv(N, nseg), chunk) * chunk
+    nseg = cdiv(N, seg_len)
+    if causal:
+        return nseg, seg_len, nseg, seg_len
+    seg_len_out = chunk * settings.out_chunks
+    return nseg, seg_len, cdiv(N, seg_len_out), seg_len_out
+
+
+def check_eps(eps) -> None:
+    if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps >= 0):
+        raise ValueError(f"eps: expected a non-negative float, got {eps!r}")
 
 
 def check_linear_attention(
@@ -123,8 +135,7 @@ def check_linear_attention(
     checks.check_range("v.shape[3] (Dv)", Dv, 1, MAX_HEAD_DIM)
     feature_map_code(feature_map)
     checks.check_bool("causal", causal)
-    if not (isinstance(eps, (int, float)) and eps >= 0):
-        raise ValueError(f"eps: expected a non-negative float, got {eps!r}")
+    check_eps(eps)
     if initial_state is not None:
         if not causal:
             raise ValueError("initial_state: expected None when causal=False (a bidirectional pass has no "
@@ -133,12 +144,13 @@ def check_linear_attention(
     return B, H, N, Dk, Dv
 
 
-def check_state(name: str, state, B: int, H: int, Dk: int, Dv: int, device: str) -> None:
+def check_state(name: str, state, B: int, H: int, Dk: int, Dv: int, device: str, features: str = "Dk") -> None:
+    """A state (S [B, H, Dk, Dv], z [B, H, Dk]) fp32 on ``device``; ``features`` names Dk."""
     if not (isinstance(state, (tuple, list)) and len(state) == 2):
         raise TypeError(f"{name}: expected a pair (S, z), got {type(state).__name__}")
     S, z = state
-    checks.check_shape(f"{name}[0] (S)", S, (B, H, Dk, Dv), "[B, H, Dk, Dv]")
-    checks.check_shape(f"{name}[1] (z)", z, (B, H, Dk), "[B, H, Dk]")
+    checks.check_shape(f"{name}[0] (S)", S, (B, H, Dk, Dv), f"[B, H, {features}, Dv]")
+    checks.check_shape(f"{name}[1] (z)", z, (B, H, Dk), f"[B, H, {features}]")
     for n, spec in ((f"{name}[0] (S)", S), (f"{name}[1] (z)", z)):
         if spec.dtype != "float32":
             raise TypeError(f"{n}: expected dtype float32, got {spec.dtype}")
@@ -146,32 +158,31 @@ def check_state(name: str, state, B: int, H: int, Dk: int, Dv: int, device: str)
             raise ValueError(f"{n}: expected device {device} (the device of q), got {spec.device}")
 
 
-def _f32(name, *shape):
+def f32(name, *shape):
     return Buffer(name, tuple(shape), "float32")
 
 
-def _scan(cfg: Config, partial: str, init: Optional[str], out: Tuple[str, str, str, str], reverse: bool,
-          causal: bool) -> Launch:
-    """Prefix (or suffix) sums of per-segment partial states: the start state of each
+def scan(B: int, H: int, F: int, Dv: int, nseg: int, partial: str, init: Optional[str],
+         out: Tuple[str, str, str, str], reverse: bool, causal: bool) -> Launch:
+    """Prefix (or suffix) sums of per-segment partial states ([B, H, nseg, F, Dv] and
+    [B, H, nseg, F] fp32, named ``partial``_S and ``partial``_z): the start state of each
     segment and the total (causal), or the total alone (bidirectional: la_sum_kernel, which
-    neither writes nor allocates the start states)."""
-    BH = cfg.B * cfg.H
+    neither writes nor allocates the start states). F is the feature size (Dk here)."""
     # Small tiles: the walk over segments is a chain of dependent loads, so what hides
     # its latency is the number of programs (B*H*tiles), not the size of each.
-    bv = min(cfg.BV, 64)
-    bk = min(cfg.BK, max(SCAN_TILE_ELEMS // bv, 1))
-    grid = (BH, cdiv(cfg.Dk, bk), cdiv(cfg.Dv, bv))
+    bv = min(max(MIN_TILE, next_pow2(Dv)), 64)
+    bk = min(max(MIN_TILE, next_pow2(F)), max(SCAN_TILE_ELEMS // bv, 1))
+    grid = (B * H, cdiv(F, bk), cdiv(Dv, bv))
     ss, zs, sf, zf = out
-    total = (_f32(sf, cfg.B, cfg.H, cfg.Dk, cfg.Dv), _f32(zf, cfg.B, cfg.H, cfg.Dk))
-    ce = {"REVERSE": reverse, "BK": bk, "BV": bv, "ALIGN": _align(cfg.Dk, cfg.Dv)}
+    total = (f32(sf, B, H, F, Dv), f32(zf, B, H, F))
+    ce = {"REVERSE": reverse, "BK": bk, "BV": bv, "ALIGN": _align(F, Dv)}
     if not causal and init is None:
-        return Launch(kern.la_sum_kernel, grid, (f"{partial}_S", f"{partial}_z"), (cfg.nseg, cfg.Dk, cfg.Dv),
-                      total, ce, num_warps=4)
+        return Launch(kern.la_sum_kernel, grid, (f"{partial}_S", f"{partial}_z"), (nseg, F, Dv), total, ce,
+                      num_warps=4)
     return Launch(
         kern.la_scan_kernel, grid,
         (f"{partial}_S", f"{partial}_z", f"{init}_S" if init else f"{partial}_S", f"{init}_z" if init else f"{partial}_z"),
-        (cfg.nseg, cfg.Dk, cfg.Dv),
-        (_f32(ss, cfg.B, cfg.H, cfg.nseg, cfg.Dk, cfg.Dv), _f32(zs, cfg.B, cfg.H, cfg.nseg, cfg.Dk), *total),
+        (nseg, F, Dv), (f32(ss, B, H, nseg, F, Dv), f32(zs, B, H, nseg, F), *total),
         {"HAS_INIT": init is not None, **ce},
         num_warps=4,
     )
@@ -181,7 +192,7 @@ def _align(Dk: int, Dv: int, *arrays: ArraySpec) -> int:
     return row_alignment((Dk, Dv), arrays)
 
 
-def _state_addressing(cfg: Config, causal: bool) -> Tuple[int, int]:
+def state_addressing(cfg: Config, causal: bool) -> Tuple[int, int]:
     """(states per (b, h), multiplier of the segment index) for the output passes."""
     return (cfg.nseg, 1) if causal else (1, 0)
 
@@ -206,23 +217,23 @@ def forward_plan(
     state = Launch(
         kern.la_fwd_state_kernel, (BH, cfg.nseg, nvt), ("k", "v"),
         (H, N, cfg.seg_len, Dk, Dv, *k.strides, *v.strides),
-        (_f32("part_S", B, H, cfg.nseg, Dk, Dv), _f32("part_z", B, H, cfg.nseg, Dk)),
+        (f32("part_S", B, H, cfg.nseg, Dk, Dv), f32("part_z", B, H, cfg.nseg, Dk)),
         {"FEATURE": fmap, "BK": cfg.BK, "BV": cfg.bv_tile, "ALIGN": align, **cfg.constexprs},
         num_warps=cfg.num_warps,
     )
-    scan = _scan(cfg, "part", "init" if initial_state is not None else None,
+    scan_ = scan(B, H, Dk, Dv, cfg.nseg, "part", "init" if initial_state is not None else None,
                  ("S_start", "z_start", "S_final", "z_final"), reverse=False, causal=causal)
     res_S, res_z = ("S_start", "z_start") if causal else ("S_final", "z_final")
     o_shape = (B, H, N, Dv)
     out = Launch(
         kern.la_fwd_kernel, (BH, cfg.nseg_out, nvt), ("q", "k", "v", res_S, res_z),
-        (H, N, cfg.seg_len_out, Dk, Dv, *_state_addressing(cfg, causal), float(eps),
+        (H, N, cfg.seg_len_out, Dk, Dv, *state_addressing(cfg, causal), float(eps),
          *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
-        (Buffer("o", o_shape, q.dtype), _f32("rden", B, H, N)),
+        (Buffer("o", o_shape, q.dtype), f32("rden", B, H, N)),
         {"FEATURE": fmap, "CAUSAL": causal, "BK": cfg.BK, "BV": cfg.bv_tile, "ALIGN": align, **cfg.constexprs},
         num_warps=cfg.num_warps,
     )
-    plan = Plan((state, scan, out), ("o", "S_final", "z_final", "rden", res_S, res_z), dense=("init_S", "init_z"))
+    plan = Plan((state, scan_, out), ("o", "S_final", "z_final", "rden", res_S, res_z), dense=("init_S", "init_z"))
     return plan, cfg
 
 
@@ -247,14 +258,14 @@ def backward_plan(
     state = Launch(
         kern.la_bwd_state_kernel, (BH, cfg.nseg, nkt), ("q", "do", "o", "rden"),
         (H, N, cfg.seg_len, Dk, Dv, *q.strides, *do.strides, *o_strides),
-        (_f32("rpart_S", B, H, cfg.nseg, Dk, Dv), _f32("rpart_z", B, H, cfg.nseg, Dk), _f32("g", B, H, N)),
+        (f32("rpart_S", B, H, cfg.nseg, Dk, Dv), f32("rpart_z", B, H, cfg.nseg, Dk), f32("g", B, H, N)),
         {"FEATURE": fmap, "BK": cfg.bk_tile, "BV": cfg.BV, "ALIGN": align, **cfg.constexprs},
         num_warps=cfg.num_warps,
     )
-    scan = _scan(cfg, "rpart", "dfinal" if has_dfinal else None, ("R_start", "r_start", "dS0", "dz0"), reverse=True,
-                 causal=causal)
+    scan_ = scan(B, H, Dk, Dv, cfg.nseg, "rpart", "dfinal" if has_dfinal else None,
+                 ("R_start", "r_start", "dS0", "dz0"), reverse=True, causal=causal)
     R_S, R_z = ("R_start", "r_start") if causal else ("dS0", "dz0")
-    addressing = _state_addressing(cfg, causal)
+    addressing = state_addressing(cfg, causal)
     common = (H, N, cfg.seg_len_out, Dk, Dv, *addressing)
     ce = {"FEATURE": fmap, "CAUSAL": causal, "ALIGN": align, **cfg.constexprs}
     dq = Launch(
@@ -284,7 +295,7 @@ def backward_plan(
             num_stages=REVERSE_STAGES,
         )
         reverse = (dk, dv)
-    return Plan((state, scan, dq, *reverse), ("dq", "dk", "dv", "dS0", "dz0"),
+    return Plan((state, scan_, dq, *reverse), ("dq", "dk", "dv", "dS0", "dz0"),
                 dense=("rden", "S_res", "z_res", "dfinal_S", "dfinal_z"))
 
 
@@ -303,8 +314,7 @@ def check_step(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, feature_map, eps
     checks.check_range("q.shape[2] (Dk)", Dk, 1, MAX_HEAD_DIM)
     checks.check_range("v.shape[2] (Dv)", Dv, 1, MAX_HEAD_DIM)
     feature_map_code(feature_map)
-    if not (isinstance(eps, (int, float)) and eps >= 0):
-        raise ValueError(f"eps: expected a non-negative float, got {eps!r}")
+    check_eps(eps)
     check_state("state", state, B, H, Dk, Dv, q.device)
     return B, H, Dk, Dv
 
@@ -319,7 +329,7 @@ def step_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, *, feature_map, e
     launch = Launch(
         kern.la_step_kernel, (B * H, cdiv(Dv, cfg.bv_tile)), ("q", "k", "v", "state_S", "state_z"),
         (H, Dk, Dv, float(eps), *q.strides, *k.strides, *v.strides),
-        (Buffer("o", (B, H, Dv), q.dtype), _f32("S1", B, H, Dk, Dv), _f32("z1", B, H, Dk), _f32("rden", B, H),
+        (Buffer("o", (B, H, Dv), q.dtype), f32("S1", B, H, Dk, Dv), f32("z1", B, H, Dk), f32("rden", B, H),
          optional_output("o32", (B, H, Dv), "float32", grad)),
         {"FEATURE": feature_map_code(feature_map), "BK": cfg.BK, "BV": cfg.bv_tile,
          "ALIGN": _align(Dk, Dv, q, k, v), "STORE_O32": grad}, num_warps=cfg.num_warps,
@@ -327,7 +337,7 @@ def step_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, *, feature_map, e
     return Plan((launch,), ("o", "S1", "z1", "rden", "o32"), dense=("state_S", "state_z"))
 
 
-def _as_one_row(spec: ArraySpec) -> ArraySpec:
+def as_one_row(spec: ArraySpec) -> ArraySpec:
     """[B, H, D] seen as [B, H, 1, D] (the same memory)."""
     B, H, D = spec.shape
     sb, sh, sd = spec.strides
@@ -341,7 +351,7 @@ def step_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, 
     state is the step's input state. Inputs: q, k, v, o (fp32: the forward's o32), do, rden,
     S_res (the input state S), z_res, dfinal_S, dfinal_z (cotangents of the new state).
     Results: dq, dk, dv ([B,H,D]), dS0, dz0."""
-    plan = backward_plan(_as_one_row(q), _as_one_row(k), _as_one_row(v), _as_one_row(do), causal=True,
+    plan = backward_plan(as_one_row(q), as_one_row(k), as_one_row(v), as_one_row(do), causal=True,
                          feature_map=feature_map, eps=eps, has_dfinal=True, target=target)
     shapes = {"dq": tuple(q.shape), "dk": tuple(k.shape), "dv": tuple(v.shape)}
     launches = tuple(
