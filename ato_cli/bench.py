@@ -524,8 +524,98 @@ def transformer_ops_rows(quick: bool):
     return rows
 
 
+def based_rows(quick: bool):
+    """Causal Based attention (d 16, Dv 64, bf16, with the normaliser) at B8 H16 N4096 and
+    B2 H16 N16384: ato_torch, ato_jax and fla's parallel_based and fused_chunk_based (inputs
+    in fla's [B, T, H, D] layout, made outside the timing). Each row's ratio is to fla's
+    parallel_based; the "floor" rows give the forward's floor on this GPU, the larger of the
+    bytes of q, k, v, o at the measured copy rate and the FLOP of phi(q) S and phi(k)^T v
+    (4 F Dv per row, F = 273) at the bf16 tensor-core peak (PEAK_BF16_TFLOPS). Then
+    based_step at B64 H16: the bytes of the state read and written, against the copy rate."""
+    import jax
+    import torch
+
+    import ato_jax
+    import ato_torch
+
+    dev, d, Dv, H = "cuda", 16, 64, 16
+    F = 1 + d + d * d
+    copy_gbs = _copy_gbs(quick)
+    rows = [("copy 1 GiB", "torch", "", None, None, f"{copy_gbs:.0f} GB/s")]
+    try:
+        from fla.ops.based import fused_chunk_based, parallel_based
+    except Exception as exc:  # report, don't hide
+        parallel_based = fused_chunk_based = None
+        rows.append(("fla unavailable", type(exc).__name__, str(exc)[:60], None, None, ""))
+    reps = 3 if quick else 10
+    for B, N in ((8, 4096), (2, 16384)):
+        g = torch.Generator(device=dev).manual_seed(0)
+        q, k = (torch.randn(B, H, N, d, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(2))
+        v, do = (torch.randn(B, H, N, Dv, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(2))
+        shape = f"B{B} H{H} N{N} d{d} Dv{Dv} bf16"
+        times = {"ato_torch fwd": _bench_torch(lambda: ato_torch.based_attention(q, k, v), quick),
+                 "ato_torch fwd+bwd": _bench_torch(_torch_fwd_bwd(ato_torch.based_attention, (q, k, v), do), quick)}
+        ft = [t.transpose(1, 2).contiguous() for t in (q, k, v, do)]
+        agree = {}
+        for name, fn in (("fla parallel_based", parallel_based), ("fla fused_chunk_based", fused_chunk_based)):
+            if fn is None:
+                continue
+            times[f"{name} fwd"] = _bench_torch(lambda fn=fn: fn(*ft[:3], use_norm=True), quick)
+            times[f"{name} fwd+bwd"] = _bench_torch(
+                _torch_fwd_bwd(lambda a, b, c, fn=fn: fn(a, b, c, use_norm=True), ft[:3], ft[3]), quick)
+            ours = ato_torch.based_attention(q, k, v).float()
+            agree[name] = (fn(*ft[:3], use_norm=True).transpose(1, 2).float() - ours).norm() / ours.norm()
+        qj, kj, vj, doj = (to_jax_bf16(t) for t in (q, k, v, do))
+        jf = jax.jit(lambda a, b, c: ato_jax.based_attention(a, b, c))
+
+        def j_fwd_bwd(a, b, c, dd):
+            return jax.vjp(lambda x, y, z: ato_jax.based_attention(x, y, z), a, b, c)[1](dd)
+
+        times["ato_jax fwd"] = _median_jax(jf, qj, kj, vj, reps=reps)
+        times["ato_jax fwd+bwd"] = _median_jax(jax.jit(j_fwd_bwd), qj, kj, vj, doj, reps=reps)
+        for mode in ("fwd", "fwd+bwd"):
+            base = times.get(f"fla parallel_based {mode}")
+            for name in [n for n in times if n.endswith(" " + mode)]:
+                ms = times[name]
+                rows.append((f"causal {name}", shape, "x fla parallel_based", ms, ms / base if base else None, ""))
+            rows.append((f"causal ato_jax / ato_torch {mode}", shape, "time ratio", None,
+                         times[f"ato_jax {mode}"] / times[f"ato_torch {mode}"], ""))
+        nbytes = 2 * (2 * B * H * N * d + 2 * B * H * N * Dv)
+        flop = 4 * F * Dv * B * H * N
+        floor_ms = max(nbytes / copy_gbs / 1e6, flop / PEAK_BF16_TFLOPS / 1e9)
+        rows.append(("causal fwd floor (bytes at copy rate, FLOP at peak)", shape, "ato_torch fwd / floor",
+                     floor_ms, times["ato_torch fwd"] / floor_ms,
+                     f"{nbytes / 1e6:.0f} MB, {flop / 1e9:.1f} GFLOP"))
+        for name, err in agree.items():
+            rows.append((f"causal o: |ato - {name}| / |ato|", shape, "relative L2", None, float(err), ""))
+        ms = _bench_torch(lambda: ato_torch.based_attention(q, k, v, causal=False), quick)
+        rows.append(("bidir ato_torch fwd", shape, "x causal ato_torch fwd", ms, ms / times["ato_torch fwd"], ""))
+
+    B = 64
+    g = torch.Generator(device=dev).manual_seed(1)
+    q, k = (torch.randn(B, H, d, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(2))
+    v = torch.randn(B, H, Dv, device=dev, dtype=torch.bfloat16, generator=g)
+    S, z = torch.rand(B, H, F, Dv, device=dev), torch.rand(B, H, F, device=dev)
+    ms = _bench_torch(lambda: ato_torch.based_step(q, k, v, (S, z)), quick)
+    nbytes = 2 * 4 * B * H * F * (Dv + 1)
+    gbs = nbytes / ms / 1e6
+    rows.append(("based_step ato_torch", f"B{B} H{H} d{d} Dv{Dv} bf16", "of copy GB/s", ms, gbs / copy_gbs,
+                 f"{gbs:.0f} GB/s"))
+    js = jax.jit(lambda a, b, c, s1, s2: ato_jax.based_step(a, b, c, (s1, s2)))
+    args = (*(to_jax_bf16(t) for t in (q, k, v)), *(jax.numpy.asarray(t.cpu().numpy()) for t in (S, z)))
+    ms = _median_jax(js, *args, reps=reps)
+    gbs = nbytes / ms / 1e6
+    rows.append(("based_step ato_jax", f"B{B} H{H} d{d} Dv{Dv} bf16", "of copy GB/s", ms, gbs / copy_gbs,
+                 f"{gbs:.0f} GB/s"))
+    return rows
+
+
+# Dense bf16 tensor-core peak of the GPU the floors assume (H100 SXM datasheet).
+PEAK_BF16_TFLOPS = 989.0
+
+
 # One table per op family, or per group of families (ato_core.ops.GROUPS).
-TABLES = {"linear_attention": linear_attention_rows, "flash_attention": flash_attention_rows,
+TABLES = {"linear_attention": linear_attention_rows, "based": based_rows, "flash_attention": flash_attention_rows,
           "transformer_ops": transformer_ops_rows}
 
 

@@ -4,6 +4,7 @@ ato_core/ops/<family>/reference.py). Written once against the Python array API
 (autograd gives reference gradients) and on JAX (jax.grad). Simple enough to trust by
 reading; kernels never call it."""
 
+from .ops.based.reference import based_attention, based_step, taylor_feature_map  # noqa: F401
 from .ops.cross_entropy.reference import cross_entropy  # noqa: F401
 from .ops.flash_attention.reference import flash_attention  # noqa: F401
 from .ops.linear_attention.reference import (  # noqa: F401

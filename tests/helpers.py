@@ -45,7 +45,8 @@ def frontend(framework):
 def causal_masked(case) -> bool:
     """Whether ``case`` is causal attention, whose kernels skip or select away masked entries
     that the dense reference multiplies by a zero weight (``check_special``'s ``masked``)."""
-    return case.op in ("flash_attention", "linear_attention") and dict(case.kwargs).get("causal", False)
+    causal = dict(case.kwargs).get("causal", case.op == "based_attention")  # its default
+    return case.op in ("flash_attention", "linear_attention", "based_attention") and causal
 
 
 def check_special(case, inputs, device="cpu", masked=False, cancelling=(), grads=True):

@@ -1,0 +1,314 @@
+"""based_attention, based_step and taylor_feature_map: argument checks and launch plans.
+
+The segment split and the scan over segments are linear_attention's (segments, scan);
+what is decided here: the padded feature tile DP, the Dv tile BV whose [F, BV] state one
+program holds in registers, the chunk length and the dot operands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Tuple
+
+from ato_core import checks
+from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel,
+                             optional_output, row_alignment, row_major_strides)
+from ato_core.target import Target
+
+from ..linear_attention.plans import as_one_row, check_eps, check_state, f32, scan, segments, state_addressing
+from . import kernels as kern
+
+MAX_FEATURE_DIM = 32
+MAX_HEAD_DIM = 256
+# fp32 elements of the quadratic state tile [DP*DP, BV] one program holds in registers,
+# rows per chunk and warps per program of the chunked kernels.
+STATE_TILE_ELEMS = 16384
+CHUNK = 32
+NUM_WARPS = 8
+
+
+def features(d: int) -> int:
+    """F = 1 + d + d^2, the size of the Taylor feature map of d-dimensional inputs."""
+    return 1 + d + d * d
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    B: int
+    H: int
+    N: int
+    d: int
+    Dv: int
+    F: int
+    DP: int          # d padded to a power of two >= 16 (the dot's smallest K)
+    BV: int          # Dv tile: one program holds the [F, BV] state
+    nvt: int         # Dv tiles
+    chunk: int
+    nseg: int
+    seg_len: int
+    nseg_out: int
+    seg_len_out: int
+    num_warps: int
+    dot_bf16: bool
+    precision: str
+
+    @property
+    def constexprs(self) -> dict:
+        return {"DP": self.DP, "BV": self.BV, "CHUNK": self.chunk, "DOT_BF16": self.dot_bf16,
+                "PRECISION": self.precision}
+
+
+def config(B: int, H: int, N: int, d: int, Dv: int, dtype: str, causal: bool, target: Target) -> Config:
+    DP = max(16, next_pow2(d))
+    BV = min(max(16, next_pow2(Dv)), max(16, STATE_TILE_ELEMS // (DP * DP)))
+    nvt = cdiv(Dv, BV)
+    chunk = CHUNK
+    nseg, seg_len, nseg_out, seg_len_out = segments(B * H * nvt, N, chunk, causal, target)
+    # One row (a decoding step's backward): IEEE fp32 dots, as in linear_attention's config.
+    ieee = dtype == "float32" or N == 1
+    return Config(B, H, N, d, Dv, features(d), DP, BV, nvt, chunk, nseg, seg_len, nseg_out, seg_len_out,
+                  num_warps=NUM_WARPS, dot_bf16=(dtype == "bfloat16" and not ieee), precision="ieee" if ieee else "tf32")
+
+
+def resolve_scale(scale, d: int) -> float:
+    """The scale of s = scale q . k: 1/sqrt(d) by default; a positive finite float."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale: expected None or a positive finite float, got {scale!r}")
+    return float(scale)
+
+
+def check_based(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scale, eps,
+                initial_state=None) -> Tuple[int, int, int, int, int]:
+    """Validates the arguments of based_attention; returns (B, H, N, d, Dv)."""
+    for name, spec, layout in (("q", q, "[B, H, N, d]"), ("k", k, "[B, H, N, d]"), ("v", v, "[B, H, N, Dv]")):
+        checks.check_rank(name, spec, 4, layout)
+        checks.check_float(name, spec)
+    checks.check_same_dtype(("q", "k", "v"), (q, k, v))
+    checks.check_same_device(("q", "k", "v"), (q, k, v))
+    B, H, N, d = q.shape
+    Dv = v.shape[3]
+    for axis, what in ((0, "B"), (1, "H"), (2, "N")):
+        checks.check_dim("k", k, axis, q.shape[axis], f"{what}, as in q")
+        checks.check_dim("v", v, axis, q.shape[axis], f"{what}, as in q")
+    checks.check_dim("k", k, 3, d, "d, the feature size of q")
+    checks.check_range("q.shape[0] (B)", B, 1)
+    checks.check_range("q.shape[1] (H)", H, 1)
+    checks.check_range("q.shape[2] (N)", N, 1)
+    checks.check_range("q.shape[3] (d)", d, 1, MAX_FEATURE_DIM)
+    checks.check_range("v.shape[3] (Dv)", Dv, 1, MAX_HEAD_DIM)
+    checks.check_bool("causal", causal)
+    resolve_scale(scale, d)
+    check_eps(eps)
+    if initial_state is not None:
+        if not causal:
+            raise ValueError("initial_state: expected None when causal=False (a bidirectional pass has no "
+                             "preceding state), got a state")
+        check_state("initial_state", initial_state, B, H, features(d), Dv, q.device, "F")
+    return B, H, N, d, Dv
+
+
+def _align(d: int, Dv: int, *arrays: ArraySpec) -> int:
+    return row_alignment((d, Dv), arrays)
+
+
+def _scalars(cfg: Config, scale) -> Tuple[float, float]:
+    """(c, scale) as kernel scalars: c = sqrt(scale) scales the features."""
+    s = resolve_scale(scale, cfg.d)
+    return math.sqrt(s), s
+
+
+@cached_plan
+def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scale, eps: float, initial_state,
+                 target: Target) -> Tuple[Plan, Config]:
+    """Inputs: q, k, v and, with an initial state, init_S, init_z.
+
+    Results: o [B,H,N,Dv] (q's dtype); S_final [B,H,F,Dv], z_final [B,H,F] (fp32); the
+    backward's residuals rden [B,H,N] (1/den), S_res, z_res (each segment's start state when
+    causal, the total otherwise).
+    """
+    B, H, N, d, Dv = check_based(q, k, v, causal=causal, scale=scale, eps=eps, initial_state=initial_state)
+    cfg = config(B, H, N, d, Dv, q.dtype, causal, target)
+    c, s = _scalars(cfg, scale)
+    BH, F = B * H, cfg.F
+    align = _align(d, Dv, q, k, v)
+    state = Launch(
+        kern.based_state_kernel, (BH, cfg.nseg, cfg.nvt), ("k", "v"),
+        (H, N, cfg.seg_len, d, Dv, F, c, *k.strides, *v.strides),
+        (f32("part_S", B, H, cfg.nseg, F, Dv), f32("part_z", B, H, cfg.nseg, F)),
+        {"ALIGN": align, **cfg.constexprs}, num_warps=cfg.num_warps,
+    )
+    scan_ = scan(B, H, F, Dv, cfg.nseg, "part", "init" if initial_state is not None else None,
+                 ("S_start", "z_start", "S_final", "z_final"), reverse=False, causal=causal)
+    res_S, res_z = ("S_start", "z_start") if causal else ("S_final", "z_final")
+    o_shape = (B, H, N, Dv)
+    out = Launch(
+        kern.based_fwd_kernel, (BH, cfg.nseg_out, cfg.nvt), ("q", "k", "v", res_S, res_z),
+        (H, N, cfg.seg_len_out, d, Dv, F, *state_addressing(cfg, causal), c, s, float(eps),
+         *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
+        (Buffer("o", o_shape, q.dtype), f32("rden", B, H, N)),
+        {"CAUSAL": causal, "ALIGN": align, **cfg.constexprs}, num_warps=cfg.num_warps,
+    )
+    plan = Plan((state, scan_, out), ("o", "S_final", "z_final", "rden", res_S, res_z), dense=("init_S", "init_z"))
+    return plan, cfg
+
+
+def _tiled(name: str, spec: ArraySpec, cfg: Config) -> Tuple[Buffer, Tuple[Launch, ...], int]:
+    """Where a kernel writes its Dv tile's part of a gradient of ``spec``'s shape: the buffer
+    itself when there is one tile, else fp32 partials [tiles, ...] summed by one more launch.
+    Returns (the buffer the kernel writes, the launches after it, elements between tiles)."""
+    shape = tuple(spec.shape)
+    if cfg.nvt == 1:
+        return Buffer(name, shape, spec.dtype), (), 0
+    n = numel(shape)
+    block = 1024
+    total = Launch(kern.based_sum_tiles_kernel, (cdiv(n, block),), (f"{name}_tiles",), (n, cfg.nvt),
+                   (Buffer(name, shape, spec.dtype),), {"BLOCK": block}, num_warps=4)
+    return f32(f"{name}_tiles", cfg.nvt, *shape), (total,), n
+
+
+@cached_plan
+def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, causal: bool, scale, eps: float,
+                  has_dfinal: bool, target: Target) -> Plan:
+    """Inputs: q, k, v, o, do, the forward's rden, S_res, z_res; with has_dfinal the
+    cotangents dfinal_S, dfinal_z of the final state. Results: dq, dk, dv (input dtype) and
+    dS0 [B,H,F,Dv], dz0 [B,H,F] (fp32), the gradient of the initial state."""
+    B, H, N, d, Dv = check_based(q, k, v, causal=causal, scale=scale, eps=eps)
+    checks.check_shape("do", do, (B, H, N, Dv), "[B, H, N, Dv], the shape of the output")
+    cfg = config(B, H, N, d, Dv, q.dtype, causal, target)
+    c, s = _scalars(cfg, scale)
+    BH, F = B * H, cfg.F
+    align = _align(d, Dv, q, k, v, do)
+    o_strides = row_major_strides((B, H, N, Dv))
+    rows = 64
+    g = Launch(
+        kern.based_bwd_g_kernel, (BH, cdiv(N, rows)), ("do", "o", "rden"),
+        (N, Dv, *do.strides, *o_strides, H), (f32("g", B, H, N),),
+        {"ROWS": rows, "BV": min(max(16, next_pow2(Dv)), 128), "ALIGN": align}, num_warps=4,
+    )
+    state = Launch(
+        kern.based_bwd_state_kernel, (BH, cfg.nseg, cfg.nvt), ("q", "do", "rden", "g"),
+        (H, N, cfg.seg_len, d, Dv, F, c, *q.strides, *do.strides),
+        (f32("rpart_S", B, H, cfg.nseg, F, Dv), f32("rpart_z", B, H, cfg.nseg, F)),
+        {"ALIGN": align, **cfg.constexprs}, num_warps=cfg.num_warps,
+    )
+    scan_ = scan(B, H, F, Dv, cfg.nseg, "rpart", "dfinal" if has_dfinal else None,
+                 ("R_start", "r_start", "dS0", "dz0"), reverse=True, causal=causal)
+    R_S, R_z = ("R_start", "r_start") if causal else ("dS0", "dz0")
+    common = (H, N, cfg.seg_len_out, d, Dv, F, *state_addressing(cfg, causal), c, s)
+    ce = {"CAUSAL": causal, "ALIGN": align, **cfg.constexprs}
+    grid = (BH, cfg.nseg_out, cfg.nvt)
+    dq_buf, dq_sum, dq_stride = _tiled("dq", q, cfg)
+    dq = Launch(
+        kern.based_bwd_dq_kernel, grid, ("q", "k", "v", "do", "rden", "g", "S_res", "z_res"),
+        (*common, dq_stride, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(q.shape)),
+        (dq_buf,), ce, num_warps=cfg.num_warps,
+    )
+    dk_buf, dk_sum, dk_stride = _tiled("dk", k, cfg)
+    dkdv = Launch(
+        kern.based_bwd_dkdv_kernel, grid, ("q", "k", "v", "do", "rden", "g", R_S, R_z),
+        (*common, dk_stride, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(k.shape),
+         *row_major_strides(v.shape)),
+        (dk_buf, Buffer("dv", tuple(v.shape), v.dtype)), ce, num_warps=cfg.num_warps, num_stages=1,
+    )
+    return Plan((g, state, scan_, dq, *dq_sum, dkdv, *dk_sum), ("dq", "dk", "dv", "dS0", "dz0"),
+                dense=("rden", "S_res", "z_res", "dfinal_S", "dfinal_z"))
+
+
+def check_step(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, scale, eps) -> Tuple[int, int, int, int]:
+    for name, spec, layout in (("q", q, "[B, H, d]"), ("k", k, "[B, H, d]"), ("v", v, "[B, H, Dv]")):
+        checks.check_rank(name, spec, 3, layout)
+        checks.check_float(name, spec)
+    checks.check_same_dtype(("q", "k", "v"), (q, k, v))
+    checks.check_same_device(("q", "k", "v"), (q, k, v))
+    B, H, d = q.shape
+    Dv = v.shape[2]
+    checks.check_shape("k", k, (B, H, d), "[B, H, d], the shape of q")
+    checks.check_shape("v", v, (B, H, Dv), f"[B, H, Dv] with B={B}, H={H} as in q")
+    checks.check_range("q.shape[0] (B)", B, 1)
+    checks.check_range("q.shape[1] (H)", H, 1)
+    checks.check_range("q.shape[2] (d)", d, 1, MAX_FEATURE_DIM)
+    checks.check_range("v.shape[2] (Dv)", Dv, 1, MAX_HEAD_DIM)
+    resolve_scale(scale, d)
+    check_eps(eps)
+    check_state("state", state, B, H, features(d), Dv, q.device, "F")
+    return B, H, d, Dv
+
+
+# Dv tile of the decoding step: its [F, BV] state slice is read and written once, so smaller
+# tiles give more programs to keep memory busy.
+STEP_TILE_ELEMS = 8192
+
+
+@cached_plan
+def step_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, *, scale, eps: float, target: Target,
+              grad: bool = False) -> Plan:
+    """Inputs: q, k ([B,H,d]), v ([B,H,Dv]), state_S, state_z. Results: o [B,H,Dv], S1, z1
+    (fp32), rden [B,H] and, with ``grad``, o32 (o in fp32; else a placeholder)."""
+    B, H, d, Dv = check_step(q, k, v, state, scale, eps)
+    DP, F = max(16, next_pow2(d)), features(d)
+    BV = min(max(16, next_pow2(Dv)), max(16, STEP_TILE_ELEMS // (DP * DP)))
+    launch = Launch(
+        kern.based_step_kernel, (B * H, cdiv(Dv, BV)), ("q", "k", "v", "state_S", "state_z"),
+        (H, d, Dv, F, math.sqrt(resolve_scale(scale, d)), float(eps), *q.strides, *k.strides, *v.strides),
+        (Buffer("o", (B, H, Dv), q.dtype), f32("S1", B, H, F, Dv), f32("z1", B, H, F), f32("rden", B, H),
+         optional_output("o32", (B, H, Dv), "float32", grad)),
+        {"DP": DP, "BV": BV, "ALIGN": _align(d, Dv, q, k, v), "STORE_O32": grad}, num_warps=8,
+    )
+    return Plan((launch,), ("o", "S1", "z1", "rden", "o32"), dense=("state_S", "state_z"))
+
+
+@cached_plan
+def step_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, scale, eps: float,
+                       target: Target) -> Plan:
+    """The causal backward of a one-row sequence whose start state is the step's input state
+    (as linear_attention_step's). Inputs: q, k, v, o (the forward's o32), do, rden, S_res,
+    z_res, dfinal_S, dfinal_z. Results: dq, dk, dv ([B,H,d] / [B,H,Dv]), dS0, dz0."""
+    plan = backward_plan(as_one_row(q), as_one_row(k), as_one_row(v), as_one_row(do), causal=True, scale=scale,
+                         eps=eps, has_dfinal=True, target=target)
+    shapes = {"dq": tuple(q.shape), "dk": tuple(k.shape), "dv": tuple(v.shape)}
+    launches = tuple(
+        dataclasses.replace(l, outputs=tuple(dataclasses.replace(b, shape=shapes.get(b.name, b.shape)) for b in l.outputs))
+        for l in plan.launches
+    )
+    return dataclasses.replace(plan, launches=launches)
+
+
+def _rows_block(target: Target) -> int:
+    return 64 if target.interpret else 32
+
+
+def _check_taylor(x: ArraySpec, scale) -> Tuple[int, int]:
+    checks.check_float("x", x)
+    if x.ndim < 1:
+        raise ValueError("x: expected at least 1 dimension [..., d], got a scalar")
+    d = x.shape[-1]
+    checks.check_range("x.shape[-1] (d)", d, 1, MAX_FEATURE_DIM)
+    resolve_scale(scale, d)
+    return numel(x.shape[:-1]), d
+
+
+@cached_plan
+def taylor_plan(x: ArraySpec, *, scale, target: Target) -> Plan:
+    """phi(x), [..., d] -> [..., F]. Inputs: x. Results: y (x's dtype)."""
+    M, d = _check_taylor(x, scale)
+    rows = _rows_block(target)
+    launch = Launch(kern.taylor_fwd_kernel, (max(cdiv(M, rows), 1),), ("x",),
+                    (M, d, features(d), math.sqrt(resolve_scale(scale, d))),
+                    (Buffer("y", (*x.shape[:-1], features(d)), x.dtype),),
+                    {"DP": max(16, next_pow2(d)), "ROWS": rows}, num_warps=4)
+    return Plan((launch,), ("y",), dense=("x",))
+
+
+@cached_plan
+def taylor_backward_plan(x: ArraySpec, dy: ArraySpec, *, scale, target: Target) -> Plan:
+    """dx from dy = dphi. Inputs: x, dy. Results: dx."""
+    M, d = _check_taylor(x, scale)
+    rows = _rows_block(target)
+    launch = Launch(kern.taylor_bwd_kernel, (max(cdiv(M, rows), 1),), ("x", "dy"),
+                    (M, d, features(d), math.sqrt(resolve_scale(scale, d))),
+                    (Buffer("dx", tuple(x.shape), x.dtype),), {"DP": max(16, next_pow2(d)), "ROWS": rows},
+                    num_warps=4)
+    return Plan((launch,), ("dx",), dense=("x", "dy"))

@@ -1,0 +1,227 @@
+"""based_attention, based_step, taylor_feature_map: CPU tier (Triton's interpreter).
+
+Every case runs in ato_torch and ato_jax (jit(value_and_grad)) and is compared with the
+float64 reference (the quadratic form written with s = scale q . k, not through phi), its
+outputs, final state and every gradient within the dtype's tolerance; the two frameworks
+must agree bit for bit.
+"""
+
+import numpy as np
+import pytest
+
+from ato_cli import harness as h
+from ato_core import reference as ref
+from ato_core.ops.based import plans as based_core
+from ato_core.ops.based.cases import based_case, based_step_case, taylor_case
+from ato_core.target import INTERPRETER
+from helpers import check, frontend
+
+# (B, H, N, d, Dv): N no multiple of the chunk; several segments and chunks per segment
+# (N=300); d = 1 (one feature), 5 (padded to 16), 16 (Based's), 32 (the largest: 16-wide
+# Dv tiles, so several); Dv 1, 48 (no power of two), 64. One row: test_one_row.
+SHAPES = [
+    (1, 2, 17, 5, 1),
+    (2, 1, 17, 1, 48),
+    (1, 2, 300, 16, 48),
+    (1, 1, 17, 32, 64),
+    (1, 1, 300, 5, 64),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidir"])
+def test_based_fp32(shape, causal):
+    check(based_case(*shape, causal=causal, final=True, seed=sum(shape)))
+
+
+def test_one_row():
+    """N = 1, with an initial state: without one o_0 = v_0 whatever q, and dq is a
+    cancellation of rounding noise (see cases.fuzz)."""
+    check(based_case(1, 2, 1, 16, 64, state=True, final=True, seed=2))
+    check(based_case(1, 1, 1, 5, 3, dtype="bfloat16", state=True, final=True, seed=3))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidir"])
+def test_based_half(dtype, causal):
+    check(based_case(2, 2, 100, 16, 24, dtype=dtype, causal=causal, final=True, seed=3))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_initial_state(dtype):
+    """Gradients flow to the initial state and from the final state; a scale of one's own."""
+    check(based_case(2, 1, 90, 5, 24, dtype=dtype, state=True, final=True, seed=5))
+    check(based_case(1, 2, 40, 16, 8, dtype=dtype, state=True, final=True, scale=0.3, seed=6))
+
+
+def test_step():
+    check(based_step_case(2, 3, 16, 12, seed=7))
+    check(based_step_case(1, 2, 5, 48, dtype="bfloat16", scale=0.5, seed=8))
+    check(based_step_case(1, 1, 32, 40, seed=9))  # 16-wide Dv tiles: several
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_taylor_feature_map(dtype):
+    check(taylor_case((3, 100, 16), dtype))
+    check(taylor_case((7, 5), dtype, scale=2.0, seed=1))
+    check(taylor_case((65, 32), dtype, seed=2))
+
+
+def test_taylor_kernel_is_exp_to_second_order():
+    """phi(q) . phi(k) from the op is 1 + s + s^2 / 2, and the layout is [1, x c, vec(x x^T) c^2 / sqrt(2)]."""
+    ops, arr = frontend("torch")
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((2, 6, 5)).astype(np.float32)
+    fq, fk = (np.asarray(ops.taylor_feature_map(arr(x)), np.float64) for x in (q, k))
+    s = (q.astype(np.float64) @ k.T.astype(np.float64)) / np.sqrt(5)
+    np.testing.assert_allclose(fq @ fk.T, 1 + s + s * s / 2, rtol=1e-5)
+    c = 5 ** -0.25
+    np.testing.assert_allclose(fq[2, 1:6], q[2] * c, rtol=1e-6)
+    np.testing.assert_allclose(fq[2, 6 + 3 * 5 + 4], q[2, 3] * q[2, 4] * c * c / np.sqrt(2), rtol=1e-6)
+
+
+def test_reference_state_is_the_sum_the_quadratic_form_uses():
+    """The reference's two views agree: o from the quadratic form with the state S of the
+    first rows as initial state equals the quadratic form over all rows."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 2, 30, n)) for n in (4, 4, 3))
+    whole = ref.based_attention(q, k, v, causal=True)
+    _, st = ref.based_attention(q[:, :, :11], k[:, :, :11], v[:, :, :11], output_final_state=True)
+    rest = ref.based_attention(q[:, :, 11:], k[:, :, 11:], v[:, :, 11:], initial_state=st)
+    np.testing.assert_allclose(rest, whole[:, :, 11:], rtol=1e-12)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_prefill_split_and_steps(framework, dtype):
+    """A prefill in two pieces (the second from the first's state) equals the whole; and a
+    prefill of N rows then steps over the rest equals the whole too."""
+    case = based_case(2, 2, 150, 16, 12, dtype=dtype)
+    x = h.make_inputs(case)
+    ops, arr = frontend(framework)
+    q, k, v = (_array(arr, x[n], dtype) for n in "qkv")
+    o, (S, z) = ops.based_attention(q, k, v, output_final_state=True)
+    cut = 61
+    o1, st = ops.based_attention(q[:, :, :cut], k[:, :, :cut], v[:, :, :cut], output_final_state=True)
+    o2, (S2, z2) = ops.based_attention(q[:, :, cut:], k[:, :, cut:], v[:, :, cut:], initial_state=st,
+                                       output_final_state=True)
+    f = lambda t: np.asarray(t.float() if hasattr(t, "float") else t, np.float64)  # noqa: E731
+    whole = f(o)
+    # Both ways are roundings of one sum; bf16 outputs are compared at bf16's tolerance,
+    # states (fp32 in every dtype) at fp32's.
+    tol = h.TOLERANCE[dtype]
+    assert h.rel_err(np.concatenate([f(o1), f(o2)], axis=2), whole) < tol
+    assert h.rel_err(f(S2), f(S)) < 1e-5 and h.rel_err(f(z2), f(z)) < 1e-5
+    n = 140
+    _, st = ops.based_attention(q[:, :, :n], k[:, :, :n], v[:, :, :n], output_final_state=True)
+    steps = []
+    for i in range(n, 150):
+        o_i, st = ops.based_step(q[:, :, i], k[:, :, i], v[:, :, i], st)
+        steps.append(f(o_i))
+    assert h.rel_err(np.stack(steps, axis=2), whole[:, :, n:]) < tol
+    assert h.rel_err(f(st[0]), f(S)) < 1e-5 and h.rel_err(f(st[1]), f(z)) < 1e-5
+
+
+def _array(arr, a, dtype):
+    """``a`` (NumPy, of ``dtype``) as the framework's array of that dtype (torch.from_numpy
+    takes no bf16: it goes through fp32)."""
+    if dtype != "bfloat16" or arr.__module__.startswith("jax"):
+        return arr(a)
+    return arr(a.astype(np.float32)).bfloat16()
+
+
+def test_fp16_large_scores_do_not_overflow():
+    """fp16 inputs whose w = 1 + s + s^2/2 and normaliser pass fp16's 65504 many times over:
+    everything past the inputs is fp32, so o is finite and right."""
+    case = based_case(1, 1, 200, 16, 16, dtype="float16", seed=4)
+    x = h.make_inputs(case)
+    x["q"], x["k"] = (np.abs(x[n]) * np.float16(8) for n in "qk")
+    s = (x["q"][0, 0].astype(np.float64) @ x["k"][0, 0].T.astype(np.float64)) / 4
+    assert (1 + s + s * s / 2).sum(axis=1).max() > 1e6
+    t, _, _ = check(case, x)
+    assert all(np.isfinite(a).all() for a in t.outputs)
+
+
+BAD_INPUTS = [
+    ("d too large", lambda x: dict(x, q=x["q_wide"], k=x["q_wide"]), ValueError, "q.shape[3] (d): expected in [1, 32]"),
+    ("d mismatch", lambda x: dict(x, k=x["k"][..., :3]), ValueError, "k: expected size 4 on axis 3"),
+    ("N mismatch", lambda x: dict(x, v=x["v"][:, :, :5]), ValueError, "v: expected size 9 on axis 2"),
+    ("q rank 3", lambda x: dict(x, q=x["q"][0]), ValueError, "q: expected rank 4"),
+    ("integer q", lambda x: dict(x, q=x["q_int"]), TypeError, "q: expected a floating dtype"),
+    ("bad scale", lambda x: dict(x, scale=-1.0), ValueError, "scale: expected None or a positive finite float"),
+    ("bad eps", lambda x: dict(x, eps=-1.0), ValueError, "eps: expected a non-negative float"),
+    ("state S shape", lambda x: dict(x, initial_state=(x["state"][0][:, :, :20], x["state"][1])), ValueError,
+     "initial_state[0] (S): expected shape (2, 3, 21, 5) ([B, H, F, Dv])"),
+    ("state z shape", lambda x: dict(x, initial_state=(x["state"][0], x["state"][1][..., :4])), ValueError,
+     "initial_state[1] (z): expected shape (2, 3, 21) ([B, H, F])"),
+    ("state dtype", lambda x: dict(x, initial_state=(x["state_half"], x["state"][1])), TypeError,
+     "initial_state[0] (S): expected dtype float32"),
+    ("state when bidirectional", lambda x: dict(x, causal=False, initial_state=x["state"]), ValueError,
+     "initial_state: expected None when causal=False"),
+    ("state not a pair", lambda x: dict(x, initial_state=x["state"][0]), TypeError, "initial_state: expected a pair"),
+]
+
+
+def _bad_input_args(framework):
+    rng = np.random.default_rng(0)
+    a = {n: rng.random(s).astype(np.float32) for n, s in
+         (("q", (2, 3, 9, 4)), ("k", (2, 3, 9, 4)), ("v", (2, 3, 9, 5)), ("S", (2, 3, 21, 5)), ("z", (2, 3, 21)),
+          ("q_wide", (2, 3, 9, 33)))}
+    arr = frontend(framework)[1]
+    x = {n: arr(a[n]) for n in ("q", "k", "v", "q_wide")}
+    x["q_int"] = arr(np.ones((2, 3, 9, 4), np.int32))
+    x["state"] = (arr(a["S"]), arr(a["z"]))
+    x["state_half"] = arr(a["S"].astype(np.float16))
+    return x
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("desc,mutate,exc,fragment", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_inputs(framework, desc, mutate, exc, fragment):
+    ops = frontend(framework)[0]
+    kw = mutate(_bad_input_args(framework))
+    with pytest.raises(exc) as info:
+        ops.based_attention(kw["q"], kw["k"], kw["v"], causal=kw.get("causal", True), scale=kw.get("scale"),
+                            eps=kw.get("eps", 1e-6), initial_state=kw.get("initial_state"))
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_step_and_feature_map_bad_inputs(framework):
+    ops, arr = frontend(framework)
+    q = arr(np.ones((2, 3, 4), np.float32))
+    v = arr(np.ones((2, 3, 5), np.float32))
+    S, z = arr(np.ones((2, 3, 21, 6), np.float32)), arr(np.ones((2, 3, 21), np.float32))
+    with pytest.raises(ValueError, match=r"state\[0\] \(S\): expected shape \(2, 3, 21, 5\)"):
+        ops.based_step(q, q, v, (S, z))
+    with pytest.raises(TypeError, match="state: expected a pair"):
+        ops.based_step(q, q, v, None)
+    with pytest.raises(ValueError, match=r"x.shape\[-1\] \(d\): expected in \[1, 32\]"):
+        ops.taylor_feature_map(arr(np.ones((3, 40), np.float32)))
+
+
+def test_state_memory_does_not_grow_with_n():
+    """The segment split is linear_attention's: state buffers are O(B*H*F*Dv), not O(N)."""
+    from ato_core.target import Target
+
+    gpu = Target(interpret=False, num_sms=132)
+    for N in (4096, 65536, 1 << 20):
+        cfg = based_core.config(8, 16, N, 16, 64, "bfloat16", True, gpu)
+        assert cfg.nseg <= -(-8 * 132 // (8 * 16)) and cfg.nseg * cfg.seg_len >= N
+
+
+def test_tiles_summed_only_when_several():
+    """dq and dk are written in place with one Dv tile, summed from fp32 partials with more."""
+    spec = lambda *s: ato_spec(s)  # noqa: E731
+    for d, Dv, tiles in ((16, 64, 1), (32, 64, 4)):
+        plan = based_core.backward_plan(spec(1, 1, 9, d), spec(1, 1, 9, d), spec(1, 1, 9, Dv), spec(1, 1, 9, Dv),
+                                        causal=True, scale=None, eps=1e-6, has_dfinal=False, target=INTERPRETER)
+        sums = [launch for launch in plan.launches if launch.name == "based_sum_tiles_kernel"]
+        assert len(sums) == (0 if tiles == 1 else 2)
+        assert all(launch.scalars[1] == tiles for launch in sums)
+
+
+def ato_spec(shape):
+    from ato_core.launch import ArraySpec, row_major_strides
+
+    return ArraySpec(tuple(shape), "float32", row_major_strides(shape), "cpu")
