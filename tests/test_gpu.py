@@ -485,7 +485,10 @@ BASED_DIMS = [(2, 4, 2048, 16, 64), (1, 2, 1000, 5, 48), (1, 2, 300, 32, 256), (
 
 
 def _based(dims, dtype, causal):
-    return based_case(*dims, dtype=dtype, causal=causal, state=causal, final=True, seed=sum(dims))
+    # No initial state in fp16: the drawn one (|N(0, 1)| * 4 in each of the F features) puts
+    # the true dq past fp16's largest value (4e5), where inf is the right answer.
+    return based_case(*dims, dtype=dtype, causal=causal, state=causal and dtype != "float16", final=True,
+                      seed=sum(dims))
 
 
 @pytest.mark.parametrize("dims", BASED_DIMS, ids=lambda d: "x".join(map(str, d)))
@@ -558,7 +561,8 @@ def test_based_16k_gpu(dtype):
 
     oj, (Sj, zj), grads = fb(*args)
     assert np.array_equal(np.asarray(oj.astype(jnp.float32)), o.detach().float().cpu().numpy())
-    assert np.array_equal(np.asarray(Sj), S.cpu().numpy()) and np.array_equal(np.asarray(zj), z.cpu().numpy())
+    assert np.array_equal(np.asarray(Sj), S.detach().cpu().numpy())
+    assert np.array_equal(np.asarray(zj), z.detach().cpu().numpy())
     for gj, leaf in zip(grads, leaves):
         assert np.array_equal(np.asarray(gj.astype(jnp.float32)), leaf.grad.float().cpu().numpy())
 

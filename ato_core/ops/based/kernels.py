@@ -47,7 +47,7 @@ RSQRT2 = tl.constexpr(0.7071067811865476)
 @triton.jit
 def _features(x, c, rmask, DP: tl.constexpr, ROWS: tl.constexpr):
     """phi of a [ROWS, DP] tile (zero past d and on masked rows): (phi0 [ROWS], x1 [ROWS, DP],
-    phi2 [ROWS, DP*DP]), fp32."""
+    phi2 [ROWS, DP*DP]), fp32, elementwise: the feature-map kernels (the chunked ones: _phi)."""
     x1 = x.to(tl.float32) * c
     x2 = tl.reshape(x1[:, :, None] * x1[:, None, :], [ROWS, DP * DP]) * RSQRT2
     return tl.where(rmask, 1.0, 0.0), x1, x2
@@ -59,6 +59,63 @@ def _features_grad(x1, w1, w2, c, DP: tl.constexpr, ROWS: tl.constexpr):
     W = tl.reshape(w2, [ROWS, DP, DP])
     t = tl.sum(W * x1[:, None, :], axis=2) + tl.sum(W * x1[:, :, None], axis=1)
     return c * (w1 + t * RSQRT2)
+
+
+@triton.jit
+def _selectors(DP: tl.constexpr, DOT_BF16: tl.constexpr):
+    """0/1 matrices E1, E2 [DP, DP*DP], (x E1)[:, a*DP + b] = x[:, a], (x E2)[:, a*DP + b] =
+    x[:, b]: the outer products of phi2 as two exact dots, in the dot's layout (a 3D
+    broadcast and reshape would cost layout conversions through shared memory)."""
+    a = tl.arange(0, DP)[:, None]
+    t = tl.arange(0, DP * DP)[None, :]
+    E1 = tl.where(t // DP == a, 1.0, 0.0)
+    E2 = tl.where(t % DP == a, 1.0, 0.0)
+    if DOT_BF16:
+        E1 = E1.to(tl.bfloat16)
+        E2 = E2.to(tl.bfloat16)
+    return E1, E2
+
+
+@triton.jit
+def _products(x, E1, E2, MM: tl.constexpr, DP: tl.constexpr, ROWS: tl.constexpr, DOT_BF16: tl.constexpr,
+              PRECISION: tl.constexpr):
+    """x_a x_b at column a*DP + b of [ROWS, DP*DP], fp32: exact for bf16 and fp16 inputs
+    (16 and 22 significant bits; fp32 inputs round once). MM: (x E1) (x E2), two exact dots
+    (selectors of 0 and 1) that leave it in the dot's layout (a 3D broadcast and reshape
+    costs layout conversions through shared memory); else elementwise."""
+    if MM:
+        p = _mm(x, E1, DOT_BF16, PRECISION) * _mm(x, E2, DOT_BF16, PRECISION)
+    else:
+        x = x.to(tl.float32)
+        p = tl.reshape(x[:, :, None] * x[:, None, :], [ROWS, DP * DP])
+    return p
+
+
+@triton.jit
+def _phi(x, c, rmask, E1, E2, MM: tl.constexpr, DP: tl.constexpr, ROWS: tl.constexpr, DOT_BF16: tl.constexpr,
+         PRECISION: tl.constexpr):
+    """phi of a chunk, by selector dots (MM) or elementwise (d > 16: the selectors of a
+    32-wide DP would fill shared memory)."""
+    p = _products(x, E1, E2, MM, DP, ROWS, DOT_BF16, PRECISION)
+    return tl.where(rmask, 1.0, 0.0), x.to(tl.float32) * c, p * (c * c * RSQRT2)
+
+
+@triton.jit
+def _phi_grad(x, w1, w2, c, E1, E2, MM: tl.constexpr, DP: tl.constexpr, ROWS: tl.constexpr,
+              DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    if MM:
+        dx = _features_grad_mm(x, w1, w2, c, E1, E2, DOT_BF16, PRECISION)
+    else:
+        dx = _features_grad(x.to(tl.float32) * c, w1, w2, c, DP, ROWS)
+    return dx
+
+
+@triton.jit
+def _features_grad_mm(x, w1, w2, c, E1, E2, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """_features_grad at raw x: c w1 + c^2 / sqrt(2) ((W2 * x E2) E1^T + (W2 * x E1) E2^T)."""
+    t = _mm(w2 * _mm(x, E2, DOT_BF16, PRECISION), tl.trans(E1), DOT_BF16, PRECISION) + \
+        _mm(w2 * _mm(x, E1, DOT_BF16, PRECISION), tl.trans(E2), DOT_BF16, PRECISION)
+    return c * w1 + (c * c * RSQRT2) * t
 
 
 @triton.jit
@@ -112,10 +169,12 @@ def based_state_kernel(
     skb, skh, skn, skd, svb, svh, svn, svd,
     DS, DZ,
     DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr,
+    ALIGN: tl.constexpr, MM: tl.constexpr,
 ):
     """Grid (B*H, segments, Dv tiles). The segment's partial state sum phi(k) v^T (one Dv
-    tile) and sum phi(k) (tile 0), from phi(k) unrounded (_mm_exact): the final state."""
+    tile) and sum phi(k) (tile 0), exact but for fp32 accumulation: the final state. The
+    products k_a k_b and k (exact in fp32, two and one bf16 terms) meet v; the scales of
+    phi (c, c^2 / sqrt(2)) are applied to the sums."""
     bh, s, vb, b, h, d, Dv = _program(H, d, Dv, ALIGN)
     nseg = tl.num_programs(1)
     k_base = _head(K, b, h, skb, skh, ALIGN)
@@ -124,6 +183,7 @@ def based_state_kernel(
     offs_v = vb * BV + tl.arange(0, BV)
     dmask = offs_d < d
     vmask = offs_v < Dv
+    E1, E2 = _selectors(DP, DOT_BF16)
     s0 = tl.zeros([BV], dtype=tl.float32)
     s1 = tl.zeros([DP, BV], dtype=tl.float32)
     s2 = tl.zeros([DP * DP, BV], dtype=tl.float32)
@@ -137,14 +197,16 @@ def based_state_kernel(
         rmask = rows < end
         k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=rmask[:, None] & dmask[None, :], other=0.0)
         v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=rmask[:, None] & vmask[None, :], other=0.0)
-        k0, k1, k2 = _features(k, c, rmask, DP, CHUNK)
+        p = _products(k, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
         s0 += tl.sum(v.to(tl.float32), axis=0)
-        s1 += _mm_exact(tl.trans(k1), v, DOT_BF16, PRECISION)
-        s2 += _mm_exact(tl.trans(k2), v, DOT_BF16, PRECISION)
-        z0 += tl.sum(k0, axis=0)
-        z1 += tl.sum(k1, axis=0)
-        z2 += tl.sum(k2, axis=0)
-    _store_state(DS, DZ, bh * nseg + s, F, Dv, d, offs_v, vmask, s0, s1, s2, z0, z1, z2, vb == 0, DP)
+        s1 += _mm(tl.trans(k), v, DOT_BF16, PRECISION)
+        s2 += _mm_exact(tl.trans(p), v, DOT_BF16, PRECISION, 2)
+        z0 += tl.sum(tl.where(rmask, 1.0, 0.0), axis=0)
+        z1 += tl.sum(k.to(tl.float32), axis=0)
+        z2 += tl.sum(p, axis=0)
+    q2 = c * c * RSQRT2
+    _store_state(DS, DZ, bh * nseg + s, F, Dv, d, offs_v, vmask, s0, s1 * c, s2 * q2, z0, z1 * c, z2 * q2, vb == 0,
+                 DP)
 
 
 @kernel(inputs=5, outputs=2)
@@ -154,7 +216,7 @@ def based_fwd_kernel(
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod,
     O, RDEN,
     CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, MM: tl.constexpr,
 ):
     """Grid (B*H, segments, Dv tiles). Output rows of one segment and Dv tile, from the
     segment's start state SS[bh * nseg_state + s * state_seg_mult] (bidirectional: the total
@@ -169,6 +231,7 @@ def based_fwd_kernel(
     offs_v = vb * BV + tl.arange(0, BV)
     dmask = offs_d < d
     vmask = offs_v < Dv
+    E1, E2 = _selectors(DP, DOT_BF16)
     s0, s1, s2, z0, z1, z2 = _load_state(SS, ZS, bh * nseg_state + s * state_seg_mult, F, Dv, d, offs_v, vmask, DP)
     start = s * seg_len
     end = tl.minimum(start + seg_len, N)
@@ -178,7 +241,7 @@ def based_fwd_kernel(
         dm = rmask[:, None] & dmask[None, :]
         vm = rmask[:, None] & vmask[None, :]
         q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=dm, other=0.0)
-        q0, q1, q2 = _features(q, c, rmask, DP, CHUNK)
+        q0, q1, q2 = _phi(q, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
         num = q0[:, None] * s0[None, :] + _mm(q1, s1, DOT_BF16, PRECISION) + _mm(q2, s2, DOT_BF16, PRECISION)
         den = q0 * z0 + tl.sum(q1 * z1[None, :], axis=1) + tl.sum(q2 * z2[None, :], axis=1)
         if CAUSAL:
@@ -187,7 +250,7 @@ def based_fwd_kernel(
             A, _ = _weights(q, k, scale, (rows[:, None] >= rows[None, :]) & rmask[None, :], DOT_BF16, PRECISION)
             num += _mm(A, v, DOT_BF16, PRECISION)
             den += tl.sum(A, axis=1)
-            k0, k1, k2 = _features(k, c, rmask, DP, CHUNK)
+            k0, k1, k2 = _phi(k, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
             s0 += tl.sum(v.to(tl.float32), axis=0)
             s1 += _mm(tl.trans(k1), v, DOT_BF16, PRECISION)
             s2 += _mm(tl.trans(k2), v, DOT_BF16, PRECISION)
@@ -196,6 +259,80 @@ def based_fwd_kernel(
             z2 += tl.sum(k2, axis=0)
         den = den + eps
         tl.store(_tile(o_base, rows, offs_v, son, sod, ALIGN), (num / den[:, None]).to(O.dtype.element_ty), mask=vm)
+        if vb == 0:
+            tl.store(RDEN + bh.to(tl.int64) * N + rows, 1.0 / den, mask=rmask)
+
+
+@triton.jit
+def _load_state_t(SS, ZS, sidx, F, Dv, d, offs_v, vmask, DP: tl.constexpr):
+    """_load_state with the S tiles transposed: (s0 [BV], s1^T [BV, DP], s2^T [BV, DP*DP], z0, z1, z2)."""
+    r1, m1, r2, m2 = _rows(d, DP)
+    base = SS + sidx.to(tl.int64) * F * Dv
+    s0 = tl.load(base + offs_v, mask=vmask, other=0.0)
+    s1 = tl.load(base + r1[None, :] * Dv + offs_v[:, None], mask=m1[None, :] & vmask[:, None], other=0.0)
+    s2 = tl.load(base + r2[None, :] * Dv + offs_v[:, None], mask=m2[None, :] & vmask[:, None], other=0.0)
+    zb = ZS + sidx.to(tl.int64) * F
+    return s0, s1, s2, tl.load(zb), tl.load(zb + r1, mask=m1, other=0.0), tl.load(zb + r2, mask=m2, other=0.0)
+
+
+@kernel(inputs=5, outputs=2)
+def based_fwd_t_kernel(
+    Q, K, V, SS, ZS,
+    H, N, seg_len, d, Dv, F, nseg_state, state_seg_mult, c, scale, eps,
+    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod,
+    O, RDEN,
+    CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, MM: tl.constexpr,
+):
+    """based_fwd_kernel transposed: the state is held as S^T [BV, F], the left operand of
+    o^T = S^T phi(Q)^T and of S^T += V^T phi(K), so it stays in registers (a dot's left
+    operand may; its right one is read from shared memory)."""
+    bh, s, vb, b, h, d, Dv = _program(H, d, Dv, ALIGN)
+    q_base = _head(Q, b, h, sqb, sqh, ALIGN)
+    k_base = _head(K, b, h, skb, skh, ALIGN)
+    v_base = _head(V, b, h, svb, svh, ALIGN)
+    o_base = _head(O, b, h, sob, soh, ALIGN)
+    offs_d = tl.arange(0, DP)
+    offs_v = vb * BV + tl.arange(0, BV)
+    dmask = offs_d < d
+    vmask = offs_v < Dv
+    E1, E2 = _selectors(DP, DOT_BF16)
+    s0, s1, s2, z0, z1, z2 = _load_state_t(SS, ZS, bh * nseg_state + s * state_seg_mult, F, Dv, d, offs_v, vmask,
+                                           DP)
+    start = s * seg_len
+    end = tl.minimum(start + seg_len, N)
+    for c0 in range(start, end, CHUNK):
+        rows = c0 + tl.arange(0, CHUNK)
+        rmask = rows < end
+        dm = rmask[:, None] & dmask[None, :]
+        q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=dm, other=0.0)
+        if MM:
+            q2 = _mm(tl.trans(E1), tl.trans(q), DOT_BF16, PRECISION) * \
+                _mm(tl.trans(E2), tl.trans(q), DOT_BF16, PRECISION) * (c * c * RSQRT2)
+        else:
+            q2 = tl.trans(_products(q, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)) * (c * c * RSQRT2)
+        q1 = tl.trans(q.to(tl.float32)) * c
+        q0 = tl.where(rmask, 1.0, 0.0)
+        num = s0[:, None] * q0[None, :] + _mm(s1, q1, DOT_BF16, PRECISION) + _mm(s2, q2, DOT_BF16, PRECISION)
+        den = q0 * z0 + tl.sum(q1 * z1[:, None], axis=0) + tl.sum(q2 * z2[:, None], axis=0)
+        if CAUSAL:
+            k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=dm, other=0.0)
+            vt = tl.trans(tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=rmask[:, None] & vmask[None, :],
+                                  other=0.0))
+            At, _ = _weights(k, q, scale, (rows[None, :] >= rows[:, None]) & rmask[:, None], DOT_BF16, PRECISION)
+            num += _mm(vt, At, DOT_BF16, PRECISION)
+            den += tl.sum(At, axis=0)
+            k0, k1, k2 = _phi(k, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
+            s0 += tl.sum(vt.to(tl.float32), axis=1)
+            s1 += _mm(vt, k1, DOT_BF16, PRECISION)
+            s2 += _mm(vt, k2, DOT_BF16, PRECISION)
+            z0 += tl.sum(k0, axis=0)
+            z1 += tl.sum(k1, axis=0)
+            z2 += tl.sum(k2, axis=0)
+        den = den + eps
+        o = tl.trans(num / den[None, :])
+        tl.store(_tile(o_base, rows, offs_v, son, sod, ALIGN), o.to(O.dtype.element_ty),
+                 mask=rmask[:, None] & vmask[None, :])
         if vb == 0:
             tl.store(RDEN + bh.to(tl.int64) * N + rows, 1.0 / den, mask=rmask)
 
@@ -234,7 +371,7 @@ def based_bwd_state_kernel(
     sqb, sqh, sqn, sqd, sdb, sdh, sdn, sdd,
     DR, DRZ,
     DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr,
+    ALIGN: tl.constexpr, MM: tl.constexpr,
 ):
     """Grid (B*H, segments, Dv tiles). The segment's partial reverse state:
     R = sum phi(q) u^T (one Dv tile), r = sum phi(q) g (tile 0)."""
@@ -246,6 +383,7 @@ def based_bwd_state_kernel(
     offs_v = vb * BV + tl.arange(0, BV)
     dmask = offs_d < d
     vmask = offs_v < Dv
+    E1, E2 = _selectors(DP, DOT_BF16)
     R0 = tl.zeros([BV], dtype=tl.float32)
     R1 = tl.zeros([DP, BV], dtype=tl.float32)
     R2 = tl.zeros([DP * DP, BV], dtype=tl.float32)
@@ -262,7 +400,7 @@ def based_bwd_state_kernel(
         g = tl.load(G + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
         do = tl.load(_tile(do_base, rows, offs_v, sdn, sdd, ALIGN), mask=rmask[:, None] & vmask[None, :], other=0.0)
         u = do.to(tl.float32) * rden[:, None]
-        q0, q1, q2 = _features(q, c, rmask, DP, CHUNK)
+        q0, q1, q2 = _phi(q, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
         R0 += tl.sum(u, axis=0)
         R1 += _mm(tl.trans(q1), u, DOT_BF16, PRECISION)
         R2 += _mm(tl.trans(q2), u, DOT_BF16, PRECISION)
@@ -279,7 +417,7 @@ def based_bwd_dq_kernel(
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd, sgb, sgh, sgn, sgd,
     DQ,
     CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, MM: tl.constexpr,
 ):
     """Grid (B*H, segments, Dv tiles). This tile's part of dq (at DQ + tile * tile_stride):
     the chain rule of dphi(q) = S u + z g, plus scale * (P * (1 + s)) k inside the chunk,
@@ -294,6 +432,7 @@ def based_bwd_dq_kernel(
     offs_v = vb * BV + tl.arange(0, BV)
     dmask = offs_d < d
     vmask = offs_v < Dv
+    E1, E2 = _selectors(DP, DOT_BF16)
     g_on = (vb == 0).to(tl.float32)
     s0, s1, s2, z0, z1, z2 = _load_state(SS, ZS, bh * nseg_state + s * state_seg_mult, F, Dv, d, offs_v, vmask, DP)
     start = s * seg_len
@@ -309,7 +448,7 @@ def based_bwd_dq_kernel(
         q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=dm, other=0.0)
         w1 = _mm(u, tl.trans(s1), DOT_BF16, PRECISION) + g[:, None] * z1[None, :]
         w2 = _mm(u, tl.trans(s2), DOT_BF16, PRECISION) + g[:, None] * z2[None, :]
-        dq = _features_grad(q.to(tl.float32) * c, w1, w2, c, DP, CHUNK)
+        dq = _phi_grad(q, w1, w2, c, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
         if CAUSAL:
             k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=dm, other=0.0)
             v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=vm, other=0.0)
@@ -318,7 +457,7 @@ def based_bwd_dq_kernel(
             P = _mm(u, tl.trans(v), DOT_BF16, PRECISION) + g[:, None]
             ds = tl.where(causal, P * (1.0 + sc), 0.0)
             dq += scale * _mm(ds, k, DOT_BF16, PRECISION)
-            _, k1, k2 = _features(k, c, rmask, DP, CHUNK)
+            _, k1, k2 = _phi(k, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
             s1 += _mm(tl.trans(k1), v, DOT_BF16, PRECISION)
             s2 += _mm(tl.trans(k2), v, DOT_BF16, PRECISION)
             z1 += tl.sum(k1, axis=0)
@@ -334,7 +473,7 @@ def based_bwd_dkdv_kernel(
     sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd,
     DK, DV,
     CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, MM: tl.constexpr,
 ):
     """Grid (B*H, segments, Dv tiles). Walks the segment backwards from the reverse state at
     its end: dv = phi(K) R + A^T U (this tile), this tile's part of dk (at DK + tile *
@@ -351,6 +490,7 @@ def based_bwd_dkdv_kernel(
     offs_v = vb * BV + tl.arange(0, BV)
     dmask = offs_d < d
     vmask = offs_v < Dv
+    E1, E2 = _selectors(DP, DOT_BF16)
     g_on = (vb == 0).to(tl.float32)
     R0, R1, R2, r0, r1, r2 = _load_state(RS, RZS, bh * nseg_state + s * state_seg_mult, F, Dv, d, offs_v, vmask,
                                          DP)
@@ -364,10 +504,10 @@ def based_bwd_dkdv_kernel(
         vm = rmask[:, None] & vmask[None, :]
         k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=dm, other=0.0)
         v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=vm, other=0.0)
-        k0, k1, k2 = _features(k, c, rmask, DP, CHUNK)
+        k0, k1, k2 = _phi(k, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
         w1 = _mm(v, tl.trans(R1), DOT_BF16, PRECISION) + (r1 * g_on)[None, :]
         w2 = _mm(v, tl.trans(R2), DOT_BF16, PRECISION) + (r2 * g_on)[None, :]
-        dk = _features_grad(k1, w1, w2, c, DP, CHUNK)
+        dk = _phi_grad(k, w1, w2, c, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
         dv = k0[:, None] * R0[None, :] + _mm(k1, R1, DOT_BF16, PRECISION) + _mm(k2, R2, DOT_BF16, PRECISION)
         if CAUSAL:
             q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=dm, other=0.0)
@@ -379,7 +519,7 @@ def based_bwd_dkdv_kernel(
             dv += _mm(At, u, DOT_BF16, PRECISION)
             Pt = _mm(v, tl.trans(u), DOT_BF16, PRECISION) + (g * g_on)[None, :]
             dk += scale * _mm(tl.where(causal, Pt * (1.0 + st), 0.0), q, DOT_BF16, PRECISION)
-            q0, q1, q2 = _features(q, c, rmask, DP, CHUNK)
+            q0, q1, q2 = _phi(q, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
             R0 += tl.sum(u, axis=0)
             R1 += _mm(tl.trans(q1), u, DOT_BF16, PRECISION)
             R2 += _mm(tl.trans(q2), u, DOT_BF16, PRECISION)

@@ -26,6 +26,9 @@ MAX_HEAD_DIM = 256
 STATE_TILE_ELEMS = 16384
 CHUNK = 32
 NUM_WARPS = 8
+NUM_STAGES = 2
+# The forward's output pass: based_fwd_t_kernel (the state transposed) or based_fwd_kernel.
+TRANSPOSED_FWD = True
 
 
 def features(d: int) -> int:
@@ -45,6 +48,7 @@ class Config:
     BV: int          # Dv tile: one program holds the [F, BV] state
     nvt: int         # Dv tiles
     chunk: int
+    mm: bool         # phi2 by selector dots (DP <= 16), else elementwise
     nseg: int
     seg_len: int
     nseg_out: int
@@ -56,19 +60,23 @@ class Config:
     @property
     def constexprs(self) -> dict:
         return {"DP": self.DP, "BV": self.BV, "CHUNK": self.chunk, "DOT_BF16": self.dot_bf16,
-                "PRECISION": self.precision}
+                "PRECISION": self.precision, "MM": self.mm}
 
 
 def config(B: int, H: int, N: int, d: int, Dv: int, dtype: str, causal: bool, target: Target) -> Config:
     DP = max(16, next_pow2(d))
-    BV = min(max(16, next_pow2(Dv)), max(16, STATE_TILE_ELEMS // (DP * DP)))
-    nvt = cdiv(Dv, BV)
-    chunk = CHUNK
-    nseg, seg_len, nseg_out, seg_len_out = segments(B * H * nvt, N, chunk, causal, target)
     # One row (a decoding step's backward): IEEE fp32 dots, as in linear_attention's config.
     ieee = dtype == "float32" or N == 1
-    return Config(B, H, N, d, Dv, features(d), DP, BV, nvt, chunk, nseg, seg_len, nseg_out, seg_len_out,
-                  num_warps=NUM_WARPS, dot_bf16=(dtype == "bfloat16" and not ieee), precision="ieee" if ieee else "tf32")
+    bf16 = dtype == "bfloat16" and not ieee
+    # tf32 operands (fp16 inputs) take twice bf16's shared memory: half the Dv tile.
+    elems = STATE_TILE_ELEMS if bf16 or ieee else STATE_TILE_ELEMS // 2
+    BV = min(max(16, next_pow2(Dv)), max(16, elems // (DP * DP)))
+    nvt = cdiv(Dv, BV)
+    # fp32 operands of a 32-wide DP overflow shared memory at larger chunks (H100, 227 KB).
+    chunk = 16 if N == 1 or (DP > 16 and not bf16) else CHUNK
+    nseg, seg_len, nseg_out, seg_len_out = segments(B * H * nvt, N, chunk, causal, target)
+    return Config(B, H, N, d, Dv, features(d), DP, BV, nvt, chunk, DP <= 16, nseg, seg_len, nseg_out, seg_len_out,
+                  num_warps=NUM_WARPS, dot_bf16=bf16, precision="ieee" if ieee else "tf32")
 
 
 def resolve_scale(scale, d: int) -> float:
@@ -138,18 +146,18 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scal
         kern.based_state_kernel, (BH, cfg.nseg, cfg.nvt), ("k", "v"),
         (H, N, cfg.seg_len, d, Dv, F, c, *k.strides, *v.strides),
         (f32("part_S", B, H, cfg.nseg, F, Dv), f32("part_z", B, H, cfg.nseg, F)),
-        {"ALIGN": align, **cfg.constexprs}, num_warps=cfg.num_warps,
+        {"ALIGN": align, **cfg.constexprs}, num_warps=cfg.num_warps, num_stages=NUM_STAGES,
     )
     scan_ = scan(B, H, F, Dv, cfg.nseg, "part", "init" if initial_state is not None else None,
                  ("S_start", "z_start", "S_final", "z_final"), reverse=False, causal=causal)
     res_S, res_z = ("S_start", "z_start") if causal else ("S_final", "z_final")
     o_shape = (B, H, N, Dv)
     out = Launch(
-        kern.based_fwd_kernel, (BH, cfg.nseg_out, cfg.nvt), ("q", "k", "v", res_S, res_z),
+        kern.based_fwd_t_kernel if TRANSPOSED_FWD else kern.based_fwd_kernel, (BH, cfg.nseg_out, cfg.nvt), ("q", "k", "v", res_S, res_z),
         (H, N, cfg.seg_len_out, d, Dv, F, *state_addressing(cfg, causal), c, s, float(eps),
          *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
         (Buffer("o", o_shape, q.dtype), f32("rden", B, H, N)),
-        {"CAUSAL": causal, "ALIGN": align, **cfg.constexprs}, num_warps=cfg.num_warps,
+        {"CAUSAL": causal, "ALIGN": align, **cfg.constexprs}, num_warps=cfg.num_warps, num_stages=NUM_STAGES,
     )
     plan = Plan((state, scan_, out), ("o", "S_final", "z_final", "rden", res_S, res_z), dense=("init_S", "init_z"))
     return plan, cfg
@@ -192,7 +200,7 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
         kern.based_bwd_state_kernel, (BH, cfg.nseg, cfg.nvt), ("q", "do", "rden", "g"),
         (H, N, cfg.seg_len, d, Dv, F, c, *q.strides, *do.strides),
         (f32("rpart_S", B, H, cfg.nseg, F, Dv), f32("rpart_z", B, H, cfg.nseg, F)),
-        {"ALIGN": align, **cfg.constexprs}, num_warps=cfg.num_warps,
+        {"ALIGN": align, **cfg.constexprs}, num_warps=cfg.num_warps, num_stages=NUM_STAGES,
     )
     scan_ = scan(B, H, F, Dv, cfg.nseg, "rpart", "dfinal" if has_dfinal else None,
                  ("R_start", "r_start", "dS0", "dz0"), reverse=True, causal=causal)
@@ -204,7 +212,7 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
     dq = Launch(
         kern.based_bwd_dq_kernel, grid, ("q", "k", "v", "do", "rden", "g", "S_res", "z_res"),
         (*common, dq_stride, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(q.shape)),
-        (dq_buf,), ce, num_warps=cfg.num_warps,
+        (dq_buf,), ce, num_warps=cfg.num_warps, num_stages=NUM_STAGES,
     )
     dk_buf, dk_sum, dk_stride = _tiled("dk", k, cfg)
     dkdv = Launch(

@@ -57,17 +57,19 @@ def _mm(a, b, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _mm_exact(a, b, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+def _mm_exact(a, b, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, TERMS: tl.constexpr = 3):
     """a @ b to fp32 precision for fp32 a and b exact in the dot's operand type (v, in the
-    input dtype): with bf16 operands a is split into three bf16 terms (24 bits, three
-    products); with tf32 operands the product is taken at "tf32x3" (b's low part is 0)."""
+    input dtype): with bf16 operands a is split into TERMS bf16 terms (3: all 24 bits; 2
+    where a has at most 16 significant bits, e.g. a product of two bf16 values), one
+    product each; with tf32 operands the product is taken at "tf32x3" (b's low part is 0)."""
     if DOT_BF16:
         b = b.to(tl.bfloat16)
         hi = a.to(tl.bfloat16)
         rest = a - hi.to(tl.float32)
         mid = rest.to(tl.bfloat16)
-        lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
-        c = tl.dot(hi, b) + tl.dot(mid, b) + tl.dot(lo, b)
+        c = tl.dot(hi, b) + tl.dot(mid, b)
+        if TERMS == 3:
+            c += tl.dot((rest - mid.to(tl.float32)).to(tl.bfloat16), b)
     elif PRECISION == "tf32":
         c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32x3")
     else:
