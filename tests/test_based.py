@@ -225,3 +225,20 @@ def ato_spec(shape):
     from ato_core.launch import ArraySpec, row_major_strides
 
     return ArraySpec(tuple(shape), "float32", row_major_strides(shape), "cpu")
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_exact_state_option(framework):
+    """exact_state=False (the state pass rounds the features to the dot's operand type, on a
+    GPU; tests/test_gpu.py measures it) runs in both families; on the CPU, where dots are
+    fp32, it gives what the default gives. A non-bool is refused."""
+    ops, arr = frontend(framework)
+    rng = np.random.default_rng(3)
+    q, k = (arr(rng.standard_normal((1, 2, 40, 5)).astype(np.float32)) for _ in range(2))
+    v = arr(rng.standard_normal((1, 2, 40, 6)).astype(np.float32))
+    for fn in (ops.based_attention, lambda *a, **kw: ops.linear_attention(*a, causal=True, feature_map="elu", **kw)):
+        o, (S, _) = fn(q, k, v, output_final_state=True)
+        o2, (S2, _) = fn(q, k, v, output_final_state=True, exact_state=False)
+        assert h.rel_err(np.asarray(o2), np.asarray(o)) < 1e-6 and h.rel_err(np.asarray(S2), np.asarray(S)) < 1e-6
+        with pytest.raises(TypeError, match="exact_state: expected a bool"):
+            fn(q, k, v, exact_state=1)

@@ -568,11 +568,11 @@ def test_based_16k_gpu(dtype):
 
 
 @pytest.mark.parametrize("family", ["linear_attention", "based_attention"])
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_final_state_is_exact_gpu(family, dtype):
+@pytest.mark.parametrize("dtype,exact", [("bfloat16", True), ("float16", True), ("bfloat16", False)])
+def test_final_state_is_exact_gpu(family, dtype, exact):
     """The final state is the fp32 sum of phi(k) v^T from phi(k) unrounded (issue 18): within
-    1e-5 of the float64 sum of the same (rounded) inputs over 8192 rows. With phi(k) rounded
-    to the input dtype before the state's matmul it was 1e-3 off (bf16)."""
+    1e-5 of the float64 sum of the same (rounded) inputs over 8192 rows. With
+    exact_state=False phi(k) is rounded to bf16 before the state's matmul: 1e-4 to 1e-2 off."""
     import torch
 
     import ato_torch
@@ -584,12 +584,14 @@ def test_final_state_is_exact_gpu(family, dtype):
     q, k = (torch.randn(2, 4, 8192, d, device="cuda", generator=g).to(tdt) for _ in range(2))
     v = torch.randn(2, 4, 8192, 64, device="cuda", generator=g).to(tdt)
     if family == "linear_attention":
-        _, (S, z) = ato_torch.linear_attention(q, k, v, causal=True, feature_map="elu", output_final_state=True)
+        _, (S, z) = ato_torch.linear_attention(q, k, v, causal=True, feature_map="elu", output_final_state=True,
+                                               exact_state=exact)
         fk = ref.elu_plus_one(k.double())
     else:
-        _, (S, z) = ato_torch.based_attention(q, k, v, output_final_state=True)
+        _, (S, z) = ato_torch.based_attention(q, k, v, output_final_state=True, exact_state=exact)
         fk = ref.taylor_feature_map(k.double())
     S_want, z_want = fk.transpose(-1, -2) @ v.double(), fk.sum(2)
     np64 = lambda t: t.double().cpu().numpy()  # noqa: E731
-    assert h.rel_err(np64(S), np64(S_want)) < 1e-5, h.rel_err(np64(S), np64(S_want))
+    err = h.rel_err(np64(S), np64(S_want))
+    assert (err < 1e-5) if exact else (1e-4 < err < 1e-2), err
     assert h.rel_err(np64(z), np64(z_want)) < 1e-5

@@ -22,9 +22,11 @@ class Based(NamedTuple):
     scale: object
     eps: float
     output_final_state: bool = False
+    exact_state: bool = True
 
 
-def based_attention(q, k, v, *, causal=True, scale=None, eps=1e-6, initial_state=None, output_final_state=False):
+def based_attention(q, k, v, *, causal=True, scale=None, eps=1e-6, initial_state=None, output_final_state=False,
+                    exact_state=True):
     """Based linear attention, o_i = sum_j w_ij v_j / (sum_j w_ij + eps) with
     w_ij = phi(q_i) . phi(k_j) = 1 + s_ij + s_ij^2 / 2, s_ij = scale q_i . k_j.
 
@@ -37,20 +39,24 @@ def based_attention(q, k, v, *, causal=True, scale=None, eps=1e-6, initial_state
       initial_state: (S0 [B, H, F, Dv], z0 [B, H, F]) fp32 with F = 1 + d + d^2, in the
         layout of taylor_feature_map (causal only).
       output_final_state: also return the state after the last row.
+      exact_state: the state pass multiplies the features unrounded, so the final state is
+        the fp32 sum (default); False rounds them to the dot's operand type (bf16; tf32 for
+        fp16), as linear_attention(exact_state=False).
 
     Returns:
       o [B, H, N, Dv] in q's dtype, or (o, (S_N, z_N)) with S_N = S0 + sum phi(k_j) v_j^T and
       z_N = z0 + sum phi(k_j), fp32. Differentiable in q, k, v and the initial state.
     """
     checks.check_bool("output_final_state", output_final_state)
+    checks.check_bool("exact_state", exact_state)
     S0, z0 = state_pair(initial_state, "initial_state")
-    return (q, k, v, S0, z0), Based(causal, scale, eps, output_final_state)
+    return (q, k, v, S0, z0), Based(causal, scale, eps, output_final_state, exact_state)
 
 
 def _forward(s, st: Based, target):
     init = None if s["init_S"] is None else (s["init_S"], s["init_z"])
     return plans.forward_plan(s["q"], s["k"], s["v"], causal=st.causal, scale=st.scale, eps=st.eps,
-                              initial_state=init, target=target)[0]
+                              initial_state=init, target=target, exact_state=st.exact_state)[0]
 
 
 def _backward(s, st: Based, target):

@@ -169,12 +169,12 @@ def based_state_kernel(
     skb, skh, skn, skd, svb, svh, svn, svd,
     DS, DZ,
     DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr, MM: tl.constexpr,
+    ALIGN: tl.constexpr, MM: tl.constexpr, EXACT: tl.constexpr,
 ):
     """Grid (B*H, segments, Dv tiles). The segment's partial state sum phi(k) v^T (one Dv
-    tile) and sum phi(k) (tile 0), exact but for fp32 accumulation: the final state. The
-    products k_a k_b and k (exact in fp32, two and one bf16 terms) meet v; the scales of
-    phi (c, c^2 / sqrt(2)) are applied to the sums."""
+    tile) and sum phi(k) (tile 0): the final state. The products k_a k_b and k meet v
+    unrounded (with EXACT: two bf16 terms; k is exact in one), and the scales of phi
+    (c, c^2 / sqrt(2)) are applied to the sums, so the state is exact but for fp32 sums."""
     bh, s, vb, b, h, d, Dv = _program(H, d, Dv, ALIGN)
     nseg = tl.num_programs(1)
     k_base = _head(K, b, h, skb, skh, ALIGN)
@@ -200,7 +200,10 @@ def based_state_kernel(
         p = _products(k, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
         s0 += tl.sum(v.to(tl.float32), axis=0)
         s1 += _mm(tl.trans(k), v, DOT_BF16, PRECISION)
-        s2 += _mm_exact(tl.trans(p), v, DOT_BF16, PRECISION, 2)
+        if EXACT:
+            s2 += _mm_exact(tl.trans(p), v, DOT_BF16, PRECISION, 2)
+        else:
+            s2 += _mm(tl.trans(p), v, DOT_BF16, PRECISION)
         z0 += tl.sum(tl.where(rmask, 1.0, 0.0), axis=0)
         z1 += tl.sum(k.to(tl.float32), axis=0)
         z2 += tl.sum(p, axis=0)

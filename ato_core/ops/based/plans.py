@@ -130,7 +130,7 @@ def _scalars(cfg: Config, scale) -> Tuple[float, float]:
 
 @cached_plan
 def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scale, eps: float, initial_state,
-                 target: Target) -> Tuple[Plan, Config]:
+                 target: Target, exact_state: bool = True) -> Tuple[Plan, Config]:
     """Inputs: q, k, v and, with an initial state, init_S, init_z.
 
     Results: o [B,H,N,Dv] (q's dtype); S_final [B,H,F,Dv], z_final [B,H,F] (fp32); the
@@ -146,7 +146,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scal
         kern.based_state_kernel, (BH, cfg.nseg, cfg.nvt), ("k", "v"),
         (H, N, cfg.seg_len, d, Dv, F, c, *k.strides, *v.strides),
         (f32("part_S", B, H, cfg.nseg, F, Dv), f32("part_z", B, H, cfg.nseg, F)),
-        {"ALIGN": align, **cfg.constexprs}, num_warps=cfg.num_warps, num_stages=NUM_STAGES,
+        {"ALIGN": align, "EXACT": exact_state, **cfg.constexprs}, num_warps=cfg.num_warps, num_stages=NUM_STAGES,
     )
     scan_ = scan(B, H, F, Dv, cfg.nseg, "part", "init" if initial_state is not None else None,
                  ("S_start", "z_start", "S_final", "z_final"), reverse=False, causal=causal)

@@ -20,6 +20,7 @@ class LA(NamedTuple):
     feature_map: object
     eps: float
     output_final_state: bool = False
+    exact_state: bool = True
 
 
 def state_pair(state, name):
@@ -32,7 +33,7 @@ def state_pair(state, name):
 
 
 def linear_attention(q, k, v, *, causal=False, feature_map=None, eps=1e-6, initial_state=None,
-                     output_final_state=False):
+                     output_final_state=False, exact_state=True):
     """Linear attention, o_i = phi(q_i) S_i / (phi(q_i) . z_i + eps).
 
     Args:
@@ -44,20 +45,25 @@ def linear_attention(q, k, v, *, causal=False, feature_map=None, eps=1e-6, initi
       eps: added to the normaliser.
       initial_state: (S0 [B, H, Dk, Dv], z0 [B, H, Dk]) fp32, causal only.
       output_final_state: also return the state after the last row.
+      exact_state: the state pass multiplies phi(k) unrounded, so the final state is the fp32
+        sum (default). False rounds phi(k) to the dot's operand type (bf16; tf32 for fp16),
+        as the output pass does: a faster forward (H100, B8 H16 N4096 D64 bf16: causal 254
+        against 294 us), a final state about 2e-3 relative off in bf16.
 
     Returns:
       o [B, H, N, Dv] in q's dtype, or (o, (S_N, z_N)) with fp32 states. Differentiable
       with respect to q, k, v and the initial state.
     """
     checks.check_bool("output_final_state", output_final_state)
+    checks.check_bool("exact_state", exact_state)
     S0, z0 = state_pair(initial_state, "initial_state")
-    return (q, k, v, S0, z0), LA(causal, feature_map, eps, output_final_state)
+    return (q, k, v, S0, z0), LA(causal, feature_map, eps, output_final_state, exact_state)
 
 
 def _la_forward(s, st: LA, target):
     init = None if s["init_S"] is None else (s["init_S"], s["init_z"])
     return plans.forward_plan(s["q"], s["k"], s["v"], causal=st.causal, feature_map=st.feature_map, eps=st.eps,
-                              initial_state=init, target=target)[0]
+                              initial_state=init, target=target, exact_state=st.exact_state)[0]
 
 
 def _la_backward(s, st: LA, target):

@@ -114,12 +114,12 @@ def la_fwd_state_kernel(
     skb, skh, skn, skd, svb, svh, svn, svd,
     DS, DZ,
     FEATURE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr,
-    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, EXACT: tl.constexpr,
 ):
     """Grid (B*H, segments, Dv tiles). dS[bh, s] = sum over the segment's rows of
     phi(k) v^T (one Dv tile, all of Dk); dz[bh, s] = sum of phi(k) (written by tile 0).
-    phi(k) is not rounded to the dot's operand type (_mm_exact): these partials make the
-    final state, which a decode continues for many steps."""
+    With EXACT, phi(k) is not rounded to the dot's operand type (_mm_exact): these partials
+    make the final state, which a decode continues for many steps."""
     bh = tl.program_id(0)
     Dk = aligned(Dk, ALIGN)
     Dv = aligned(Dv, ALIGN)
@@ -144,7 +144,10 @@ def la_fwd_state_kernel(
         km = rmask[:, None] & kmask[None, :]
         phik = feature(tl.load(_tile(k_base, rows, offs_k, skn, skd, ALIGN), mask=km, other=0.0), km, FEATURE)
         v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=rmask[:, None] & vmask[None, :], other=0.0)
-        S += _mm_exact(tl.trans(phik), v, DOT_BF16, PRECISION)
+        if EXACT:
+            S += _mm_exact(tl.trans(phik), v, DOT_BF16, PRECISION)
+        else:
+            S += _mm(tl.trans(phik), v, DOT_BF16, PRECISION)
         z += tl.sum(phik, axis=0)
     idx = bh * nseg + s
     tl.store(_state_ptrs(DS, idx, offs_k, offs_v, Dk, Dv), S, mask=kmask[:, None] & vmask[None, :])

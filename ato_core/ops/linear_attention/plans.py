@@ -201,8 +201,10 @@ def state_addressing(cfg: Config, causal: bool) -> Tuple[int, int]:
 def forward_plan(
     q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, feature_map, eps: float,
     initial_state: Optional[Tuple[ArraySpec, ArraySpec]], target: Target, settings: Optional[Settings] = None,
+    exact_state: bool = True,
 ) -> Tuple[Plan, Config]:
     """Inputs: q, k, v and, with an initial state, init_S, init_z. ``settings``: default SETTINGS.
+    ``exact_state``: the state pass multiplies phi(k) unrounded (else rounded like the output pass).
 
     Results: o [B,H,N,Dv] (q's dtype); S_final [B,H,Dk,Dv], z_final [B,H,Dk] (fp32); and the
     residuals of the backward: rden [B,H,N] (1/den), S_res, z_res (start state of each
@@ -218,7 +220,7 @@ def forward_plan(
         kern.la_fwd_state_kernel, (BH, cfg.nseg, nvt), ("k", "v"),
         (H, N, cfg.seg_len, Dk, Dv, *k.strides, *v.strides),
         (f32("part_S", B, H, cfg.nseg, Dk, Dv), f32("part_z", B, H, cfg.nseg, Dk)),
-        {"FEATURE": fmap, "BK": cfg.BK, "BV": cfg.bv_tile, "ALIGN": align, **cfg.constexprs},
+        {"FEATURE": fmap, "BK": cfg.BK, "BV": cfg.bv_tile, "ALIGN": align, "EXACT": exact_state, **cfg.constexprs},
         num_warps=cfg.num_warps,
     )
     scan_ = scan(B, H, Dk, Dv, cfg.nseg, "part", "init" if initial_state is not None else None,
