@@ -35,7 +35,7 @@ class Case:
     nondiff: Tuple[str, ...] = ()
     # how inputs are drawn: "scale" (logits = scale * N(0, 1)), "ignore_every" (every n-th
     # target is -100), "nonneg" (|N(0, 1)| for q and k: features without a feature map),
-    # "magnitude" (see magnitude_of)
+    # "magnitude" (see magnitude_of), "taylor_state" (S0, z0 made by a prefill: _taylor_state)
     options: Tuple[Tuple[str, object], ...] = ()
 
     def differentiated(self, names):
@@ -129,7 +129,7 @@ def make_inputs(case: Case) -> Dict[str, np.ndarray]:
         if name in ("q", "k") and opt.get("nonneg"):
             a = np.abs(a)
         if name in ("S0", "z0"):
-            a = np.abs(a) * 4.0
+            a = np.abs(a) * 4.0 if "taylor_state" not in opt else _taylor_state(case, shape)[name]
         out[name] = a if name in case.fp32_inputs else round_to(a, case.dtype)
     for name, shape, low, high in case.int_inputs:
         a = rng.integers(low, high, size=shape).astype(np.int64)
@@ -137,6 +137,21 @@ def make_inputs(case: Case) -> Dict[str, np.ndarray]:
             a[:: opt["ignore_every"]] = -100
         out[name] = a
     return out
+
+
+def _taylor_state(case: Case, shape) -> Dict[str, np.ndarray]:
+    """A Based state as a prefill of 64 random rows leaves it (S0 = sum phi(k) v^T, z0 = sum
+    phi(k), fp32): with an arbitrary non-negative state phi(q) . z0 can be near 0 or negative
+    (phi has negative entries), which no prefill gives and which makes o ill-conditioned."""
+    from .ops.based.reference import taylor_feature_map
+
+    B, H, F = shape[:3]
+    d = int(round((-1 + np.sqrt(4 * F - 3)) / 2))
+    Dv = dict(case.shapes)["v"][-1]
+    rng = np.random.default_rng(case.seed + 7)
+    k, v = rng.standard_normal((B, H, 64, d)), rng.standard_normal((B, H, 64, Dv))
+    phi = taylor_feature_map(k, scale=dict(case.kwargs).get("scale"))
+    return {"S0": (np.swapaxes(phi, -1, -2) @ v).astype(np.float32), "z0": phi.sum(axis=2).astype(np.float32)}
 
 
 def cotangents(case: Case, outputs) -> list:

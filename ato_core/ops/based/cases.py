@@ -12,14 +12,15 @@ def based_case(B, H, N, d, Dv, dtype="float32", causal=True, state=False, final=
         shapes += [("S0", (B, H, F, Dv)), ("z0", (B, H, F))]
     kwargs = (("causal", causal), ("scale", scale), ("initial_state", (In("S0"), In("z0")) if state else None),
               ("output_final_state", final))
-    return Case("based_attention", tuple(shapes), dtype, (In("q"), In("k"), In("v")), kwargs, seed, ("S0", "z0"))
+    return Case("based_attention", tuple(shapes), dtype, (In("q"), In("k"), In("v")), kwargs, seed, ("S0", "z0"),
+                options=(("taylor_state", True),))
 
 
 def based_step_case(B, H, d, Dv, dtype="float32", scale=None, seed=0):
     F = features(d)
     shapes = (("q", (B, H, d)), ("k", (B, H, d)), ("v", (B, H, Dv)), ("S0", (B, H, F, Dv)), ("z0", (B, H, F)))
     return Case("based_step", shapes, dtype, (In("q"), In("k"), In("v"), (In("S0"), In("z0"))),
-                (("scale", scale),), seed, ("S0", "z0"))
+                (("scale", scale),), seed, ("S0", "z0"), options=(("taylor_state", True),))
 
 
 def taylor_case(shape, dtype="float32", scale=None, seed=0):

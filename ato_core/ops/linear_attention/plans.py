@@ -111,28 +111,34 @@ def check_eps(eps) -> None:
         raise ValueError(f"eps: expected a non-negative float, got {eps!r}")
 
 
+def check_qkv(q: ArraySpec, k: ArraySpec, v: ArraySpec, dk: str = "Dk", max_dk: int = MAX_HEAD_DIM,
+              step: bool = False) -> Tuple[int, ...]:
+    """q, k [B, H, N, dk] and v [B, H, N, Dv] (without N when ``step``): one float dtype and
+    device, sizes in range. Returns (B, H, N, Dk, Dv), or (B, H, Dk, Dv) when ``step``."""
+    lead = "[B, H, " if step else "[B, H, N, "
+    for name, spec, layout in (("q", q, f"{lead}{dk}]"), ("k", k, f"{lead}{dk}]"), ("v", v, f"{lead}Dv]")):
+        checks.check_rank(name, spec, 3 if step else 4, layout)
+        checks.check_float(name, spec)
+    checks.check_same_dtype(("q", "k", "v"), (q, k, v))
+    checks.check_same_device(("q", "k", "v"), (q, k, v))
+    *lead_dims, Dk = q.shape
+    Dv = v.shape[-1]
+    for axis, what in enumerate(("B", "H", "N")[:len(lead_dims)]):
+        checks.check_dim("k", k, axis, q.shape[axis], f"{what}, as in q")
+        checks.check_dim("v", v, axis, q.shape[axis], f"{what}, as in q")
+        checks.check_range(f"q.shape[{axis}] ({what})", q.shape[axis], 1)
+    checks.check_dim("k", k, len(lead_dims), Dk, f"{dk}, the feature size of q")
+    checks.check_range(f"q.shape[{len(lead_dims)}] ({dk})", Dk, 1, max_dk)
+    checks.check_range(f"v.shape[{len(lead_dims)}] (Dv)", Dv, 1, MAX_HEAD_DIM)
+    return (*lead_dims, Dk, Dv)
+
+
 def check_linear_attention(
     q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, feature_map, eps: float,
     initial_state: Optional[Tuple[ArraySpec, ArraySpec]] = None,
 ) -> Tuple[int, int, int, int, int]:
     """Validates the arguments of linear_attention; returns (B, H, N, Dk, Dv)."""
-    for name, spec, layout in (("q", q, "[B, H, N, Dk]"), ("k", k, "[B, H, N, Dk]"), ("v", v, "[B, H, N, Dv]")):
-        checks.check_rank(name, spec, 4, layout)
-    for name, spec in (("q", q), ("k", k), ("v", v)):
-        checks.check_float(name, spec)
-    checks.check_same_dtype(("q", "k", "v"), (q, k, v))
-    checks.check_same_device(("q", "k", "v"), (q, k, v))
-    B, H, N, Dk = q.shape
-    Dv = v.shape[3]
-    for axis, what in ((0, "B"), (1, "H"), (2, "N")):
-        checks.check_dim("k", k, axis, q.shape[axis], f"{what}, as in q")
-        checks.check_dim("v", v, axis, q.shape[axis], f"{what}, as in q")
-    checks.check_dim("k", k, 3, Dk, "Dk, the feature size of q")
-    checks.check_range("q.shape[0] (B)", B, 1)
-    checks.check_range("q.shape[1] (H)", H, 1)
-    checks.check_range("q.shape[2] (N)", N, 1)
-    checks.check_range("q.shape[3] (Dk)", Dk, 1, MAX_HEAD_DIM)
-    checks.check_range("v.shape[3] (Dv)", Dv, 1, MAX_HEAD_DIM)
+    B, H, N, Dk, Dv = check_qkv(q, k, v)
     feature_map_code(feature_map)
     checks.check_bool("causal", causal)
     check_eps(eps)
@@ -302,19 +308,7 @@ def backward_plan(
 
 
 def check_step(q: ArraySpec, k: ArraySpec, v: ArraySpec, state, feature_map, eps) -> Tuple[int, int, int, int]:
-    for name, spec, layout in (("q", q, "[B, H, Dk]"), ("k", k, "[B, H, Dk]"), ("v", v, "[B, H, Dv]")):
-        checks.check_rank(name, spec, 3, layout)
-        checks.check_float(name, spec)
-    checks.check_same_dtype(("q", "k", "v"), (q, k, v))
-    checks.check_same_device(("q", "k", "v"), (q, k, v))
-    B, H, Dk = q.shape
-    Dv = v.shape[2]
-    checks.check_shape("k", k, (B, H, Dk), "[B, H, Dk], the shape of q")
-    checks.check_shape("v", v, (B, H, Dv), f"[B, H, Dv] with B={B}, H={H} as in q")
-    checks.check_range("q.shape[0] (B)", B, 1)
-    checks.check_range("q.shape[1] (H)", H, 1)
-    checks.check_range("q.shape[2] (Dk)", Dk, 1, MAX_HEAD_DIM)
-    checks.check_range("v.shape[2] (Dv)", Dv, 1, MAX_HEAD_DIM)
+    B, H, Dk, Dv = check_qkv(q, k, v, step=True)
     feature_map_code(feature_map)
     check_eps(eps)
     check_state("state", state, B, H, Dk, Dv, q.device)
