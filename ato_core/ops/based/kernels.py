@@ -197,7 +197,9 @@ def based_state_kernel(
         rmask = rows < end
         k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=rmask[:, None] & dmask[None, :], other=0.0)
         v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=rmask[:, None] & vmask[None, :], other=0.0)
-        p = _products(k, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
+        # elementwise products (MM False): IEEE, where a selector dot would turn one infinite
+        # entry of k into NaN in every product of its row (inf * 0)
+        p = _products(k, E1, E2, False, DP, CHUNK, DOT_BF16, PRECISION)
         s0 += tl.sum(v.to(tl.float32), axis=0)
         s1 += _mm(tl.trans(k), v, DOT_BF16, PRECISION)
         if EXACT:

@@ -59,21 +59,27 @@ def _mm(a, b, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
 @triton.jit
 def _mm_exact(a, b, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, TERMS: tl.constexpr = 3):
     """a @ b to fp32 precision for fp32 a and b exact in the dot's operand type (v, in the
-    input dtype): with bf16 operands a is split into TERMS bf16 terms (3: all 24 bits; 2
-    where a has at most 16 significant bits, e.g. a product of two bf16 values), one
-    product each; with tf32 operands the product is taken at "tf32x3" (b's low part is 0)."""
+    input dtype). a = hi + the rest: hi times b is the one dot a plain _mm would take (so an
+    infinite or NaN a or b gives what that gives); the rest, finite, meets the finite entries
+    of b. bf16 operands: the rest in TERMS - 1 bf16 terms (TERMS 3: all of fp32's 24 bits; 2
+    where a has at most 16 significant bits, e.g. a product of two bf16 values). tf32
+    operands: hi is a truncated to tf32, the rest one more tf32 term (21 bits)."""
+    a = a.to(tl.float32)
     if DOT_BF16:
-        b = b.to(tl.bfloat16)
         hi = a.to(tl.bfloat16)
-        rest = a - hi.to(tl.float32)
+        rest = tl.where(a - a == 0, a - hi.to(tl.float32), 0.0)  # 0 where a is inf or NaN
+        bf = tl.where(b - b == 0, b, 0.0).to(tl.bfloat16)
         mid = rest.to(tl.bfloat16)
-        c = tl.dot(hi, b) + tl.dot(mid, b)
+        c = tl.dot(hi, b.to(tl.bfloat16)) + tl.dot(mid, bf)
         if TERMS == 3:
-            c += tl.dot((rest - mid.to(tl.float32)).to(tl.bfloat16), b)
+            c += tl.dot((rest - mid.to(tl.float32)).to(tl.bfloat16), bf)
     elif PRECISION == "tf32":
-        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32x3")
+        b = b.to(tl.float32)
+        hi = tl.where(a == a, (a.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True), a)
+        rest = tl.where(a - a == 0, a - hi, 0.0)
+        c = tl.dot(hi, b, input_precision="tf32") + tl.dot(rest, tl.where(b - b == 0, b, 0.0), input_precision="tf32")
     else:
-        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision=PRECISION)
+        c = tl.dot(a, b.to(tl.float32), input_precision=PRECISION)
     return c
 
 
