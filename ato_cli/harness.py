@@ -49,6 +49,17 @@ def _f64(x) -> np.ndarray:
     return np.asarray(x).astype(np.float64)
 
 
+def to_torch(a):
+    """A NumPy array (bf16 as ml_dtypes' bfloat16) as a CPU torch tensor of its dtype, a copy
+    (torch.from_numpy takes no bf16)."""
+    import torch
+
+    a = np.asarray(a)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
 def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", reference: bool = False,
               strided: bool = False) -> Result:
     """ato_torch (or, with reference=True, the float64 reference under torch autograd). With
@@ -59,10 +70,7 @@ def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", re
     import ato_torch
 
     def to_t(a):
-        a = np.asarray(a)
-        t = torch.from_numpy(a.astype(np.float32)) if a.dtype.name == "bfloat16" else torch.from_numpy(a.copy())
-        if a.dtype.name == "bfloat16":
-            t = t.to(torch.bfloat16)
+        t = to_torch(a)
         if reference:
             t = t.double()
         return t.to(device).requires_grad_(True)

@@ -43,10 +43,15 @@ def frontend(framework):
 
 
 def causal_masked(case) -> bool:
-    """Whether ``case`` is causal attention, whose kernels skip or select away masked entries
-    that the dense reference multiplies by a zero weight (``check_special``'s ``masked``)."""
-    causal = dict(case.kwargs).get("causal", case.op == "based_attention")  # its default
-    return case.op in ("flash_attention", "linear_attention", "based_attention") and causal
+    """Whether ``case`` is causal attention (an op with a ``causal`` argument, called with it
+    true or defaulting to true), whose kernels skip or select away masked entries that the
+    dense reference multiplies by a zero weight (``check_special``'s ``masked``)."""
+    import inspect
+
+    from ato_core.ops import OPS
+
+    default = inspect.signature(OPS[case.op].signature).parameters.get("causal")
+    return bool(dict(case.kwargs).get("causal", default.default if default else False))
 
 
 def check_special(case, inputs, device="cpu", masked=False, cancelling=(), grads=True):

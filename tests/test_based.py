@@ -14,6 +14,7 @@ from ato_core import reference as ref
 from ato_core.ops.based import plans as based_core
 from ato_core.ops.based.cases import based_case, based_step_case, taylor_case
 from ato_core.target import INTERPRETER
+from ato_core.testing import gpu_spec
 from helpers import check, frontend
 
 # (B, H, N, d, Dv): N no multiple of the chunk; several segments and chunks per segment
@@ -99,7 +100,7 @@ def test_prefill_split_and_steps(framework, dtype):
     case = based_case(2, 2, 150, 16, 12, dtype=dtype)
     x = h.make_inputs(case)
     ops, arr = frontend(framework)
-    q, k, v = (_array(arr, x[n], dtype) for n in "qkv")
+    q, k, v = ((h.to_torch if framework == "torch" else arr)(x[n]) for n in "qkv")
     o, (S, z) = ops.based_attention(q, k, v, output_final_state=True)
     cut = 61
     o1, st = ops.based_attention(q[:, :, :cut], k[:, :, :cut], v[:, :, :cut], output_final_state=True)
@@ -120,14 +121,6 @@ def test_prefill_split_and_steps(framework, dtype):
         steps.append(f(o_i))
     assert h.rel_err(np.stack(steps, axis=2), whole[:, :, n:]) < tol
     assert h.rel_err(f(st[0]), f(S)) < 1e-5 and h.rel_err(f(st[1]), f(z)) < 1e-5
-
-
-def _array(arr, a, dtype):
-    """``a`` (NumPy, of ``dtype``) as the framework's array of that dtype (torch.from_numpy
-    takes no bf16: it goes through fp32)."""
-    if dtype != "bfloat16" or arr.__module__.startswith("jax"):
-        return arr(a)
-    return arr(a.astype(np.float32)).bfloat16()
 
 
 def test_fp16_large_scores_do_not_overflow():
@@ -204,27 +197,23 @@ def test_state_memory_does_not_grow_with_n():
     """The segment split is linear_attention's: state buffers are O(B*H*F*Dv), not O(N)."""
     from ato_core.target import Target
 
+    from ato_core.ops.linear_attention.plans import SETTINGS
+
     gpu = Target(interpret=False, num_sms=132)
     for N in (4096, 65536, 1 << 20):
         cfg = based_core.config(8, 16, N, 16, 64, "bfloat16", True, gpu)
-        assert cfg.nseg <= -(-8 * 132 // (8 * 16)) and cfg.nseg * cfg.seg_len >= N
+        assert cfg.nseg <= -(-SETTINGS.waves * 132 // (8 * 16)) and cfg.nseg * cfg.seg_len >= N
 
 
 def test_tiles_summed_only_when_several():
     """dq and dk are written in place with one Dv tile, summed from fp32 partials with more."""
-    spec = lambda *s: ato_spec(s)  # noqa: E731
+    spec = lambda *s: gpu_spec(s, "float32")  # noqa: E731
     for d, Dv, tiles in ((16, 64, 1), (32, 64, 4)):
         plan = based_core.backward_plan(spec(1, 1, 9, d), spec(1, 1, 9, d), spec(1, 1, 9, Dv), spec(1, 1, 9, Dv),
                                         causal=True, scale=None, eps=1e-6, has_dfinal=False, target=INTERPRETER)
         sums = [launch for launch in plan.launches if launch.name == "based_sum_tiles_kernel"]
         assert len(sums) == (0 if tiles == 1 else 2)
         assert all(launch.scalars[1] == tiles for launch in sums)
-
-
-def ato_spec(shape):
-    from ato_core.launch import ArraySpec, row_major_strides
-
-    return ArraySpec(tuple(shape), "float32", row_major_strides(shape), "cpu")
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
@@ -242,3 +231,18 @@ def test_exact_state_option(framework):
         assert h.rel_err(np.asarray(o2), np.asarray(o)) < 1e-6 and h.rel_err(np.asarray(S2), np.asarray(S)) < 1e-6
         with pytest.raises(TypeError, match="exact_state: expected a bool"):
             fn(q, k, v, exact_state=1)
+
+
+@pytest.mark.parametrize("op", ["based_attention", "linear_attention"])
+def test_exact_state_reaches_the_state_pass(op):
+    """The option goes from the public signature to the state kernel's EXACT constexpr (which
+    the CPU cannot tell apart by value: its dots are fp32 either way)."""
+    from ato_core.ops import OPS
+
+    decl = OPS[op]
+    args = (gpu_spec((1, 2, 40, 5)),) * 2 + (gpu_spec((1, 2, 40, 6)),)
+    for exact in (True, False):
+        arrays, static = decl.signature(*args, causal=True, exact_state=exact)
+        plan = decl.forward_plan(arrays, static, INTERPRETER)
+        state = [launch for launch in plan.launches if launch.name.endswith("state_kernel")]
+        assert len(state) == 1 and state[0].constexprs["EXACT"] is exact

@@ -129,6 +129,26 @@ def _rows(d, DP: tl.constexpr):
 
 
 @triton.jit
+def _chunk_tiles(vb, d, Dv, DP: tl.constexpr, BV: tl.constexpr, DOT_BF16: tl.constexpr):
+    """What every chunked kernel's program starts from: the feature and Dv-tile offsets, their
+    masks, and the selectors E1, E2."""
+    offs_d = tl.arange(0, DP)
+    offs_v = vb * BV + tl.arange(0, BV)
+    dmask = offs_d < d
+    vmask = offs_v < Dv
+    E1, E2 = _selectors(DP, DOT_BF16)
+    return offs_d, offs_v, dmask, vmask, E1, E2
+
+
+@triton.jit
+def _zero_state(DP: tl.constexpr, BV: tl.constexpr):
+    """An empty state (s0, s1, s2, z0, z1, z2), as _load_state returns one."""
+    return (tl.zeros([BV], dtype=tl.float32), tl.zeros([DP, BV], dtype=tl.float32),
+            tl.zeros([DP * DP, BV], dtype=tl.float32), tl.zeros([], dtype=tl.float32),
+            tl.zeros([DP], dtype=tl.float32), tl.zeros([DP * DP], dtype=tl.float32))
+
+
+@triton.jit
 def _load_state(SS, ZS, sidx, F, Dv, d, offs_v, vmask, DP: tl.constexpr):
     """State sidx of SS ([.., F, Dv]) and ZS ([.., F]): (s0, s1, s2, z0, z1, z2)."""
     r1, m1, r2, m2 = _rows(d, DP)
@@ -179,17 +199,8 @@ def based_state_kernel(
     nseg = tl.num_programs(1)
     k_base = _head(K, b, h, skb, skh, ALIGN)
     v_base = _head(V, b, h, svb, svh, ALIGN)
-    offs_d = tl.arange(0, DP)
-    offs_v = vb * BV + tl.arange(0, BV)
-    dmask = offs_d < d
-    vmask = offs_v < Dv
-    E1, E2 = _selectors(DP, DOT_BF16)
-    s0 = tl.zeros([BV], dtype=tl.float32)
-    s1 = tl.zeros([DP, BV], dtype=tl.float32)
-    s2 = tl.zeros([DP * DP, BV], dtype=tl.float32)
-    z0 = 0.0
-    z1 = tl.zeros([DP], dtype=tl.float32)
-    z2 = tl.zeros([DP * DP], dtype=tl.float32)
+    offs_d, offs_v, dmask, vmask, E1, E2 = _chunk_tiles(vb, d, Dv, DP, BV, DOT_BF16)
+    s0, s1, s2, z0, z1, z2 = _zero_state(DP, BV)
     start = s * seg_len
     end = tl.minimum(start + seg_len, N)
     for c0 in range(start, end, CHUNK):
@@ -232,11 +243,7 @@ def based_fwd_kernel(
     k_base = _head(K, b, h, skb, skh, ALIGN)
     v_base = _head(V, b, h, svb, svh, ALIGN)
     o_base = _head(O, b, h, sob, soh, ALIGN)
-    offs_d = tl.arange(0, DP)
-    offs_v = vb * BV + tl.arange(0, BV)
-    dmask = offs_d < d
-    vmask = offs_v < Dv
-    E1, E2 = _selectors(DP, DOT_BF16)
+    offs_d, offs_v, dmask, vmask, E1, E2 = _chunk_tiles(vb, d, Dv, DP, BV, DOT_BF16)
     s0, s1, s2, z0, z1, z2 = _load_state(SS, ZS, bh * nseg_state + s * state_seg_mult, F, Dv, d, offs_v, vmask, DP)
     start = s * seg_len
     end = tl.minimum(start + seg_len, N)
@@ -297,11 +304,7 @@ def based_fwd_t_kernel(
     k_base = _head(K, b, h, skb, skh, ALIGN)
     v_base = _head(V, b, h, svb, svh, ALIGN)
     o_base = _head(O, b, h, sob, soh, ALIGN)
-    offs_d = tl.arange(0, DP)
-    offs_v = vb * BV + tl.arange(0, BV)
-    dmask = offs_d < d
-    vmask = offs_v < Dv
-    E1, E2 = _selectors(DP, DOT_BF16)
+    offs_d, offs_v, dmask, vmask, E1, E2 = _chunk_tiles(vb, d, Dv, DP, BV, DOT_BF16)
     s0, s1, s2, z0, z1, z2 = _load_state_t(SS, ZS, bh * nseg_state + s * state_seg_mult, F, Dv, d, offs_v, vmask,
                                            DP)
     start = s * seg_len
@@ -384,17 +387,8 @@ def based_bwd_state_kernel(
     nseg = tl.num_programs(1)
     q_base = _head(Q, b, h, sqb, sqh, ALIGN)
     do_base = _head(DO, b, h, sdb, sdh, ALIGN)
-    offs_d = tl.arange(0, DP)
-    offs_v = vb * BV + tl.arange(0, BV)
-    dmask = offs_d < d
-    vmask = offs_v < Dv
-    E1, E2 = _selectors(DP, DOT_BF16)
-    R0 = tl.zeros([BV], dtype=tl.float32)
-    R1 = tl.zeros([DP, BV], dtype=tl.float32)
-    R2 = tl.zeros([DP * DP, BV], dtype=tl.float32)
-    r0 = 0.0
-    r1 = tl.zeros([DP], dtype=tl.float32)
-    r2 = tl.zeros([DP * DP], dtype=tl.float32)
+    offs_d, offs_v, dmask, vmask, E1, E2 = _chunk_tiles(vb, d, Dv, DP, BV, DOT_BF16)
+    R0, R1, R2, r0, r1, r2 = _zero_state(DP, BV)
     start = s * seg_len
     end = tl.minimum(start + seg_len, N)
     for c0 in range(start, end, CHUNK):
@@ -433,11 +427,7 @@ def based_bwd_dq_kernel(
     v_base = _head(V, b, h, svb, svh, ALIGN)
     do_base = _head(DO, b, h, sdb, sdh, ALIGN)
     dq_base = _head(DQ + vb.to(tl.int64) * tile_stride, b, h, sgb, sgh, ALIGN)
-    offs_d = tl.arange(0, DP)
-    offs_v = vb * BV + tl.arange(0, BV)
-    dmask = offs_d < d
-    vmask = offs_v < Dv
-    E1, E2 = _selectors(DP, DOT_BF16)
+    offs_d, offs_v, dmask, vmask, E1, E2 = _chunk_tiles(vb, d, Dv, DP, BV, DOT_BF16)
     g_on = (vb == 0).to(tl.float32)
     s0, s1, s2, z0, z1, z2 = _load_state(SS, ZS, bh * nseg_state + s * state_seg_mult, F, Dv, d, offs_v, vmask, DP)
     start = s * seg_len
@@ -491,11 +481,7 @@ def based_bwd_dkdv_kernel(
     do_base = _head(DO, b, h, sdb, sdh, ALIGN)
     dk_base = _head(DK + vb.to(tl.int64) * tile_stride, b, h, sgkb, sgkh, ALIGN)
     dv_base = _head(DV, b, h, sgvb, sgvh, ALIGN)
-    offs_d = tl.arange(0, DP)
-    offs_v = vb * BV + tl.arange(0, BV)
-    dmask = offs_d < d
-    vmask = offs_v < Dv
-    E1, E2 = _selectors(DP, DOT_BF16)
+    offs_d, offs_v, dmask, vmask, E1, E2 = _chunk_tiles(vb, d, Dv, DP, BV, DOT_BF16)
     g_on = (vb == 0).to(tl.float32)
     R0, R1, R2, r0, r1, r2 = _load_state(RS, RZS, bh * nseg_state + s * state_seg_mult, F, Dv, d, offs_v, vmask,
                                          DP)

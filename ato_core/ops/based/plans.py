@@ -17,7 +17,7 @@ from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_
 from ato_core.target import Target
 
 from ..linear_attention.plans import (as_one_row, check_eps, check_qkv, check_state, f32, scan, segments,
-                                      state_addressing)
+                                      state_addressing, step_shaped)
 from . import kernels as kern
 
 MAX_FEATURE_DIM = 32
@@ -254,12 +254,7 @@ def step_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, 
     z_res, dfinal_S, dfinal_z. Results: dq, dk, dv ([B,H,d] / [B,H,Dv]), dS0, dz0."""
     plan = backward_plan(as_one_row(q), as_one_row(k), as_one_row(v), as_one_row(do), causal=True, scale=scale,
                          eps=eps, has_dfinal=True, target=target)
-    shapes = {"dq": tuple(q.shape), "dk": tuple(k.shape), "dv": tuple(v.shape)}
-    launches = tuple(
-        dataclasses.replace(l, outputs=tuple(dataclasses.replace(b, shape=shapes.get(b.name, b.shape)) for b in l.outputs))
-        for l in plan.launches
-    )
-    return dataclasses.replace(plan, launches=launches)
+    return step_shaped(plan, q, k, v)
 
 
 def _rows_block(target: Target) -> int:

@@ -349,6 +349,12 @@ def step_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, 
     Results: dq, dk, dv ([B,H,D]), dS0, dz0."""
     plan = backward_plan(as_one_row(q), as_one_row(k), as_one_row(v), as_one_row(do), causal=True,
                          feature_map=feature_map, eps=eps, has_dfinal=True, target=target)
+    return step_shaped(plan, q, k, v)
+
+
+def step_shaped(plan: Plan, q: ArraySpec, k: ArraySpec, v: ArraySpec) -> Plan:
+    """The backward plan of a one-row sequence (inputs seen through as_one_row) with its dq,
+    dk, dv written in the step's shapes ([B, H, D]; the same memory)."""
     shapes = {"dq": tuple(q.shape), "dk": tuple(k.shape), "dv": tuple(v.shape)}
     launches = tuple(
         dataclasses.replace(l, outputs=tuple(dataclasses.replace(b, shape=shapes.get(b.name, b.shape)) for b in l.outputs))
