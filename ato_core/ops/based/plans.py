@@ -28,12 +28,10 @@ STATE_TILE_ELEMS = 16384
 CHUNK = 32
 NUM_WARPS = 8
 NUM_STAGES = 2
-# The forward's output pass: based_fwd_t_kernel (the state transposed) or based_fwd_kernel.
-# The transposed one was 6% faster (H100, causal B8 H16 N4096 d16 Dv64 bf16: 1254 against
-# 1333 us). It is not the default until the GPU tier passes with it: its one failure there (fp32,
-# dq 1.6e-4 off; based_fwd_kernel 8.7e-5) was on an ill-conditioned case whose drawn initial
-# state made phi(q) . z0 negative, since replaced by prefill-made states (results index: Based).
-TRANSPOSED_FWD = False
+# The forward's output pass: based_fwd_t_kernel (the state transposed; 6% faster, H100, causal
+# B8 H16 N4096 d16 Dv64 bf16: 1254 against 1333 us) or based_fwd_kernel. Both pass the GPU tier
+# (results index: Based).
+TRANSPOSED_FWD = True
 
 
 def features(d: int) -> int:
