@@ -1,6 +1,8 @@
 """Shared by the CPU-tier test modules: one op case run in both frameworks and the reference."""
 
 import chex
+import numpy as np
+import pytest
 import triton
 import triton.language as tl
 
@@ -40,6 +42,23 @@ def frontend(framework):
 
     import ato_jax
     return ato_jax, jnp.asarray
+
+
+def bad_input_arrays(framework, shapes, seed=0):
+    """For the bad-input tests: {name: array of ``framework``} of uniform fp32 values by shape,
+    and "q_int", an int32 array of q's shape."""
+    rng = np.random.default_rng(seed)
+    arr = frontend(framework)[1]
+    x = {n: arr(rng.random(s).astype(np.float32)) for n, s in shapes.items()}
+    x["q_int"] = arr(np.ones(shapes["q"], np.int32))
+    return x
+
+
+def raises_naming(exc, fragment, fn, *args, **kwargs):
+    """fn(*args, **kwargs) raises ``exc`` with ``fragment`` in its message."""
+    with pytest.raises(exc) as info:
+        fn(*args, **kwargs)
+    assert fragment in str(info.value)
 
 
 def causal_masked(case) -> bool:

@@ -15,7 +15,7 @@ from ato_core.ops.based import plans as based_core
 from ato_core.ops.based.cases import based_case, based_step_case, taylor_case
 from ato_core.target import INTERPRETER
 from ato_core.testing import gpu_spec
-from helpers import check, frontend
+from helpers import bad_input_arrays, check, frontend, raises_naming
 
 # (B, H, N, d, Dv): N no multiple of the chunk; several segments and chunks per segment
 # (N=300); d = 1 (one feature), 5 (padded to 16), 16 (Based's), 32 (the largest: 16-wide
@@ -156,15 +156,10 @@ BAD_INPUTS = [
 
 
 def _bad_input_args(framework):
-    rng = np.random.default_rng(0)
-    a = {n: rng.random(s).astype(np.float32) for n, s in
-         (("q", (2, 3, 9, 4)), ("k", (2, 3, 9, 4)), ("v", (2, 3, 9, 5)), ("S", (2, 3, 21, 5)), ("z", (2, 3, 21)),
-          ("q_wide", (2, 3, 9, 33)))}
-    arr = frontend(framework)[1]
-    x = {n: arr(a[n]) for n in ("q", "k", "v", "q_wide")}
-    x["q_int"] = arr(np.ones((2, 3, 9, 4), np.int32))
-    x["state"] = (arr(a["S"]), arr(a["z"]))
-    x["state_half"] = arr(a["S"].astype(np.float16))
+    x = bad_input_arrays(framework, {"q": (2, 3, 9, 4), "k": (2, 3, 9, 4), "v": (2, 3, 9, 5), "S": (2, 3, 21, 5),
+                                     "z": (2, 3, 21), "q_wide": (2, 3, 9, 33)})
+    x["state"] = (x.pop("S"), x.pop("z"))
+    x["state_half"] = frontend(framework)[1](np.asarray(x["state"][0]).astype(np.float16))
     return x
 
 
@@ -173,10 +168,8 @@ def _bad_input_args(framework):
 def test_bad_inputs(framework, desc, mutate, exc, fragment):
     ops = frontend(framework)[0]
     kw = mutate(_bad_input_args(framework))
-    with pytest.raises(exc) as info:
-        ops.based_attention(kw["q"], kw["k"], kw["v"], causal=kw.get("causal", True), scale=kw.get("scale"),
-                            eps=kw.get("eps", 1e-6), initial_state=kw.get("initial_state"))
-    assert fragment in str(info.value)
+    raises_naming(exc, fragment, ops.based_attention, kw["q"], kw["k"], kw["v"], causal=kw.get("causal", True),
+                  scale=kw.get("scale"), eps=kw.get("eps", 1e-6), initial_state=kw.get("initial_state"))
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])

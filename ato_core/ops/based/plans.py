@@ -16,8 +16,8 @@ from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_
                              optional_output, row_alignment, row_major_strides)
 from ato_core.target import Target
 
-from ..linear_attention.plans import (as_one_row, check_eps, check_qkv, check_state, f32, scan, segments,
-                                      state_addressing, step_shaped)
+from ..linear_attention.plans import (as_one_row, check_eps, check_qkv, check_state, dot_operands, f32, scan,
+                                      segments, state_addressing, step_shaped)
 from . import kernels as kern
 
 MAX_FEATURE_DIM = 32
@@ -68,18 +68,16 @@ class Config:
 
 def config(B: int, H: int, N: int, d: int, Dv: int, dtype: str, causal: bool, target: Target) -> Config:
     DP = max(16, next_pow2(d))
-    # One row (a decoding step's backward): IEEE fp32 dots, as in linear_attention's config.
-    ieee = dtype == "float32" or N == 1
-    bf16 = dtype == "bfloat16" and not ieee
+    bf16, precision = dot_operands(dtype, N)
     # tf32 operands (fp16 inputs) take twice bf16's shared memory: half the Dv tile.
-    elems = STATE_TILE_ELEMS if bf16 or ieee else STATE_TILE_ELEMS // 2
+    elems = STATE_TILE_ELEMS if bf16 or precision == "ieee" else STATE_TILE_ELEMS // 2
     BV = min(max(16, next_pow2(Dv)), max(16, elems // (DP * DP)))
     nvt = cdiv(Dv, BV)
     # fp32 operands of a 32-wide DP overflow shared memory at larger chunks (H100, 227 KB).
     chunk = 16 if N == 1 or (DP > 16 and not bf16) else CHUNK
     nseg, seg_len, nseg_out, seg_len_out = segments(B * H * nvt, N, chunk, causal, target)
     return Config(B, H, N, d, Dv, features(d), DP, BV, nvt, chunk, DP <= 16, nseg, seg_len, nseg_out, seg_len_out,
-                  num_warps=NUM_WARPS, dot_bf16=bf16, precision="ieee" if ieee else "tf32")
+                  num_warps=NUM_WARPS, dot_bf16=bf16, precision=precision)
 
 
 def resolve_scale(scale, d: int) -> float:

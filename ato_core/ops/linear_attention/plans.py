@@ -81,13 +81,18 @@ def config(B: int, H: int, N: int, Dk: int, Dv: int, dtype: str, causal: bool, t
     chunk = 64 if max(BK, BV) <= 128 else 32
     nseg, seg_len, nseg_out, seg_len_out = segments(B * H * cdiv(Dv, bv_tile), N, chunk, causal, target, settings)
     num_warps = 4 if max(BK * bv_tile, bk_tile * BV) <= 4096 else 8
-    # One row (a decoding step's backward) is little work: IEEE fp32 dots, where bf16 or tf32
-    # operands would round the fp32 state, whose products with do cancel in dq and dk.
+    dot_bf16, precision = dot_operands(dtype, N)
+    return Config(B, H, N, Dk, Dv, BK, BV, bv_tile, bk_tile, chunk, nseg, seg_len, nseg_out, seg_len_out,
+                  num_warps, dot_bf16=dot_bf16, precision=precision)
+
+
+def dot_operands(dtype: str, N: int) -> Tuple[bool, str]:
+    """(DOT_BF16, PRECISION) of the chunked kernels' dots: bf16 operands for bf16 inputs, tf32
+    for fp16, IEEE fp32 for fp32. One row (a decoding step's backward) is little work: IEEE
+    fp32 dots, where bf16 or tf32 operands would round the fp32 state, whose products with do
+    cancel in dq and dk."""
     ieee = dtype == "float32" or N == 1
-    return Config(
-        B, H, N, Dk, Dv, BK, BV, bv_tile, bk_tile, chunk, nseg, seg_len, nseg_out, seg_len_out,
-        num_warps, dot_bf16=(dtype == "bfloat16" and not ieee), precision="ieee" if ieee else "tf32",
-    )
+    return dtype == "bfloat16" and not ieee, "ieee" if ieee else "tf32"
 
 
 def segments(programs: int, N: int, chunk: int, causal: bool, target: Target,
