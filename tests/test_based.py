@@ -186,16 +186,22 @@ def test_step_and_feature_map_bad_inputs(framework):
         ops.taylor_feature_map(arr(np.ones((3, 40), np.float32)))
 
 
-def test_state_memory_does_not_grow_with_n():
-    """The segment split is linear_attention's: state buffers are O(B*H*F*Dv), not O(N)."""
+def test_state_memory():
+    """Causal: one fp32 [F, Dv] state per segment of BLOCKS.seg_len rows, at d 16 and Dv 64
+    less than the bytes of bf16 q, k and v. Bidirectional: linear_attention's split, O(B*H*F*Dv)
+    whatever N."""
     from ato_core.target import Target
 
     from ato_core.ops.linear_attention.plans import SETTINGS
 
     gpu = Target(interpret=False, num_sms=132)
+    B, H, d, Dv = 8, 16, 16, 64
     for N in (4096, 65536, 1 << 20):
-        cfg = based_core.config(8, 16, N, 16, 64, "bfloat16", True, gpu)
-        assert cfg.nseg <= -(-SETTINGS.waves * 132 // (8 * 16)) and cfg.nseg * cfg.seg_len >= N
+        cfg = based_core.config(B, H, N, d, Dv, "bfloat16", True, gpu)
+        assert cfg.seg_len == based_core.BLOCKS.seg_len and cfg.nseg == -(-N // cfg.seg_len)
+        assert cfg.nseg * cfg.F * Dv * 4 < N * (2 * d + Dv) * 2
+        cfg = based_core.config(B, H, N, d, Dv, "bfloat16", False, gpu)
+        assert cfg.nseg <= -(-SETTINGS.waves * 132 // (B * H)) and cfg.nseg * cfg.seg_len >= N
 
 
 def test_tiles_summed_only_when_several():

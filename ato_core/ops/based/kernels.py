@@ -7,22 +7,23 @@ The feature map, with c = sqrt(scale) and x1 = c x:
 
 so that phi(q) . phi(k) = 1 + s + s^2 / 2 with s = scale q . k.
 
-State. A program holds the state of one Dv tile for all F features, as three register
-tiles: the constant row s0 [BV], the linear rows s1 [DP, BV] and the quadratic rows
-s2 [DP*DP, BV] (DP: d padded to a power of two >= 16; quadratic tile row a*DP + b is
-feature 1 + d + a*d + b), and the normaliser z0 (a scalar), z1 [DP], z2 [DP*DP]. In memory a
-state is the public [F, Dv] (and [F]) fp32 layout, so linear_attention's scan
-(la_scan_kernel, la_sum_kernel over F rows) combines the segments' partial states.
-
 The passes are those of linear_attention (ato_core/ops/linear_attention/kernels.py, which
-derives the backward): per segment partial states, a scan over segments, then per segment
-a walk over chunks of CHUNK rows from the segment's start state. Inside a chunk the causal
-kernels use the parallel view, s = scale q k^T on the tile and A = 1 + s + s^2/2 (masked),
-so phi of a whole sequence never exists anywhere; across chunks, phi of one chunk's rows
-meets the state.
+derives the backward): per segment partial states, a scan over segments, then the output
+(or gradient) passes from each segment's start state. States are the public [F, Dv] (and
+[F]) fp32 layout, so linear_attention's scan (la_scan_kernel, la_sum_kernel over F rows)
+combines the segments' partial states. Quadratic feature j = a*DP + b of a tile (DP: d
+padded to a power of two >= 16) is state row 1 + d + a*d + b.
+
+State passes: one program per (segment, tile of FT quadratic features, Dv tile); the
+products x_a x_b come from two exact selector dots, already in the layout of the dot with
+v. Block kernels (output, dq, dk/dv): one program per block of BM rows and Dv tile, no
+walk: the state term from the segment's start state, in feature tiles, plus the parallel
+view over the segment's rows up to the block, s = scale q k^T and A = 1 + s + s^2/2
+(masked on the diagonal block), as flash attention does. phi of a whole sequence never
+exists anywhere.
 
 Backward. With u_i = do_i / den_i and g_i = -(do_i . o_i) / den_i, the gradient of the
-attention weights is P_ij = u_i . v_j + g_i, so ds_ij = P_ij (1 + s_ij) inside a chunk, and
+attention weights is P_ij = u_i . v_j + g_i, so ds_ij = P_ij (1 + s_ij) inside a segment, and
 the state terms give dphi(q_i) = S_i u_i + z_i g_i, dphi(k_j) = R_j v_j + r_j,
 dv_j = R_j^T phi(k_j) (R, r: reverse states). Each is a sum over Dv, so a program of one
 Dv tile adds its part: dq and dk are summed over the tiles afterwards (based_sum_tiles_kernel)
@@ -62,63 +63,6 @@ def _features_grad(x1, w1, w2, c, DP: tl.constexpr, ROWS: tl.constexpr):
 
 
 @triton.jit
-def _selectors(DP: tl.constexpr, DOT_BF16: tl.constexpr):
-    """0/1 matrices E1, E2 [DP, DP*DP], (x E1)[:, a*DP + b] = x[:, a], (x E2)[:, a*DP + b] =
-    x[:, b]: the outer products of phi2 as two exact dots, in the dot's layout (a 3D
-    broadcast and reshape would cost layout conversions through shared memory)."""
-    a = tl.arange(0, DP)[:, None]
-    t = tl.arange(0, DP * DP)[None, :]
-    E1 = tl.where(t // DP == a, 1.0, 0.0)
-    E2 = tl.where(t % DP == a, 1.0, 0.0)
-    if DOT_BF16:
-        E1 = E1.to(tl.bfloat16)
-        E2 = E2.to(tl.bfloat16)
-    return E1, E2
-
-
-@triton.jit
-def _products(x, E1, E2, MM: tl.constexpr, DP: tl.constexpr, ROWS: tl.constexpr, DOT_BF16: tl.constexpr,
-              PRECISION: tl.constexpr):
-    """x_a x_b at column a*DP + b of [ROWS, DP*DP], fp32: exact for bf16 and fp16 inputs
-    (16 and 22 significant bits; fp32 inputs round once). MM: (x E1) (x E2), two exact dots
-    (selectors of 0 and 1) that leave it in the dot's layout (a 3D broadcast and reshape
-    costs layout conversions through shared memory); else elementwise."""
-    if MM:
-        p = _mm(x, E1, DOT_BF16, PRECISION) * _mm(x, E2, DOT_BF16, PRECISION)
-    else:
-        x = x.to(tl.float32)
-        p = tl.reshape(x[:, :, None] * x[:, None, :], [ROWS, DP * DP])
-    return p
-
-
-@triton.jit
-def _phi(x, c, rmask, E1, E2, MM: tl.constexpr, DP: tl.constexpr, ROWS: tl.constexpr, DOT_BF16: tl.constexpr,
-         PRECISION: tl.constexpr):
-    """phi of a chunk, by selector dots (MM) or elementwise (d > 16: the selectors of a
-    32-wide DP would fill shared memory)."""
-    p = _products(x, E1, E2, MM, DP, ROWS, DOT_BF16, PRECISION)
-    return tl.where(rmask, 1.0, 0.0), x.to(tl.float32) * c, p * (c * c * RSQRT2)
-
-
-@triton.jit
-def _phi_grad(x, w1, w2, c, E1, E2, MM: tl.constexpr, DP: tl.constexpr, ROWS: tl.constexpr,
-              DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
-    if MM:
-        dx = _features_grad_mm(x, w1, w2, c, E1, E2, DOT_BF16, PRECISION)
-    else:
-        dx = _features_grad(x.to(tl.float32) * c, w1, w2, c, DP, ROWS)
-    return dx
-
-
-@triton.jit
-def _features_grad_mm(x, w1, w2, c, E1, E2, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
-    """_features_grad at raw x: c w1 + c^2 / sqrt(2) ((W2 * x E2) E1^T + (W2 * x E1) E2^T)."""
-    t = _mm(w2 * _mm(x, E2, DOT_BF16, PRECISION), tl.trans(E1), DOT_BF16, PRECISION) + \
-        _mm(w2 * _mm(x, E1, DOT_BF16, PRECISION), tl.trans(E2), DOT_BF16, PRECISION)
-    return c * w1 + (c * c * RSQRT2) * t
-
-
-@triton.jit
 def _rows(d, DP: tl.constexpr):
     """Rows of the linear and quadratic tiles in the [F, ...] layout, with their masks."""
     a = tl.arange(0, DP)
@@ -126,26 +70,6 @@ def _rows(d, DP: tl.constexpr):
     i = t // DP
     j = t % DP
     return 1 + a, a < d, 1 + d + i * d + j, (i < d) & (j < d)
-
-
-@triton.jit
-def _chunk_tiles(vb, d, Dv, DP: tl.constexpr, BV: tl.constexpr, DOT_BF16: tl.constexpr):
-    """What every chunked kernel's program starts from: the feature and Dv-tile offsets, their
-    masks, and the selectors E1, E2."""
-    offs_d = tl.arange(0, DP)
-    offs_v = vb * BV + tl.arange(0, BV)
-    dmask = offs_d < d
-    vmask = offs_v < Dv
-    E1, E2 = _selectors(DP, DOT_BF16)
-    return offs_d, offs_v, dmask, vmask, E1, E2
-
-
-@triton.jit
-def _zero_state(DP: tl.constexpr, BV: tl.constexpr):
-    """An empty state (s0, s1, s2, z0, z1, z2), as _load_state returns one."""
-    return (tl.zeros([BV], dtype=tl.float32), tl.zeros([DP, BV], dtype=tl.float32),
-            tl.zeros([DP * DP, BV], dtype=tl.float32), tl.zeros([], dtype=tl.float32),
-            tl.zeros([DP], dtype=tl.float32), tl.zeros([DP * DP], dtype=tl.float32))
 
 
 @triton.jit
@@ -176,173 +100,212 @@ def _store_state(SS, ZS, sidx, F, Dv, d, offs_v, vmask, s0, s1, s2, z0, z1, z2, 
 
 
 @triton.jit
-def _weights(a, b, scale, causal, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
-    """(1 + s + s^2/2, s) of s = scale a b^T on a chunk, zero where ``causal`` is false."""
-    s = scale * _mm(a, tl.trans(b), DOT_BF16, PRECISION)
+def _weights(a, bt, scale, causal, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """(1 + s + s^2/2, s) of s = scale a bt on a block (bt: b^T, loaded so), zero where
+    ``causal`` is false."""
+    s = scale * _mm(a, bt, DOT_BF16, PRECISION)
     return tl.where(causal, 1.0 + s + 0.5 * s * s, 0.0), s
+
+
+@triton.jit
+def _tile_t(base, rows, cols, stride_n, stride_d, ALIGN: tl.constexpr):
+    """_tile transposed: [cols, rows]. The block kernels load each operand in the orientation
+    its dot takes (a tl.trans of a tensor that another dot also takes miscompiled, reading
+    shared memory out of range: Triton 3.6, sm_90)."""
+    return base + rows[None, :].to(tl.int64) * aligned(stride_n, ALIGN) + cols[:, None].to(tl.int64) * stride_d
+
+
+@triton.jit
+def _quad_features(t, d, DP: tl.constexpr, FT: tl.constexpr):
+    """Quadratic feature tile t, features j = t*FT + [0, FT): (a = j // DP, b = j % DP, their
+    rows in the [F, ...] layout, their mask)."""
+    j = t * FT + tl.arange(0, FT)
+    a = j // DP
+    b = j % DP
+    return a, b, 1 + d + a * d + b, (a < d) & (b < d)
+
+
+@triton.jit
+def _quad_tile(t, d, DP: tl.constexpr, FT: tl.constexpr, DOT_BF16: tl.constexpr, TRANSPOSED: tl.constexpr = False):
+    """Quadratic feature tile t (_quad_features): the selectors E1, E2 [DP, FT] ((x E1)[:, j]
+    = x[:, a], (x E2)[:, j] = x[:, b]; exact dots), or with TRANSPOSED E1^T, E2^T [FT, DP]
+    (built as such: a transposed view of a dot operand in shared memory miscompiles in some
+    layouts, Triton 3.6 on sm_90), the tile's rows in the [F, ...] layout and their mask."""
+    a, b, rows, m = _quad_features(t, d, DP, FT)
+    if TRANSPOSED:
+        r = tl.arange(0, DP)[None, :]
+        E1 = tl.where(a[:, None] == r, 1.0, 0.0)
+        E2 = tl.where(b[:, None] == r, 1.0, 0.0)
+    else:
+        r = tl.arange(0, DP)[:, None]
+        E1 = tl.where(a[None, :] == r, 1.0, 0.0)
+        E2 = tl.where(b[None, :] == r, 1.0, 0.0)
+    if DOT_BF16:
+        E1 = E1.to(tl.bfloat16)
+        E2 = E2.to(tl.bfloat16)
+    return E1, E2, rows, m
+
+
+@triton.jit
+def _pair_products(x_base, rows, rmask, a, b, m, sn, sd, ALIGN: tl.constexpr):
+    """x_a x_b [FT, rows] fp32 (the quadratic features a, b of _quad_features, mask m) of the
+    rows x, transposed, both factors gathered from memory: exact for bf16 and fp16 inputs,
+    and an infinite or NaN entry of x reaches only its own features."""
+    mk = m[:, None] & rmask[None, :]
+    xa = tl.load(_tile_t(x_base, rows, a, sn, sd, ALIGN), mask=mk, other=0.0).to(tl.float32)
+    xb = tl.load(_tile_t(x_base, rows, b, sn, sd, ALIGN), mask=mk, other=0.0).to(tl.float32)
+    return xa * xb
+
+
+@triton.jit
+def _state_program(H, d, Dv, nvt, ALIGN: tl.constexpr):
+    """A state-pass program of grid (quadratic tiles * Dv tiles, segments, B*H): the programs
+    of one segment are adjacent, so its rows are read from L2 after the first. Returns (bh,
+    segment, quadratic tile, Dv tile, b, h, d, Dv)."""
+    p = tl.program_id(0)
+    s = tl.program_id(1)
+    bh = tl.program_id(2)
+    return bh, s, p // nvt, p % nvt, (bh // H).to(tl.int64), (bh % H).to(tl.int64), aligned(d, ALIGN), aligned(Dv, ALIGN)
+
+
+@triton.jit
+def _store_rows(base, zb, rows, m, offs_v, vmask, Dv, s, z, write_z):
+    """Rows ``rows`` (mask m) of a state in the [F, Dv] layout: s [R, BV] at base, z [R] at
+    zb where ``write_z`` (Dv tile 0)."""
+    tl.store(base + rows[:, None] * Dv + offs_v[None, :], s, mask=m[:, None] & vmask[None, :])
+    if write_z:
+        tl.store(zb + rows, z, mask=m)
+
+
+@triton.jit
+def _finite(x_base, start, end, offs_d, dmask, sn, sd, CHUNK: tl.constexpr, ALIGN: tl.constexpr):
+    """Whether the rows [start, end) of x are all finite."""
+    bad = tl.zeros([CHUNK], dtype=tl.int32)
+    for c0 in range(start, end, CHUNK):
+        rows = c0 + tl.arange(0, CHUNK)
+        x = tl.load(_tile(x_base, rows, offs_d, sn, sd, ALIGN), mask=(rows < end)[:, None] & dmask[None, :],
+                    other=0.0)
+        bad += tl.sum(tl.where(x - x == 0, 0, 1), axis=1)
+    return tl.sum(bad, axis=0) == 0
+
+
+@triton.jit
+def _state_rows(y_base, rh, gh, rows, rmask, offs_v, vmask, syn, syd, BWD: tl.constexpr, ALIGN: tl.constexpr):
+    """The rows' values y [rows, BV] and weights w [rows] of a state: the forward's y = v
+    (input dtype), w = 1; the backward's y = do / den, w = g (fp32)."""
+    y = tl.load(_tile(y_base, rows, offs_v, syn, syd, ALIGN), mask=rmask[:, None] & vmask[None, :], other=0.0)
+    if BWD:
+        y = y.to(tl.float32) * tl.load(rh + rows, mask=rmask, other=0.0)[:, None]
+        w = tl.load(gh + rows, mask=rmask, other=0.0)
+    else:
+        w = tl.where(rmask, 1.0, 0.0)
+    return y, w
+
+
+@triton.jit
+def _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, vmask, sxn, sxd, syn, syd,
+               DP: tl.constexpr, FT: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, GATHER: tl.constexpr,
+               EXACT: tl.constexpr, BWD: tl.constexpr, ALIGN: tl.constexpr, DOT_BF16: tl.constexpr,
+               PRECISION: tl.constexpr):
+    """Quadratic tile t of a state over the rows [start, end): sum p^T y [FT, BV] and sum p^T
+    w [FT] with p = x_a x_b, unscaled (see _state_rows for y, w). The products: two exact
+    selector dots, (E1^T x^T) * (E2^T x^T), in the layout the next dot takes; with GATHER
+    (rows with an infinite or NaN entry, which a selector dot would spread to every feature:
+    inf * 0) gathered from memory (_pair_products)."""
+    a, b, _, m = _quad_features(t, d, DP, FT)
+    E1t, E2t, _, _ = _quad_tile(t, d, DP, FT, DOT_BF16, True)
+    acc = tl.zeros([FT, BV], dtype=tl.float32)
+    accw = tl.zeros([FT], dtype=tl.float32)
+    for c0 in range(start, end, CHUNK):
+        rows = c0 + tl.arange(0, CHUNK)
+        rmask = rows < end
+        y, w = _state_rows(y_base, rh, gh, rows, rmask, offs_v, vmask, syn, syd, BWD, ALIGN)
+        if GATHER:
+            p = _pair_products(x_base, rows, rmask, a, b, m, sxn, sxd, ALIGN)
+        else:
+            xt = tl.load(_tile_t(x_base, rows, offs_d, sxn, sxd, ALIGN), mask=dmask[:, None] & rmask[None, :],
+                         other=0.0)
+            p = _mm(E1t, xt, DOT_BF16, PRECISION) * _mm(E2t, xt, DOT_BF16, PRECISION)
+        if EXACT:
+            acc += _mm_exact(p, y, DOT_BF16, PRECISION, 2)
+        else:
+            acc += _mm(p, y, DOT_BF16, PRECISION)
+        accw += tl.sum(p * w[None, :], axis=1)
+    return acc, accw
+
+
+@triton.jit
+def _state_pass(x_base, y_base, rh, gh, SS, ZS, H, N, seg_len, d, Dv, F, nvt, c, sxn, sxd, syn, syd,
+                DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, CHUNK: tl.constexpr, EXACT: tl.constexpr,
+                BWD: tl.constexpr, ALIGN: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """A state-pass program (see _state_program): the segment's sum phi(x) y^T and sum phi(x) w
+    (_state_rows) on its quadratic tile and Dv tile, and on quadratic tile 0 the constant and
+    linear rows too, into SS [.., F, Dv] and ZS [.., F] (z on Dv tile 0). phi's scales (c,
+    c^2 / sqrt(2)) are applied to the sums."""
+    bh, s, t, vb, b, h, d, Dv = _state_program(H, d, Dv, nvt, ALIGN)
+    offs_d = tl.arange(0, DP)
+    offs_v = vb * BV + tl.arange(0, BV)
+    dmask = offs_d < d
+    vmask = offs_v < Dv
+    start = s * seg_len
+    end = tl.minimum(start + seg_len, N)
+    # one branch per program, outside the loops (a branch inside keeps them from pipelining);
+    # fp32 x gathered: a tf32 selector dot would round it
+    if x_base.dtype.element_ty == tl.float32:
+        s2, z2 = _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, vmask, sxn, sxd, syn,
+                            syd, DP, FT, BV, CHUNK, True, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
+    elif _finite(x_base, start, end, offs_d, dmask, sxn, sxd, CHUNK, ALIGN):
+        s2, z2 = _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, vmask, sxn, sxd, syn,
+                            syd, DP, FT, BV, CHUNK, False, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
+    else:
+        s2, z2 = _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, vmask, sxn, sxd, syn,
+                            syd, DP, FT, BV, CHUNK, True, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
+    sidx = (bh * tl.num_programs(1) + s).to(tl.int64)
+    base = SS + sidx * F * Dv
+    zb = ZS + sidx * F
+    q2 = c * c * RSQRT2
+    _, _, r2, m2 = _quad_features(t, d, DP, FT)
+    _store_rows(base, zb, r2, m2, offs_v, vmask, Dv, s2 * q2, z2 * q2, vb == 0)
+    if t == 0:
+        s0 = tl.zeros([BV], dtype=tl.float32)
+        s1 = tl.zeros([DP, BV], dtype=tl.float32)
+        z0 = tl.zeros([CHUNK], dtype=tl.float32)
+        z1 = tl.zeros([DP], dtype=tl.float32)
+        for c0 in range(start, end, CHUNK):
+            rows = c0 + tl.arange(0, CHUNK)
+            rmask = rows < end
+            y, w = _state_rows(y_base, rh, gh, rows, rmask, offs_v, vmask, syn, syd, BWD, ALIGN)
+            xt = tl.load(_tile_t(x_base, rows, offs_d, sxn, sxd, ALIGN), mask=dmask[:, None] & rmask[None, :],
+                         other=0.0)
+            s0 += tl.sum(y.to(tl.float32), axis=0)
+            s1 += _mm(xt, y, DOT_BF16, PRECISION)
+            z0 += w
+            z1 += tl.sum(xt.to(tl.float32) * w[None, :], axis=1)
+        tl.store(base + offs_v, s0, mask=vmask)
+        _store_rows(base, zb, 1 + offs_d, dmask, offs_v, vmask, Dv, s1 * c, z1 * c, vb == 0)
+        if vb == 0:
+            tl.store(zb, tl.sum(z0, axis=0))
 
 
 @kernel(inputs=2, outputs=2)
 def based_state_kernel(
     K, V,
-    H, N, seg_len, d, Dv, F, c,
+    H, N, seg_len, d, Dv, F, nvt, c,
     skb, skh, skn, skd, svb, svh, svn, svd,
     DS, DZ,
-    DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr, MM: tl.constexpr, EXACT: tl.constexpr,
+    DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, EXACT: tl.constexpr,
 ):
-    """Grid (B*H, segments, Dv tiles). The segment's partial state sum phi(k) v^T (one Dv
-    tile) and sum phi(k) (tile 0): the final state. The products k_a k_b and k meet v
-    unrounded (with EXACT: two bf16 terms; k is exact in one), and the scales of phi
-    (c, c^2 / sqrt(2)) are applied to the sums, so the state is exact but for fp32 sums."""
-    bh, s, vb, b, h, d, Dv = _program(H, d, Dv, ALIGN)
-    nseg = tl.num_programs(1)
-    k_base = _head(K, b, h, skb, skh, ALIGN)
-    v_base = _head(V, b, h, svb, svh, ALIGN)
-    offs_d, offs_v, dmask, vmask, E1, E2 = _chunk_tiles(vb, d, Dv, DP, BV, DOT_BF16)
-    s0, s1, s2, z0, z1, z2 = _zero_state(DP, BV)
-    start = s * seg_len
-    end = tl.minimum(start + seg_len, N)
-    for c0 in range(start, end, CHUNK):
-        rows = c0 + tl.arange(0, CHUNK)
-        rmask = rows < end
-        k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=rmask[:, None] & dmask[None, :], other=0.0)
-        v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=rmask[:, None] & vmask[None, :], other=0.0)
-        # elementwise products (MM False): IEEE, where a selector dot would turn one infinite
-        # entry of k into NaN in every product of its row (inf * 0)
-        p = _products(k, E1, E2, False, DP, CHUNK, DOT_BF16, PRECISION)
-        s0 += tl.sum(v.to(tl.float32), axis=0)
-        s1 += _mm(tl.trans(k), v, DOT_BF16, PRECISION)
-        if EXACT:
-            s2 += _mm_exact(tl.trans(p), v, DOT_BF16, PRECISION, 2)
-        else:
-            s2 += _mm(tl.trans(p), v, DOT_BF16, PRECISION)
-        z0 += tl.sum(tl.where(rmask, 1.0, 0.0), axis=0)
-        z1 += tl.sum(k.to(tl.float32), axis=0)
-        z2 += tl.sum(p, axis=0)
-    q2 = c * c * RSQRT2
-    _store_state(DS, DZ, bh * nseg + s, F, Dv, d, offs_v, vmask, s0, s1 * c, s2 * q2, z0, z1 * c, z2 * q2, vb == 0,
-                 DP)
-
-
-@kernel(inputs=5, outputs=2)
-def based_fwd_kernel(
-    Q, K, V, SS, ZS,
-    H, N, seg_len, d, Dv, F, nseg_state, state_seg_mult, c, scale, eps,
-    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod,
-    O, RDEN,
-    CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr, MM: tl.constexpr,
-):
-    """Grid (B*H, segments, Dv tiles). Output rows of one segment and Dv tile, from the
-    segment's start state SS[bh * nseg_state + s * state_seg_mult] (bidirectional: the total
-    state, state_seg_mult = 0): o = (phi(q) S + A v) / (phi(q) . z + rowsum A + eps), then
-    S += phi(K)^T V chunk by chunk. Tile 0 writes 1/den to RDEN [B*H, N] fp32."""
-    bh, s, vb, b, h, d, Dv = _program(H, d, Dv, ALIGN)
-    q_base = _head(Q, b, h, sqb, sqh, ALIGN)
-    k_base = _head(K, b, h, skb, skh, ALIGN)
-    v_base = _head(V, b, h, svb, svh, ALIGN)
-    o_base = _head(O, b, h, sob, soh, ALIGN)
-    offs_d, offs_v, dmask, vmask, E1, E2 = _chunk_tiles(vb, d, Dv, DP, BV, DOT_BF16)
-    s0, s1, s2, z0, z1, z2 = _load_state(SS, ZS, bh * nseg_state + s * state_seg_mult, F, Dv, d, offs_v, vmask, DP)
-    start = s * seg_len
-    end = tl.minimum(start + seg_len, N)
-    for c0 in range(start, end, CHUNK):
-        rows = c0 + tl.arange(0, CHUNK)
-        rmask = rows < end
-        dm = rmask[:, None] & dmask[None, :]
-        vm = rmask[:, None] & vmask[None, :]
-        q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=dm, other=0.0)
-        q0, q1, q2 = _phi(q, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
-        num = q0[:, None] * s0[None, :] + _mm(q1, s1, DOT_BF16, PRECISION) + _mm(q2, s2, DOT_BF16, PRECISION)
-        den = q0 * z0 + tl.sum(q1 * z1[None, :], axis=1) + tl.sum(q2 * z2[None, :], axis=1)
-        if CAUSAL:
-            k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=dm, other=0.0)
-            v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=vm, other=0.0)
-            A, _ = _weights(q, k, scale, (rows[:, None] >= rows[None, :]) & rmask[None, :], DOT_BF16, PRECISION)
-            num += _mm(A, v, DOT_BF16, PRECISION)
-            den += tl.sum(A, axis=1)
-            k0, k1, k2 = _phi(k, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
-            s0 += tl.sum(v.to(tl.float32), axis=0)
-            s1 += _mm(tl.trans(k1), v, DOT_BF16, PRECISION)
-            s2 += _mm(tl.trans(k2), v, DOT_BF16, PRECISION)
-            z0 += tl.sum(k0, axis=0)
-            z1 += tl.sum(k1, axis=0)
-            z2 += tl.sum(k2, axis=0)
-        den = den + eps
-        tl.store(_tile(o_base, rows, offs_v, son, sod, ALIGN), (num / den[:, None]).to(O.dtype.element_ty), mask=vm)
-        if vb == 0:
-            tl.store(RDEN + bh.to(tl.int64) * N + rows, 1.0 / den, mask=rmask)
-
-
-@triton.jit
-def _load_state_t(SS, ZS, sidx, F, Dv, d, offs_v, vmask, DP: tl.constexpr):
-    """_load_state with the S tiles transposed: (s0 [BV], s1^T [BV, DP], s2^T [BV, DP*DP], z0, z1, z2)."""
-    r1, m1, r2, m2 = _rows(d, DP)
-    base = SS + sidx.to(tl.int64) * F * Dv
-    s0 = tl.load(base + offs_v, mask=vmask, other=0.0)
-    s1 = tl.load(base + r1[None, :] * Dv + offs_v[:, None], mask=m1[None, :] & vmask[:, None], other=0.0)
-    s2 = tl.load(base + r2[None, :] * Dv + offs_v[:, None], mask=m2[None, :] & vmask[:, None], other=0.0)
-    zb = ZS + sidx.to(tl.int64) * F
-    return s0, s1, s2, tl.load(zb), tl.load(zb + r1, mask=m1, other=0.0), tl.load(zb + r2, mask=m2, other=0.0)
-
-
-@kernel(inputs=5, outputs=2)
-def based_fwd_t_kernel(
-    Q, K, V, SS, ZS,
-    H, N, seg_len, d, Dv, F, nseg_state, state_seg_mult, c, scale, eps,
-    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod,
-    O, RDEN,
-    CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr, MM: tl.constexpr,
-):
-    """based_fwd_kernel transposed: the state is held as S^T [BV, F], the left operand of
-    o^T = S^T phi(Q)^T and of S^T += V^T phi(K), so it stays in registers (a dot's left
-    operand may; its right one is read from shared memory)."""
-    bh, s, vb, b, h, d, Dv = _program(H, d, Dv, ALIGN)
-    q_base = _head(Q, b, h, sqb, sqh, ALIGN)
-    k_base = _head(K, b, h, skb, skh, ALIGN)
-    v_base = _head(V, b, h, svb, svh, ALIGN)
-    o_base = _head(O, b, h, sob, soh, ALIGN)
-    offs_d, offs_v, dmask, vmask, E1, E2 = _chunk_tiles(vb, d, Dv, DP, BV, DOT_BF16)
-    s0, s1, s2, z0, z1, z2 = _load_state_t(SS, ZS, bh * nseg_state + s * state_seg_mult, F, Dv, d, offs_v, vmask,
-                                           DP)
-    start = s * seg_len
-    end = tl.minimum(start + seg_len, N)
-    for c0 in range(start, end, CHUNK):
-        rows = c0 + tl.arange(0, CHUNK)
-        rmask = rows < end
-        dm = rmask[:, None] & dmask[None, :]
-        q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=dm, other=0.0)
-        if MM:
-            q2 = _mm(tl.trans(E1), tl.trans(q), DOT_BF16, PRECISION) * \
-                _mm(tl.trans(E2), tl.trans(q), DOT_BF16, PRECISION) * (c * c * RSQRT2)
-        else:
-            q2 = tl.trans(_products(q, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)) * (c * c * RSQRT2)
-        q1 = tl.trans(q.to(tl.float32)) * c
-        q0 = tl.where(rmask, 1.0, 0.0)
-        num = s0[:, None] * q0[None, :] + _mm(s1, q1, DOT_BF16, PRECISION) + _mm(s2, q2, DOT_BF16, PRECISION)
-        den = q0 * z0 + tl.sum(q1 * z1[:, None], axis=0) + tl.sum(q2 * z2[:, None], axis=0)
-        if CAUSAL:
-            k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=dm, other=0.0)
-            vt = tl.trans(tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=rmask[:, None] & vmask[None, :],
-                                  other=0.0))
-            At, _ = _weights(k, q, scale, (rows[None, :] >= rows[:, None]) & rmask[:, None], DOT_BF16, PRECISION)
-            num += _mm(vt, At, DOT_BF16, PRECISION)
-            den += tl.sum(At, axis=0)
-            k0, k1, k2 = _phi(k, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
-            s0 += tl.sum(vt.to(tl.float32), axis=1)
-            s1 += _mm(vt, k1, DOT_BF16, PRECISION)
-            s2 += _mm(vt, k2, DOT_BF16, PRECISION)
-            z0 += tl.sum(k0, axis=0)
-            z1 += tl.sum(k1, axis=0)
-            z2 += tl.sum(k2, axis=0)
-        den = den + eps
-        o = tl.trans(num / den[None, :])
-        tl.store(_tile(o_base, rows, offs_v, son, sod, ALIGN), o.to(O.dtype.element_ty),
-                 mask=rmask[:, None] & vmask[None, :])
-        if vb == 0:
-            tl.store(RDEN + bh.to(tl.int64) * N + rows, 1.0 / den, mask=rmask)
+    """Grid (quadratic tiles * Dv tiles, segments, B*H). The segment's partial state sum
+    phi(k) v^T and sum phi(k) on one tile of FT quadratic features and one Dv tile (z on Dv
+    tile 0; quadratic tile 0 also the constant and linear rows). The products k_a k_b and k
+    meet v unrounded (with EXACT: two bf16 terms; k is exact in one), and phi's scales are
+    applied to the sums, so the state is exact but for fp32 sums."""
+    bh = tl.program_id(2)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    _state_pass(_head(K, b, h, skb, skh, ALIGN), _head(V, b, h, svb, svh, ALIGN), K, K, DS, DZ, H, N, seg_len, d,
+                Dv, F, nvt, c, skn, skd, svn, svd, DP, BV, FT, CHUNK, EXACT, False, ALIGN, DOT_BF16, PRECISION)
 
 
 @kernel(inputs=3, outputs=1)
@@ -375,38 +338,147 @@ def based_bwd_g_kernel(
 @kernel(inputs=4, outputs=2)
 def based_bwd_state_kernel(
     Q, DO, RDEN, G,
-    H, N, seg_len, d, Dv, F, c,
+    H, N, seg_len, d, Dv, F, nvt, c,
     sqb, sqh, sqn, sqd, sdb, sdh, sdn, sdd,
     DR, DRZ,
-    DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr, MM: tl.constexpr,
+    DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
-    """Grid (B*H, segments, Dv tiles). The segment's partial reverse state:
-    R = sum phi(q) u^T (one Dv tile), r = sum phi(q) g (tile 0)."""
-    bh, s, vb, b, h, d, Dv = _program(H, d, Dv, ALIGN)
-    nseg = tl.num_programs(1)
+    """Grid (quadratic tiles * Dv tiles, segments, B*H), as based_state_kernel. The segment's
+    partial reverse state R = sum phi(q) u^T and r = sum phi(q) g (Dv tile 0), u = do / den."""
+    bh = tl.program_id(2)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    _state_pass(_head(Q, b, h, sqb, sqh, ALIGN), _head(DO, b, h, sdb, sdh, ALIGN), RDEN + bh.to(tl.int64) * N,
+                G + bh.to(tl.int64) * N, DR, DRZ, H, N, seg_len, d, Dv, F, nvt, c, sqn, sqd, sdn, sdd, DP, BV, FT,
+                CHUNK, False, True, ALIGN, DOT_BF16, PRECISION)
+
+
+# Block kernels: one program per (b*h, block of BM rows, Dv tile), no walk. A causal block
+# meets its segment's start state (the state term) and the segment's rows up to its own
+# (the parallel view, block by block, as flash attention does): the segments are seg_len
+# rows, a multiple of BM. The state is read in quadratic feature tiles of FT features.
+
+
+@triton.jit
+def _state_terms(x, y, gcol, rmask, SS, ZS, sidx, F, Dv, d, c, offs_v, vmask,
+                 DP: tl.constexpr, FT: tl.constexpr, FWD: tl.constexpr, GRAD: tl.constexpr,
+                 DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """Rows x [BM, DP] (raw q or k) against state sidx of SS [.., F, Dv] and ZS [.., F], one
+    Dv tile. Returns (num, den, dx): with FWD num = phi(x) S [BM, BV] and den = phi(x) . z;
+    with GRAD dx [BM, DP], the chain rule through phi of dphi(x) = S y + z gcol (y [BM, BV],
+    gcol [BM]); zeros where not asked. S is read as [F, BV] for FWD and as S^T [BV, F] for
+    GRAD (loaded so, not transposed in registers: see _quad_tile)."""
+    offs_d = tl.arange(0, DP)
+    m1 = offs_d < d
+    base = SS + sidx.to(tl.int64) * F * Dv
+    zb = ZS + sidx.to(tl.int64) * F
+    z1 = tl.load(zb + 1 + offs_d, mask=m1, other=0.0)
+    num = tl.zeros([x.shape[0], offs_v.shape[0]], dtype=tl.float32)
+    den = tl.zeros([x.shape[0]], dtype=tl.float32)
+    dx = tl.zeros([x.shape[0], DP], dtype=tl.float32)
+    if FWD:
+        x0 = tl.where(rmask, 1.0, 0.0)
+        x1 = x.to(tl.float32) * c
+        s1 = tl.load(base + (1 + offs_d)[:, None] * Dv + offs_v[None, :], mask=m1[:, None] & vmask[None, :],
+                     other=0.0)
+        num = x0[:, None] * tl.load(base + offs_v, mask=vmask, other=0.0)[None, :] + _mm(x1, s1, DOT_BF16, PRECISION)
+        den = x0 * tl.load(zb) + tl.sum(x1 * z1[None, :], axis=1)
+    if GRAD:
+        s1t = tl.load(base + (1 + offs_d)[None, :] * Dv + offs_v[:, None], mask=m1[None, :] & vmask[:, None],
+                      other=0.0)
+        dx = c * (_mm(y, s1t, DOT_BF16, PRECISION) + gcol[:, None] * z1[None, :])
+    c2 = c * c * RSQRT2
+    if PRECISION == "ieee":
+        # FMA dots (fp32 inputs, one row): a runtime loop over the tiles that hold features
+        # (a < d), which unrolled take minutes to compile
+        for t in range(0, tl.cdiv(d * DP, FT)):
+            num, den, dx = _state_tile(t, x, y, gcol, base, zb, Dv, d, c2, offs_v, vmask, num, den, dx, DP, FT, FWD,
+                                       GRAD, DOT_BF16, PRECISION)
+    else:
+        for t in tl.static_range(DP * DP // FT):  # unrolled: see _quad_tile
+            num, den, dx = _state_tile(t, x, y, gcol, base, zb, Dv, d, c2, offs_v, vmask, num, den, dx, DP, FT, FWD,
+                                       GRAD, DOT_BF16, PRECISION)
+    return num, den, dx
+
+
+@triton.jit
+def _state_tile(t, x, y, gcol, base, zb, Dv, d, c2, offs_v, vmask, num, den, dx, DP: tl.constexpr, FT: tl.constexpr,
+                FWD: tl.constexpr, GRAD: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """_state_terms' quadratic tile t, added to (num, den, dx)."""
+    E1, E2, r2, m2 = _quad_tile(t, d, DP, FT, DOT_BF16)
+    z2 = tl.load(zb + r2, mask=m2, other=0.0)
+    xa = _mm(x, E1, DOT_BF16, PRECISION)
+    xb = _mm(x, E2, DOT_BF16, PRECISION)
+    if FWD:
+        s2 = tl.load(base + r2[:, None] * Dv + offs_v[None, :], mask=m2[:, None] & vmask[None, :], other=0.0)
+        x2 = xa * xb * c2
+        num += _mm(x2, s2, DOT_BF16, PRECISION)
+        den += tl.sum(x2 * z2[None, :], axis=1)
+    if GRAD:
+        E1t, E2t, _, _ = _quad_tile(t, d, DP, FT, DOT_BF16, True)
+        s2t = tl.load(base + r2[None, :] * Dv + offs_v[:, None], mask=m2[None, :] & vmask[:, None], other=0.0)
+        w2 = _mm(y, s2t, DOT_BF16, PRECISION) + gcol[:, None] * z2[None, :]
+        dx += c2 * (_mm(w2 * xb, E1t, DOT_BF16, PRECISION) + _mm(w2 * xa, E2t, DOT_BF16, PRECISION))
+    return num, den, dx
+
+
+@triton.jit
+def _block(H, N, d, Dv, seg_len, nseg_state, state_seg_mult, ALIGN: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr):
+    """A block kernel's program of grid (B*H, row blocks, Dv tiles): (bh, b, h, d, Dv, Dv
+    tile, its state's index bh * nseg_state + segment * state_seg_mult, the segment's first
+    row, its first row, its rows and their mask, feature and Dv offsets and
+    masks, 1.0 on Dv tile 0 else 0.0 (the g terms belong to tile 0))."""
+    bh, blk, vb, b, h, d, Dv = _program(H, d, Dv, ALIGN)
+    r0 = blk * BM
+    seg = r0 // seg_len
+    rows = r0 + tl.arange(0, BM)
+    offs_d = tl.arange(0, DP)
+    offs_v = vb * BV + tl.arange(0, BV)
+    return (bh, b, h, d, Dv, vb, bh * nseg_state + seg * state_seg_mult, seg * seg_len, r0, rows, rows < N, offs_d, offs_v, offs_d < d, offs_v < Dv,
+            (vb == 0).to(tl.float32))
+
+
+@kernel(inputs=5, outputs=2)
+def based_fwd_kernel(
+    Q, K, V, SS, ZS,
+    H, N, seg_len, d, Dv, F, nseg_state, state_seg_mult, c, scale, eps,
+    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod,
+    O, RDEN,
+    CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr, FT: tl.constexpr,
+    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (B*H, row blocks, Dv tiles). o = (phi(q) S + A v) / (phi(q) . z + rowsum A + eps)
+    on BM rows and one Dv tile: S, z the segment's start state SS[bh * nseg_state + seg *
+    state_seg_mult] (bidirectional: the total, state_seg_mult 0); A = 1 + s + s^2/2 over the
+    segment's rows up to each row (causal). Tile 0 writes 1/den to RDEN [B*H, N] fp32."""
+    bh, b, h, d, Dv, vb, sidx, seg0, r0, rows, rmask, offs_d, offs_v, dmask, vmask, _ = _block(
+        H, N, d, Dv, seg_len, nseg_state, state_seg_mult, ALIGN, DP, BV, BM)
     q_base = _head(Q, b, h, sqb, sqh, ALIGN)
-    do_base = _head(DO, b, h, sdb, sdh, ALIGN)
-    offs_d, offs_v, dmask, vmask, E1, E2 = _chunk_tiles(vb, d, Dv, DP, BV, DOT_BF16)
-    R0, R1, R2, r0, r1, r2 = _zero_state(DP, BV)
-    start = s * seg_len
-    end = tl.minimum(start + seg_len, N)
-    for c0 in range(start, end, CHUNK):
-        rows = c0 + tl.arange(0, CHUNK)
-        rmask = rows < end
-        q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=rmask[:, None] & dmask[None, :], other=0.0)
-        rden = tl.load(RDEN + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
-        g = tl.load(G + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
-        do = tl.load(_tile(do_base, rows, offs_v, sdn, sdd, ALIGN), mask=rmask[:, None] & vmask[None, :], other=0.0)
-        u = do.to(tl.float32) * rden[:, None]
-        q0, q1, q2 = _phi(q, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
-        R0 += tl.sum(u, axis=0)
-        R1 += _mm(tl.trans(q1), u, DOT_BF16, PRECISION)
-        R2 += _mm(tl.trans(q2), u, DOT_BF16, PRECISION)
-        r0 += tl.sum(q0 * g, axis=0)
-        r1 += tl.sum(q1 * g[:, None], axis=0)
-        r2 += tl.sum(q2 * g[:, None], axis=0)
-    _store_state(DR, DRZ, bh * nseg + s, F, Dv, d, offs_v, vmask, R0, R1, R2, r0, r1, r2, vb == 0, DP)
+    k_base = _head(K, b, h, skb, skh, ALIGN)
+    v_base = _head(V, b, h, svb, svh, ALIGN)
+    q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=rmask[:, None] & dmask[None, :], other=0.0)
+    num, den, _ = _state_terms(q, q, rows, rmask, SS, ZS, sidx, F, Dv, d, c, offs_v,
+                               vmask, DP, FT, True, False, DOT_BF16, PRECISION)
+    if CAUSAL:
+        for k0 in range(seg0, r0, BM):
+            cols = k0 + tl.arange(0, BM)
+            kt = tl.load(_tile_t(k_base, cols, offs_d, skn, skd, ALIGN), mask=dmask[:, None], other=0.0)
+            v = tl.load(_tile(v_base, cols, offs_v, svn, svd, ALIGN), mask=vmask[None, :], other=0.0)
+            A = _weights(q, kt, scale, True, DOT_BF16, PRECISION)[0]
+            num += _mm(A, v, DOT_BF16, PRECISION)
+            den += tl.sum(A, axis=1)
+        kt = tl.load(_tile_t(k_base, rows, offs_d, skn, skd, ALIGN), mask=dmask[:, None] & rmask[None, :], other=0.0)
+        v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=rmask[:, None] & vmask[None, :], other=0.0)
+        A = _weights(q, kt, scale, (rows[:, None] >= rows[None, :]) & rmask[None, :], DOT_BF16, PRECISION)[0]
+        num += _mm(A, v, DOT_BF16, PRECISION)
+        den += tl.sum(A, axis=1)
+    den = den + eps
+    o_base = _head(O, b, h, sob, soh, ALIGN)
+    tl.store(_tile(o_base, rows, offs_v, son, sod, ALIGN), (num / den[:, None]).to(O.dtype.element_ty),
+             mask=rmask[:, None] & vmask[None, :])
+    if vb == 0:
+        tl.store(RDEN + bh.to(tl.int64) * N + rows, 1.0 / den, mask=rmask)
 
 
 @kernel(inputs=8, outputs=1)
@@ -415,49 +487,65 @@ def based_bwd_dq_kernel(
     H, N, seg_len, d, Dv, F, nseg_state, state_seg_mult, c, scale, tile_stride,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd, sgb, sgh, sgn, sgd,
     DQ,
-    CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr, MM: tl.constexpr,
+    CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr, FT: tl.constexpr,
+    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
-    """Grid (B*H, segments, Dv tiles). This tile's part of dq (at DQ + tile * tile_stride):
-    the chain rule of dphi(q) = S u + z g, plus scale * (P * (1 + s)) k inside the chunk,
-    walking forwards from the segment's start state."""
-    bh, s, vb, b, h, d, Dv = _program(H, d, Dv, ALIGN)
+    """Grid (B*H, row blocks, Dv tiles). This tile's part of dq (at DQ + tile * tile_stride):
+    the chain rule of dphi(q) = S u + z g (the segment's start state), plus scale * (P * (1 +
+    s)) k over the segment's rows up to each row (causal)."""
+    bh, b, h, d, Dv, vb, sidx, seg0, r0, rows, rmask, offs_d, offs_v, dmask, vmask, g_on = _block(
+        H, N, d, Dv, seg_len, nseg_state, state_seg_mult, ALIGN, DP, BV, BM)
     q_base = _head(Q, b, h, sqb, sqh, ALIGN)
     k_base = _head(K, b, h, skb, skh, ALIGN)
     v_base = _head(V, b, h, svb, svh, ALIGN)
     do_base = _head(DO, b, h, sdb, sdh, ALIGN)
+    dm = rmask[:, None] & dmask[None, :]
+    vm = rmask[:, None] & vmask[None, :]
+    rden = tl.load(RDEN + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
+    g = tl.load(G + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0) * g_on
+    u = tl.load(_tile(do_base, rows, offs_v, sdn, sdd, ALIGN), mask=vm, other=0.0).to(tl.float32) * rden[:, None]
+    q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=dm, other=0.0)
+    _, _, dq = _state_terms(q, u, g, rmask, SS, ZS, sidx, F, Dv, d, c, offs_v,
+                            vmask, DP, FT, False, True, DOT_BF16, PRECISION)
+    if CAUSAL:
+        for k0 in range(seg0, r0, BM):
+            cols = k0 + tl.arange(0, BM)
+            k = tl.load(_tile(k_base, cols, offs_d, skn, skd, ALIGN), mask=dmask[None, :], other=0.0)
+            kt = tl.load(_tile_t(k_base, cols, offs_d, skn, skd, ALIGN), mask=dmask[:, None], other=0.0)
+            vt = tl.load(_tile_t(v_base, cols, offs_v, svn, svd, ALIGN), mask=vmask[:, None], other=0.0)
+            s = _weights(q, kt, scale, True, DOT_BF16, PRECISION)[1]
+            P = _mm(u, vt, DOT_BF16, PRECISION) + g[:, None]
+            dq += scale * _mm(P * (1.0 + s), k, DOT_BF16, PRECISION)
+        k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=dm, other=0.0)
+        kt = tl.load(_tile_t(k_base, rows, offs_d, skn, skd, ALIGN), mask=dmask[:, None] & rmask[None, :], other=0.0)
+        vt = tl.load(_tile_t(v_base, rows, offs_v, svn, svd, ALIGN), mask=vmask[:, None] & rmask[None, :], other=0.0)
+        causal = (rows[:, None] >= rows[None, :]) & rmask[None, :]
+        s = _weights(q, kt, scale, causal, DOT_BF16, PRECISION)[1]
+        P = _mm(u, vt, DOT_BF16, PRECISION) + g[:, None]
+        dq += scale * _mm(tl.where(causal, P * (1.0 + s), 0.0), k, DOT_BF16, PRECISION)
     dq_base = _head(DQ + vb.to(tl.int64) * tile_stride, b, h, sgb, sgh, ALIGN)
-    offs_d, offs_v, dmask, vmask, E1, E2 = _chunk_tiles(vb, d, Dv, DP, BV, DOT_BF16)
-    g_on = (vb == 0).to(tl.float32)
-    s0, s1, s2, z0, z1, z2 = _load_state(SS, ZS, bh * nseg_state + s * state_seg_mult, F, Dv, d, offs_v, vmask, DP)
-    start = s * seg_len
-    end = tl.minimum(start + seg_len, N)
-    for c0 in range(start, end, CHUNK):
-        rows = c0 + tl.arange(0, CHUNK)
-        rmask = rows < end
-        dm = rmask[:, None] & dmask[None, :]
-        vm = rmask[:, None] & vmask[None, :]
-        rden = tl.load(RDEN + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
-        g = tl.load(G + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0) * g_on
-        u = tl.load(_tile(do_base, rows, offs_v, sdn, sdd, ALIGN), mask=vm, other=0.0).to(tl.float32) * rden[:, None]
-        q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=dm, other=0.0)
-        w1 = _mm(u, tl.trans(s1), DOT_BF16, PRECISION) + g[:, None] * z1[None, :]
-        w2 = _mm(u, tl.trans(s2), DOT_BF16, PRECISION) + g[:, None] * z2[None, :]
-        dq = _phi_grad(q, w1, w2, c, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
-        if CAUSAL:
-            k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=dm, other=0.0)
-            v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=vm, other=0.0)
-            causal = (rows[:, None] >= rows[None, :]) & rmask[None, :]
-            _, sc = _weights(q, k, scale, causal, DOT_BF16, PRECISION)
-            P = _mm(u, tl.trans(v), DOT_BF16, PRECISION) + g[:, None]
-            ds = tl.where(causal, P * (1.0 + sc), 0.0)
-            dq += scale * _mm(ds, k, DOT_BF16, PRECISION)
-            _, k1, k2 = _phi(k, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
-            s1 += _mm(tl.trans(k1), v, DOT_BF16, PRECISION)
-            s2 += _mm(tl.trans(k2), v, DOT_BF16, PRECISION)
-            z1 += tl.sum(k1, axis=0)
-            z2 += tl.sum(k2, axis=0)
-        tl.store(_tile(dq_base, rows, offs_d, sgn, sgd, ALIGN), dq.to(DQ.dtype.element_ty), mask=dm)
+    tl.store(_tile(dq_base, rows, offs_d, sgn, sgd, ALIGN), dq.to(DQ.dtype.element_ty), mask=dm)
+
+
+@triton.jit
+def _dkdv_block(k, v, qrows, qmask, causal, q_base, do_base, rden_base, g_base, g_on, dv, dk, offs_d, offs_v, dmask,
+                vmask, scale, sqn, sqd, sdn, sdd, ALIGN: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """Adds what the query rows ``qrows`` give to dv and dk of the key block (k, v): A^T u and
+    scale * (P^T * (1 + s^T)) q, zero where ``causal`` ([key, query]) is false."""
+    qm = qmask[:, None] & dmask[None, :]
+    q = tl.load(_tile(q_base, qrows, offs_d, sqn, sqd, ALIGN), mask=qm, other=0.0)
+    qt = tl.load(_tile_t(q_base, qrows, offs_d, sqn, sqd, ALIGN), mask=dmask[:, None] & qmask[None, :], other=0.0)
+    rden = tl.load(rden_base + qrows, mask=qmask, other=0.0)
+    g = tl.load(g_base + qrows, mask=qmask, other=0.0) * g_on
+    u = tl.load(_tile(do_base, qrows, offs_v, sdn, sdd, ALIGN), mask=qmask[:, None] & vmask[None, :],
+                other=0.0).to(tl.float32) * rden[:, None]
+    ut = tl.load(_tile_t(do_base, qrows, offs_v, sdn, sdd, ALIGN), mask=vmask[:, None] & qmask[None, :],
+                 other=0.0).to(tl.float32) * rden[None, :]
+    At, st = _weights(k, qt, scale, causal, DOT_BF16, PRECISION)
+    dv += _mm(At, u, DOT_BF16, PRECISION)
+    Pt = _mm(v, ut, DOT_BF16, PRECISION) + g[None, :]
+    dk += scale * _mm(tl.where(causal, Pt * (1.0 + st), 0.0), q, DOT_BF16, PRECISION)
+    return dv, dk
 
 
 @kernel(inputs=8, outputs=2)
@@ -467,59 +555,43 @@ def based_bwd_dkdv_kernel(
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd,
     sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd,
     DK, DV,
-    CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr, MM: tl.constexpr,
+    CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr, FT: tl.constexpr,
+    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
-    """Grid (B*H, segments, Dv tiles). Walks the segment backwards from the reverse state at
-    its end: dv = phi(K) R + A^T U (this tile), this tile's part of dk (at DK + tile *
-    tile_stride): the chain rule of dphi(k) = R v + r, plus scale * (P^T * (1 + s^T)) q
-    inside the chunk; then R += phi(Q)^T U, r += phi(Q)^T g."""
-    bh, s, vb, b, h, d, Dv = _program(H, d, Dv, ALIGN)
+    """Grid (B*H, row blocks, Dv tiles), rows of k and v. From the reverse state at the
+    segment's end, RS[bh * nseg_state + seg * state_seg_mult] (bidirectional: the total):
+    dv = phi(k) R + A^T u (this tile) and this tile's part of dk (at DK + tile * tile_stride),
+    the chain rule of dphi(k) = R v + r plus scale * (P^T * (1 + s^T)) q, with A and P over
+    the segment's rows from each row on (causal)."""
+    bh, b, h, d, Dv, vb, sidx, seg0, r0, rows, rmask, offs_d, offs_v, dmask, vmask, g_on = _block(
+        H, N, d, Dv, seg_len, nseg_state, state_seg_mult, ALIGN, DP, BV, BM)
     q_base = _head(Q, b, h, sqb, sqh, ALIGN)
     k_base = _head(K, b, h, skb, skh, ALIGN)
     v_base = _head(V, b, h, svb, svh, ALIGN)
     do_base = _head(DO, b, h, sdb, sdh, ALIGN)
+    dm = rmask[:, None] & dmask[None, :]
+    vm = rmask[:, None] & vmask[None, :]
+    k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=dm, other=0.0)
+    v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=vm, other=0.0)
+    dv, _, dk = _state_terms(k, v, tl.zeros([BM], dtype=tl.float32) + g_on, rmask, RS, RZS,
+                             sidx, F, Dv, d, c, offs_v, vmask, DP, FT, True, True,
+                             DOT_BF16, PRECISION)
+    if CAUSAL:
+        # the diagonal block, then the segment's later blocks (rows past N load as zeros: u
+        # and g are 0 there, so they add nothing)
+        causal = (rows[None, :] >= rows[:, None]) & rmask[None, :]  # [j, i]: i >= j
+        dv, dk = _dkdv_block(k, v, rows, rmask, causal, q_base, do_base, RDEN + bh.to(tl.int64) * N, G + bh.to(tl.int64) * N,
+                             g_on, dv, dk, offs_d, offs_v, dmask, vmask, scale, sqn, sqd, sdn, sdd, ALIGN, DOT_BF16,
+                             PRECISION)
+        for i0 in range(r0 + BM, tl.minimum(seg0 + seg_len, N), BM):
+            qrows = i0 + tl.arange(0, BM)
+            dv, dk = _dkdv_block(k, v, qrows, qrows < N, True, q_base, do_base, RDEN + bh.to(tl.int64) * N,
+                                 G + bh.to(tl.int64) * N, g_on, dv, dk, offs_d, offs_v, dmask, vmask, scale, sqn, sqd,
+                                 sdn, sdd, ALIGN, DOT_BF16, PRECISION)
     dk_base = _head(DK + vb.to(tl.int64) * tile_stride, b, h, sgkb, sgkh, ALIGN)
     dv_base = _head(DV, b, h, sgvb, sgvh, ALIGN)
-    offs_d, offs_v, dmask, vmask, E1, E2 = _chunk_tiles(vb, d, Dv, DP, BV, DOT_BF16)
-    g_on = (vb == 0).to(tl.float32)
-    R0, R1, R2, r0, r1, r2 = _load_state(RS, RZS, bh * nseg_state + s * state_seg_mult, F, Dv, d, offs_v, vmask,
-                                         DP)
-    start = s * seg_len
-    end = tl.minimum(start + seg_len, N)
-    nchunks = tl.cdiv(end - start, CHUNK)
-    for i in range(0, nchunks):
-        rows = start + (nchunks - 1 - i) * CHUNK + tl.arange(0, CHUNK)
-        rmask = rows < end
-        dm = rmask[:, None] & dmask[None, :]
-        vm = rmask[:, None] & vmask[None, :]
-        k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=dm, other=0.0)
-        v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=vm, other=0.0)
-        k0, k1, k2 = _phi(k, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
-        w1 = _mm(v, tl.trans(R1), DOT_BF16, PRECISION) + (r1 * g_on)[None, :]
-        w2 = _mm(v, tl.trans(R2), DOT_BF16, PRECISION) + (r2 * g_on)[None, :]
-        dk = _phi_grad(k, w1, w2, c, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
-        dv = k0[:, None] * R0[None, :] + _mm(k1, R1, DOT_BF16, PRECISION) + _mm(k2, R2, DOT_BF16, PRECISION)
-        if CAUSAL:
-            q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=dm, other=0.0)
-            rden = tl.load(RDEN + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
-            g = tl.load(G + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0)
-            u = tl.load(_tile(do_base, rows, offs_v, sdn, sdd, ALIGN), mask=vm, other=0.0).to(tl.float32) * rden[:, None]
-            causal = (rows[None, :] >= rows[:, None]) & rmask[None, :]  # [j, i]: i >= j
-            At, st = _weights(k, q, scale, causal, DOT_BF16, PRECISION)
-            dv += _mm(At, u, DOT_BF16, PRECISION)
-            Pt = _mm(v, tl.trans(u), DOT_BF16, PRECISION) + (g * g_on)[None, :]
-            dk += scale * _mm(tl.where(causal, Pt * (1.0 + st), 0.0), q, DOT_BF16, PRECISION)
-            q0, q1, q2 = _phi(q, c, rmask, E1, E2, MM, DP, CHUNK, DOT_BF16, PRECISION)
-            R0 += tl.sum(u, axis=0)
-            R1 += _mm(tl.trans(q1), u, DOT_BF16, PRECISION)
-            R2 += _mm(tl.trans(q2), u, DOT_BF16, PRECISION)
-            r0 += tl.sum(q0 * g, axis=0)
-            r1 += tl.sum(q1 * g[:, None], axis=0)
-            r2 += tl.sum(q2 * g[:, None], axis=0)
-        tl.store(_tile(dk_base, rows, offs_d, sgkn, sgkd, ALIGN), dk.to(DK.dtype.element_ty), mask=dm)
-        tl.store(_tile(dv_base, rows, offs_v, sgvn, sgvd, ALIGN), dv.to(DV.dtype.element_ty), mask=vm)
-
+    tl.store(_tile(dk_base, rows, offs_d, sgkn, sgkd, ALIGN), dk.to(DK.dtype.element_ty), mask=dm)
+    tl.store(_tile(dv_base, rows, offs_v, sgvn, sgvd, ALIGN), dv.to(DV.dtype.element_ty), mask=vm)
 
 @kernel(inputs=1, outputs=1)
 def based_sum_tiles_kernel(P, n, ntiles, Y, BLOCK: tl.constexpr):

@@ -1,15 +1,15 @@
 """based_attention, based_step and taylor_feature_map: argument checks and launch plans.
 
-The segment split and the scan over segments are linear_attention's (segments, scan);
-what is decided here: the padded feature tile DP, the Dv tile BV whose [F, BV] state one
-program holds in registers, the chunk length and the dot operands.
+The scan over segments is linear_attention's (scan; bidirectional: its segment split too);
+what is decided here: the padded feature dimension DP, the causal segment length, the tiles
+of the state passes (STATE) and of the block kernels (BLOCKS) and the dot operands.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 from ato_core import checks
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel,
@@ -22,16 +22,49 @@ from . import kernels as kern
 
 MAX_FEATURE_DIM = 32
 MAX_HEAD_DIM = 256
-# fp32 elements of the quadratic state tile [DP*DP, BV] one program holds in registers,
-# rows per chunk and warps per program of the chunked kernels.
-STATE_TILE_ELEMS = 16384
-CHUNK = 32
-NUM_WARPS = 8
-NUM_STAGES = 2
-# The forward's output pass: based_fwd_t_kernel (the state transposed; 6% faster, H100, causal
-# B8 H16 N4096 d16 Dv64 bf16: 1254 against 1333 us) or based_fwd_kernel. Both pass the GPU tier
-# (results index: Based).
-TRANSPOSED_FWD = True
+
+
+class StateSettings(NamedTuple):
+    """The state passes (based_state_kernel, based_bwd_state_kernel): quadratic features per
+    program (FT; its [FT, BV] state tile is held in registers), rows per step, warps,
+    pipelining stages."""
+
+    features: int = 128
+    chunk: int = 64
+    num_warps: int = 4
+    num_stages: int = 1
+
+
+STATE = StateSettings()
+INTERPRETER_STATE = StateSettings(features=64, chunk=16, num_warps=4, num_stages=1)
+# The state passes' Dv tile.
+STATE_BV = 64
+# The block kernels' Dv tile: fp32 elements of [DP*DP, BV] (tf32 operands, fp16 inputs: half).
+BLOCK_TILE_ELEMS = 16384
+
+
+class BlockSettings(NamedTuple):
+    """The block kernels (output, dq, dk/dv): rows per block (BM), causal segment length in
+    rows (a multiple of BM: each row meets its segment's start state and the segment's rows
+    before it), quadratic features per state tile (FT), warps, pipelining stages."""
+
+    rows: int = 64
+    seg_len: int = 512
+    features: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+BLOCKS = BlockSettings()
+# The interpreter: small blocks and segments, so short test sequences cross both.
+INTERPRETER_BLOCKS = BlockSettings(rows=16, seg_len=64, features=64, num_warps=4, num_stages=1)
+
+
+def feature_tile(features: int, DP: int) -> int:
+    """Quadratic features per state tile: ``features``, within [DP, 1024 // DP]. The cap:
+    at DP 32, 64-feature tiles miscompile the dq kernel (Triton 3.6, sm_90: shared-memory
+    reads out of range, found by compute-sanitizer); 32 pass (results index: Based)."""
+    return max(DP, min(features, 1024 // DP))
 
 
 def features(d: int) -> int:
@@ -48,36 +81,65 @@ class Config:
     Dv: int
     F: int
     DP: int          # d padded to a power of two >= 16 (the dot's smallest K)
-    BV: int          # Dv tile: one program holds the [F, BV] state
-    nvt: int         # Dv tiles
-    chunk: int
-    mm: bool         # phi2 by selector dots (DP <= 16), else elementwise
-    nseg: int
+    BV: int          # Dv tile of the block kernels
+    nvt: int         # their Dv tiles
+    nseg: int        # segments of the state passes
     seg_len: int
-    nseg_out: int
-    seg_len_out: int
-    num_warps: int
+    state: StateSettings
+    blocks: BlockSettings
     dot_bf16: bool
     precision: str
 
     @property
-    def constexprs(self) -> dict:
-        return {"DP": self.DP, "BV": self.BV, "CHUNK": self.chunk, "DOT_BF16": self.dot_bf16,
-                "PRECISION": self.precision, "MM": self.mm}
+    def state_ft(self) -> int:
+        """Quadratic features per state-pass program: the settings', at most the features
+        that the d real rows a (a < d) span."""
+        return min(self.state.features, max(16, next_pow2(self.d * self.DP)))
+
+    @property
+    def state_bv(self) -> int:
+        return min(max(16, next_pow2(self.Dv)), STATE_BV)
+
+    @property
+    def state_grid(self) -> Tuple[int, int, int]:
+        """(quadratic tiles * Dv tiles, segments, B*H): see kernels._state_program."""
+        tiles = cdiv(self.d * self.DP, self.state_ft) * cdiv(self.Dv, self.state_bv)
+        return tiles, self.nseg, self.B * self.H
+
+    @property
+    def state_args(self) -> Tuple[int, ...]:
+        """The state passes' scalars before c and the strides: H, N, seg_len, d, Dv, F, nvt."""
+        return self.H, self.N, self.seg_len, self.d, self.Dv, self.F, cdiv(self.Dv, self.state_bv)
+
+    @property
+    def state_constexprs(self) -> dict:
+        return {"DP": self.DP, "BV": self.state_bv, "FT": self.state_ft, "CHUNK": self.state.chunk,
+                "DOT_BF16": self.dot_bf16, "PRECISION": self.precision}
+
+    @property
+    def block_constexprs(self) -> dict:
+        return {"DP": self.DP, "BV": self.BV, "BM": self.blocks.rows, "FT": feature_tile(self.blocks.features, self.DP),
+                "DOT_BF16": self.dot_bf16, "PRECISION": self.precision}
+
+    @property
+    def nblocks(self) -> int:
+        return cdiv(self.N, self.blocks.rows)
 
 
-def config(B: int, H: int, N: int, d: int, Dv: int, dtype: str, causal: bool, target: Target) -> Config:
+def config(B: int, H: int, N: int, d: int, Dv: int, dtype: str, causal: bool, target: Target,
+           blocks: Optional[BlockSettings] = None) -> Config:
     DP = max(16, next_pow2(d))
     bf16, precision = dot_operands(dtype, N)
-    # tf32 operands (fp16 inputs) take twice bf16's shared memory: half the Dv tile.
-    elems = STATE_TILE_ELEMS if bf16 or precision == "ieee" else STATE_TILE_ELEMS // 2
+    elems = BLOCK_TILE_ELEMS if bf16 or precision == "ieee" else BLOCK_TILE_ELEMS // 2
     BV = min(max(16, next_pow2(Dv)), max(16, elems // (DP * DP)))
-    nvt = cdiv(Dv, BV)
-    # fp32 operands of a 32-wide DP overflow shared memory at larger chunks (H100, 227 KB).
-    chunk = 16 if N == 1 or (DP > 16 and not bf16) else CHUNK
-    nseg, seg_len, nseg_out, seg_len_out = segments(B * H * nvt, N, chunk, causal, target)
-    return Config(B, H, N, d, Dv, features(d), DP, BV, nvt, chunk, DP <= 16, nseg, seg_len, nseg_out, seg_len_out,
-                  num_warps=NUM_WARPS, dot_bf16=bf16, precision=precision)
+    state = INTERPRETER_STATE if target.interpret else STATE
+    blocks = blocks or (INTERPRETER_BLOCKS if target.interpret else BLOCKS)
+    if causal:
+        seg_len = blocks.seg_len
+        nseg = cdiv(N, seg_len)
+    else:
+        nseg, seg_len, _, _ = segments(B * H, N, state.chunk, causal, target)
+    return Config(B, H, N, d, Dv, features(d), DP, BV, cdiv(Dv, BV), nseg, seg_len, state, blocks, bf16, precision)
 
 
 def resolve_scale(scale, d: int) -> float:
@@ -129,21 +191,22 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scal
     BH, F = B * H, cfg.F
     align = _align(d, Dv, q, k, v)
     state = Launch(
-        kern.based_state_kernel, (BH, cfg.nseg, cfg.nvt), ("k", "v"),
-        (H, N, cfg.seg_len, d, Dv, F, c, *k.strides, *v.strides),
+        kern.based_state_kernel, cfg.state_grid, ("k", "v"), (*cfg.state_args, c, *k.strides, *v.strides),
         (f32("part_S", B, H, cfg.nseg, F, Dv), f32("part_z", B, H, cfg.nseg, F)),
-        {"ALIGN": align, "EXACT": exact_state, **cfg.constexprs}, num_warps=cfg.num_warps, num_stages=NUM_STAGES,
+        {"ALIGN": align, "EXACT": exact_state, **cfg.state_constexprs}, num_warps=cfg.state.num_warps,
+        num_stages=cfg.state.num_stages,
     )
     scan_ = scan(B, H, F, Dv, cfg.nseg, "part", "init" if initial_state is not None else None,
                  ("S_start", "z_start", "S_final", "z_final"), reverse=False, causal=causal)
     res_S, res_z = ("S_start", "z_start") if causal else ("S_final", "z_final")
     o_shape = (B, H, N, Dv)
     out = Launch(
-        kern.based_fwd_t_kernel if TRANSPOSED_FWD else kern.based_fwd_kernel, (BH, cfg.nseg_out, cfg.nvt), ("q", "k", "v", res_S, res_z),
-        (H, N, cfg.seg_len_out, d, Dv, F, *state_addressing(cfg, causal), c, s, float(eps),
+        kern.based_fwd_kernel, (BH, cfg.nblocks, cfg.nvt), ("q", "k", "v", res_S, res_z),
+        (H, N, cfg.seg_len, d, Dv, F, *state_addressing(cfg, causal), c, s, float(eps),
          *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
         (Buffer("o", o_shape, q.dtype), f32("rden", B, H, N)),
-        {"CAUSAL": causal, "ALIGN": align, **cfg.constexprs}, num_warps=cfg.num_warps, num_stages=NUM_STAGES,
+        {"CAUSAL": causal, "ALIGN": align, **cfg.block_constexprs}, num_warps=cfg.blocks.num_warps,
+        num_stages=cfg.blocks.num_stages,
     )
     plan = Plan((state, scan_, out), ("o", "S_final", "z_final", "rden", res_S, res_z), dense=("init_S", "init_z"))
     return plan, cfg
@@ -183,29 +246,30 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
         {"ROWS": rows, "BV": min(max(16, next_pow2(Dv)), 128), "ALIGN": align}, num_warps=4,
     )
     state = Launch(
-        kern.based_bwd_state_kernel, (BH, cfg.nseg, cfg.nvt), ("q", "do", "rden", "g"),
-        (H, N, cfg.seg_len, d, Dv, F, c, *q.strides, *do.strides),
+        kern.based_bwd_state_kernel, cfg.state_grid, ("q", "do", "rden", "g"),
+        (*cfg.state_args, c, *q.strides, *do.strides),
         (f32("rpart_S", B, H, cfg.nseg, F, Dv), f32("rpart_z", B, H, cfg.nseg, F)),
-        {"ALIGN": align, **cfg.constexprs}, num_warps=cfg.num_warps, num_stages=NUM_STAGES,
+        {"ALIGN": align, **cfg.state_constexprs}, num_warps=cfg.state.num_warps, num_stages=cfg.state.num_stages,
     )
     scan_ = scan(B, H, F, Dv, cfg.nseg, "rpart", "dfinal" if has_dfinal else None,
                  ("R_start", "r_start", "dS0", "dz0"), reverse=True, causal=causal)
     R_S, R_z = ("R_start", "r_start") if causal else ("dS0", "dz0")
-    common = (H, N, cfg.seg_len_out, d, Dv, F, *state_addressing(cfg, causal), c, s)
-    ce = {"CAUSAL": causal, "ALIGN": align, **cfg.constexprs}
-    grid = (BH, cfg.nseg_out, cfg.nvt)
+    common = (H, N, cfg.seg_len, d, Dv, F, *state_addressing(cfg, causal), c, s)
+    ce = {"CAUSAL": causal, "ALIGN": align, **cfg.block_constexprs}
+    grid = (BH, cfg.nblocks, cfg.nvt)
+    warps, stages = cfg.blocks.num_warps, cfg.blocks.num_stages
     dq_buf, dq_sum, dq_stride = _tiled("dq", q, cfg)
     dq = Launch(
         kern.based_bwd_dq_kernel, grid, ("q", "k", "v", "do", "rden", "g", "S_res", "z_res"),
         (*common, dq_stride, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(q.shape)),
-        (dq_buf,), ce, num_warps=cfg.num_warps, num_stages=NUM_STAGES,
+        (dq_buf,), ce, num_warps=warps, num_stages=stages,
     )
     dk_buf, dk_sum, dk_stride = _tiled("dk", k, cfg)
     dkdv = Launch(
         kern.based_bwd_dkdv_kernel, grid, ("q", "k", "v", "do", "rden", "g", R_S, R_z),
         (*common, dk_stride, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(k.shape),
          *row_major_strides(v.shape)),
-        (dk_buf, Buffer("dv", tuple(v.shape), v.dtype)), ce, num_warps=cfg.num_warps, num_stages=1,
+        (dk_buf, Buffer("dv", tuple(v.shape), v.dtype)), ce, num_warps=warps, num_stages=stages,
     )
     return Plan((g, state, scan_, dq, *dq_sum, dkdv, *dk_sum), ("dq", "dk", "dv", "dS0", "dz0"),
                 dense=("rden", "S_res", "z_res", "dfinal_S", "dfinal_z"))
