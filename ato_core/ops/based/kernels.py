@@ -361,14 +361,16 @@ def based_bwd_state_kernel(
 
 
 @triton.jit
-def _state_terms(x, y, gcol, rmask, SS, ZS, sidx, F, Dv, d, c, offs_v, vmask,
+def _state_terms(x, y, gcol, rmask, SS, S0R, ZS, sidx, row0_stride, F, Dv, d, c, offs_v, vmask,
                  DP: tl.constexpr, FT: tl.constexpr, FWD: tl.constexpr, GRAD: tl.constexpr,
                  DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
     """Rows x [BM, DP] (raw q or k) against state sidx of SS [.., F, Dv] and ZS [.., F], one
     Dv tile. Returns (num, den, dx): with FWD num = phi(x) S [BM, BV] and den = phi(x) . z;
     with GRAD dx [BM, DP], the chain rule through phi of dphi(x) = S y + z gcol (y [BM, BV],
     gcol [BM]); zeros where not asked. S is read as [F, BV] for FWD and as S^T [BV, F] for
-    GRAD (loaded so, not transposed in registers: see _quad_tile)."""
+    GRAD (loaded so, not transposed in registers: see _quad_tile). SS may hold S in the dots'
+    operand type; row 0, which meets phi's constant elementwise, is read in fp32 from S0R +
+    sidx * row0_stride (SS itself when fp32: row0_stride F * Dv)."""
     offs_d = tl.arange(0, DP)
     m1 = offs_d < d
     base = SS + sidx.to(tl.int64) * F * Dv
@@ -382,7 +384,8 @@ def _state_terms(x, y, gcol, rmask, SS, ZS, sidx, F, Dv, d, c, offs_v, vmask,
         x1 = x.to(tl.float32) * c
         s1 = tl.load(base + (1 + offs_d)[:, None] * Dv + offs_v[None, :], mask=m1[:, None] & vmask[None, :],
                      other=0.0)
-        num = x0[:, None] * tl.load(base + offs_v, mask=vmask, other=0.0)[None, :] + _mm(x1, s1, DOT_BF16, PRECISION)
+        s0 = tl.load(S0R + sidx.to(tl.int64) * row0_stride + offs_v, mask=vmask, other=0.0)
+        num = x0[:, None] * s0[None, :] + _mm(x1, s1, DOT_BF16, PRECISION)
         den = x0 * tl.load(zb) + tl.sum(x1 * z1[None, :], axis=1)
     if GRAD:
         s1t = tl.load(base + (1 + offs_d)[None, :] * Dv + offs_v[:, None], mask=m1[None, :] & vmask[:, None],
@@ -439,10 +442,10 @@ def _block(H, N, d, Dv, seg_len, nseg_state, state_seg_mult, ALIGN: tl.constexpr
             (vb == 0).to(tl.float32))
 
 
-@kernel(inputs=5, outputs=2)
+@kernel(inputs=6, outputs=2)
 def based_fwd_kernel(
-    Q, K, V, SS, ZS,
-    H, N, seg_len, d, Dv, F, nseg_state, state_seg_mult, c, scale, eps,
+    Q, K, V, SS, S0R, ZS,
+    H, N, seg_len, d, Dv, F, nseg_state, state_seg_mult, row0_stride, c, scale, eps,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod,
     O, RDEN,
     CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr, FT: tl.constexpr,
@@ -450,7 +453,8 @@ def based_fwd_kernel(
 ):
     """Grid (B*H, row blocks, Dv tiles). o = (phi(q) S + A v) / (phi(q) . z + rowsum A + eps)
     on BM rows and one Dv tile: S, z the segment's start state SS[bh * nseg_state + seg *
-    state_seg_mult] (bidirectional: the total, state_seg_mult 0); A = 1 + s + s^2/2 over the
+    state_seg_mult] (bidirectional: the total, state_seg_mult 0), its row 0 in fp32 at S0R
+    (_state_terms); A = 1 + s + s^2/2 over the
     segment's rows up to each row (causal). Tile 0 writes 1/den to RDEN [B*H, N] fp32."""
     bh, b, h, d, Dv, vb, sidx, seg0, r0, rows, rmask, offs_d, offs_v, dmask, vmask, _ = _block(
         H, N, d, Dv, seg_len, nseg_state, state_seg_mult, ALIGN, DP, BV, BM)
@@ -458,7 +462,7 @@ def based_fwd_kernel(
     k_base = _head(K, b, h, skb, skh, ALIGN)
     v_base = _head(V, b, h, svb, svh, ALIGN)
     q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=rmask[:, None] & dmask[None, :], other=0.0)
-    num, den, _ = _state_terms(q, q, rows, rmask, SS, ZS, sidx, F, Dv, d, c, offs_v,
+    num, den, _ = _state_terms(q, q, rows, rmask, SS, S0R, ZS, sidx, row0_stride, F, Dv, d, c, offs_v,
                                vmask, DP, FT, True, False, DOT_BF16, PRECISION)
     if CAUSAL:
         for k0 in range(seg0, r0, BM):
@@ -505,7 +509,7 @@ def based_bwd_dq_kernel(
     g = tl.load(G + bh.to(tl.int64) * N + rows, mask=rmask, other=0.0) * g_on
     u = tl.load(_tile(do_base, rows, offs_v, sdn, sdd, ALIGN), mask=vm, other=0.0).to(tl.float32) * rden[:, None]
     q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=dm, other=0.0)
-    _, _, dq = _state_terms(q, u, g, rmask, SS, ZS, sidx, F, Dv, d, c, offs_v,
+    _, _, dq = _state_terms(q, u, g, rmask, SS, SS, ZS, sidx, 0, F, Dv, d, c, offs_v,
                             vmask, DP, FT, False, True, DOT_BF16, PRECISION)
     if CAUSAL:
         for k0 in range(seg0, r0, BM):
@@ -548,10 +552,10 @@ def _dkdv_block(k, v, qrows, qmask, causal, q_base, do_base, rden_base, g_base, 
     return dv, dk
 
 
-@kernel(inputs=8, outputs=2)
+@kernel(inputs=9, outputs=2)
 def based_bwd_dkdv_kernel(
-    Q, K, V, DO, RDEN, G, RS, RZS,
-    H, N, seg_len, d, Dv, F, nseg_state, state_seg_mult, c, scale, tile_stride,
+    Q, K, V, DO, RDEN, G, RS, R0R, RZS,
+    H, N, seg_len, d, Dv, F, nseg_state, state_seg_mult, row0_stride, c, scale, tile_stride,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd,
     sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd,
     DK, DV,
@@ -559,7 +563,8 @@ def based_bwd_dkdv_kernel(
     DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, row blocks, Dv tiles), rows of k and v. From the reverse state at the
-    segment's end, RS[bh * nseg_state + seg * state_seg_mult] (bidirectional: the total):
+    segment's end, RS[bh * nseg_state + seg * state_seg_mult] (bidirectional: the total), its
+    row 0 in fp32 at R0R (_state_terms):
     dv = phi(k) R + A^T u (this tile) and this tile's part of dk (at DK + tile * tile_stride),
     the chain rule of dphi(k) = R v + r plus scale * (P^T * (1 + s^T)) q, with A and P over
     the segment's rows from each row on (causal)."""
@@ -573,8 +578,8 @@ def based_bwd_dkdv_kernel(
     vm = rmask[:, None] & vmask[None, :]
     k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=dm, other=0.0)
     v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=vm, other=0.0)
-    dv, _, dk = _state_terms(k, v, tl.zeros([BM], dtype=tl.float32) + g_on, rmask, RS, RZS,
-                             sidx, F, Dv, d, c, offs_v, vmask, DP, FT, True, True,
+    dv, _, dk = _state_terms(k, v, tl.zeros([BM], dtype=tl.float32) + g_on, rmask, RS, R0R, RZS,
+                             sidx, row0_stride, F, Dv, d, c, offs_v, vmask, DP, FT, True, True,
                              DOT_BF16, PRECISION)
     if CAUSAL:
         # the diagonal block, then the segment's later blocks (rows past N load as zeros: u

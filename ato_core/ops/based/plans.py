@@ -125,6 +125,18 @@ class Config:
     def nblocks(self) -> int:
         return cdiv(self.N, self.blocks.rows)
 
+    def start_states(self, row0: str) -> dict:
+        """The causal scan's start states: in the dots' operand type where that is bf16 (the
+        block kernels read them in it: half the bytes, the same bits), with their row 0, which
+        phi's constant meets elementwise, in fp32 under the name ``row0``; else fp32."""
+        return {"start_dtype": "bfloat16", "row0": row0} if self.dot_bf16 else {}
+
+    def row0(self, causal: bool, states: str, row0: str) -> Tuple[str, int]:
+        """(array, elements between states) where the block kernels read row 0 of ``states``."""
+        if causal and self.dot_bf16:
+            return row0, self.Dv
+        return states, self.F * self.Dv
+
 
 def config(B: int, H: int, N: int, d: int, Dv: int, dtype: str, causal: bool, target: Target,
            blocks: Optional[BlockSettings] = None) -> Config:
@@ -197,12 +209,14 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scal
         num_stages=cfg.state.num_stages,
     )
     scan_ = scan(B, H, F, Dv, cfg.nseg, "part", "init" if initial_state is not None else None,
-                 ("S_start", "z_start", "S_final", "z_final"), reverse=False, causal=causal)
+                 ("S_start", "z_start", "S_final", "z_final"), reverse=False, causal=causal,
+                 **cfg.start_states("s0_start"))
     res_S, res_z = ("S_start", "z_start") if causal else ("S_final", "z_final")
+    row0, row0_stride = cfg.row0(causal, res_S, "s0_start")
     o_shape = (B, H, N, Dv)
     out = Launch(
-        kern.based_fwd_kernel, (BH, cfg.nblocks, cfg.nvt), ("q", "k", "v", res_S, res_z),
-        (H, N, cfg.seg_len, d, Dv, F, *state_addressing(cfg, causal), c, s, float(eps),
+        kern.based_fwd_kernel, (BH, cfg.nblocks, cfg.nvt), ("q", "k", "v", res_S, row0, res_z),
+        (H, N, cfg.seg_len, d, Dv, F, *state_addressing(cfg, causal), row0_stride, c, s, float(eps),
          *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
         (Buffer("o", o_shape, q.dtype), f32("rden", B, H, N)),
         {"CAUSAL": causal, "ALIGN": align, **cfg.block_constexprs}, num_warps=cfg.blocks.num_warps,
@@ -252,22 +266,24 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
         {"ALIGN": align, **cfg.state_constexprs}, num_warps=cfg.state.num_warps, num_stages=cfg.state.num_stages,
     )
     scan_ = scan(B, H, F, Dv, cfg.nseg, "rpart", "dfinal" if has_dfinal else None,
-                 ("R_start", "r_start", "dS0", "dz0"), reverse=True, causal=causal)
+                 ("R_start", "r_start", "dS0", "dz0"), reverse=True, causal=causal,
+                 **cfg.start_states("r0_start"))
     R_S, R_z = ("R_start", "r_start") if causal else ("dS0", "dz0")
-    common = (H, N, cfg.seg_len, d, Dv, F, *state_addressing(cfg, causal), c, s)
+    row0, row0_stride = cfg.row0(causal, R_S, "r0_start")
+    common = (H, N, cfg.seg_len, d, Dv, F, *state_addressing(cfg, causal))
     ce = {"CAUSAL": causal, "ALIGN": align, **cfg.block_constexprs}
     grid = (BH, cfg.nblocks, cfg.nvt)
     warps, stages = cfg.blocks.num_warps, cfg.blocks.num_stages
     dq_buf, dq_sum, dq_stride = _tiled("dq", q, cfg)
     dq = Launch(
         kern.based_bwd_dq_kernel, grid, ("q", "k", "v", "do", "rden", "g", "S_res", "z_res"),
-        (*common, dq_stride, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(q.shape)),
+        (*common, c, s, dq_stride, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(q.shape)),
         (dq_buf,), ce, num_warps=warps, num_stages=stages,
     )
     dk_buf, dk_sum, dk_stride = _tiled("dk", k, cfg)
     dkdv = Launch(
-        kern.based_bwd_dkdv_kernel, grid, ("q", "k", "v", "do", "rden", "g", R_S, R_z),
-        (*common, dk_stride, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(k.shape),
+        kern.based_bwd_dkdv_kernel, grid, ("q", "k", "v", "do", "rden", "g", R_S, row0, R_z),
+        (*common, row0_stride, c, s, dk_stride, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(k.shape),
          *row_major_strides(v.shape)),
         (dk_buf, Buffer("dv", tuple(v.shape), v.dtype)), ce, num_warps=warps, num_stages=stages,
     )

@@ -186,17 +186,20 @@ def _scan_tile_init(S0, Z0, bh, offs_k, offs_v, Dk, Dv, m2, kmask, HAS_INIT: tl.
     return S, z
 
 
-@kernel(inputs=4, outputs=4)
+@kernel(inputs=4, outputs=5)
 def la_scan_kernel(
     DS, DZ, S0, Z0,
     nseg, Dk, Dv,
-    SS, ZS, SF, ZF,
+    SS, ZS, SF, ZF, R0,
     HAS_INIT: tl.constexpr, REVERSE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ALIGN: tl.constexpr,
+    ROW0: tl.constexpr = False,
 ):
     """Grid (B*H, Dk tiles, Dv tiles). Walks the segments' partial states in order
     (reverse order if REVERSE), writing the running sum *before* each segment to SS/ZS
     and the total to SF/ZF; the running sum starts at S0/Z0 when HAS_INIT (dummy
-    pointers otherwise). ZS/ZF are written by Dv tile 0."""
+    pointers otherwise). ZS/ZF are written by Dv tile 0. SS may be of a narrower dtype than
+    the fp32 sum (the stores round); with ROW0, row 0 of each start state is also written
+    to R0 ([.., nseg, Dv]) in fp32."""
     bh, Dk, Dv, offs_k, offs_v, kmask, m2 = _state_tile(Dk, Dv, BK, BV, ALIGN)
     zmask = kmask & (tl.full([BK], 0, tl.int32) == tl.program_id(2))  # z: Dv tile 0 only
     S, z = _scan_tile_init(S0, Z0, bh, offs_k, offs_v, Dk, Dv, m2, kmask, HAS_INIT, BK, BV)
@@ -207,6 +210,9 @@ def la_scan_kernel(
             seg = i
         idx = bh * nseg + seg
         tl.store(_state_ptrs(SS, idx, offs_k, offs_v, Dk, Dv), S, mask=m2)
+        if ROW0:
+            tl.store(R0 + idx.to(tl.int64) * Dv + offs_k[:, None] * 0 + offs_v[None, :], S,
+                     mask=m2 & (offs_k == 0)[:, None])
         S += tl.load(_state_ptrs(DS, idx, offs_k, offs_v, Dk, Dv), mask=m2, other=0.0)
         zoffs = idx.to(tl.int64) * Dk + offs_k
         tl.store(ZS + zoffs, z, mask=zmask)

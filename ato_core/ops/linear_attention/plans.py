@@ -174,11 +174,15 @@ def f32(name, *shape):
 
 
 def scan(B: int, H: int, F: int, Dv: int, nseg: int, partial: str, init: Optional[str],
-         out: Tuple[str, str, str, str], reverse: bool, causal: bool) -> Launch:
+         out: Tuple[str, str, str, str], reverse: bool, causal: bool, start_dtype: str = "float32",
+         row0: Optional[str] = None) -> Launch:
     """Prefix (or suffix) sums of per-segment partial states ([B, H, nseg, F, Dv] and
     [B, H, nseg, F] fp32, named ``partial``_S and ``partial``_z): the start state of each
     segment and the total (causal), or the total alone (bidirectional: la_sum_kernel, which
-    neither writes nor allocates the start states). F is the feature size (Dk here)."""
+    neither writes nor allocates the start states). F is the feature size (Dk here).
+    ``start_dtype``: the start states' S (a dot operand type: half the bytes for the kernels
+    that read them; z and the total stay fp32); ``row0``: also row 0 of each start S, fp32,
+    [B, H, nseg, Dv], under this name."""
     # Small tiles: the walk over segments is a chain of dependent loads, so what hides
     # its latency is the number of programs (B*H*tiles), not the size of each.
     bv = min(max(MIN_TILE, next_pow2(Dv)), 64)
@@ -193,8 +197,9 @@ def scan(B: int, H: int, F: int, Dv: int, nseg: int, partial: str, init: Optiona
     return Launch(
         kern.la_scan_kernel, grid,
         (f"{partial}_S", f"{partial}_z", f"{init}_S" if init else f"{partial}_S", f"{init}_z" if init else f"{partial}_z"),
-        (nseg, F, Dv), (f32(ss, B, H, nseg, F, Dv), f32(zs, B, H, nseg, F), *total),
-        {"HAS_INIT": init is not None, **ce},
+        (nseg, F, Dv), (Buffer(ss, (B, H, nseg, F, Dv), start_dtype), f32(zs, B, H, nseg, F), *total,
+                        optional_output(row0 or f"{ss}_row0", (B, H, nseg, Dv), "float32", row0 is not None)),
+        {"HAS_INIT": init is not None, "ROW0": row0 is not None, **ce},
         num_warps=4,
     )
 
