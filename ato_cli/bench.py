@@ -623,9 +623,63 @@ def based_rows(quick: bool):
 PEAK_BF16_TFLOPS = 989.0
 
 
+def decode_rows(quick: bool):
+    """decode_attention over a paged cache, bf16, Hq32 Hkv8 D128, every sequence 8192 tokens,
+    block tables a random permutation of the cache's blocks: GB/s of the K and V bytes read
+    against the copy rate measured here, and time against torch's SDPA on the same keys laid
+    out contiguously ([B, Hkv, N, D], enable_gqa). B 64 with block sizes 16 and 64, B 8 and 1
+    (split-K must keep the GPU busy). JAX rows: wall time per call."""
+    import jax
+    import torch
+    import torch.nn.functional as F
+
+    import ato_jax
+    import ato_torch
+
+    dev, Hq, Hkv, D, N = "cuda", 32, 8, 128, 8192
+    copy_gbs = _copy_gbs(quick)
+    rows = [("copy 1 GiB", "torch", "", None, None, f"{copy_gbs:.0f} GB/s")]
+    reps = 3 if quick else 10
+    for B, BS in ((64, 16), (64, 64), (8, 16), (1, 16)):
+        g = torch.Generator(device=dev).manual_seed(B + BS)
+        NB = B * N // BS
+        q = torch.randn(B, Hq, D, device=dev, dtype=torch.bfloat16, generator=g)
+        kc, vc = (torch.randn(NB, BS, Hkv, D, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(2))
+        table = torch.randperm(NB, device=dev, generator=g).reshape(B, N // BS).to(torch.int32)
+        lens = torch.full((B,), N, device=dev, dtype=torch.int32)
+        shape = f"B{B} Hq{Hq} Hkv{Hkv} N{N} D{D} bs{BS} bf16"
+        nbytes = 2 * B * N * Hkv * D * 2
+
+        def contiguous():  # the same keys, [B, Hkv, N, D]
+            return (c[table.long()].reshape(B, N, Hkv, D).transpose(1, 2).contiguous() for c in (kc, vc))
+
+        k, v = contiguous()
+        ms_sdpa = _bench_torch(lambda: F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True), quick)
+        ref = F.scaled_dot_product_attention(q[:, :, None].float(), k.float(), v.float(), enable_gqa=True)[:, :, 0]
+        del k, v
+        ms = _bench_torch(lambda: ato_torch.decode_attention(q, kc, vc, table, lens), quick)
+        gbs = nbytes / ms / 1e6
+        rows.append(("ato_torch", shape, "x SDPA contiguous", ms, ms / ms_sdpa,
+                     f"{gbs:.0f} GB/s, {gbs / copy_gbs:.2f} of copy"))
+        gbs = nbytes / ms_sdpa / 1e6
+        rows.append(("SDPA contiguous (enable_gqa)", shape, "x SDPA contiguous", ms_sdpa, 1.0,
+                     f"{gbs:.0f} GB/s, {gbs / copy_gbs:.2f} of copy"))
+        o = ato_torch.decode_attention(q, kc, vc, table, lens).float()
+        rows.append(("o: |ato - SDPA fp32| / |SDPA|", shape, "relative L2 (rate column)", None, None,
+                     f"{float((o - ref).norm() / ref.norm()):.1e}"))
+        js = jax.jit(lambda *a: ato_jax.decode_attention(*a))
+        args = (to_jax_bf16(q), to_jax_bf16(kc), to_jax_bf16(vc), jax.numpy.asarray(table.cpu().numpy()),
+                jax.numpy.asarray(lens.cpu().numpy()))
+        msj = _median_jax(js, *args, reps=reps)
+        rows.append(("ato_jax", shape, "x ato_torch", msj, msj / ms, f"{nbytes / msj / 1e6:.0f} GB/s"))
+        del args, kc, vc, ref, o
+        torch.cuda.empty_cache()
+    return rows
+
+
 # One table per op family, or per group of families (ato_core.ops.GROUPS).
 TABLES = {"linear_attention": linear_attention_rows, "based": based_rows, "flash_attention": flash_attention_rows,
-          "transformer_ops": transformer_ops_rows}
+          "decode": decode_rows, "transformer_ops": transformer_ops_rows}
 
 
 def table_of(name: str) -> str:

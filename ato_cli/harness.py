@@ -79,7 +79,7 @@ def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", re
         a = np.asarray(a)
         if a.dtype.kind in "iu":
             return torch.from_numpy(a.copy()).to(device)
-        t = torch.from_numpy(a.astype(np.float32)).to(device)
+        t = to_torch(a).to(device)  # in its own dtype, as the JAX side takes it
         return t.double() if reference else t
 
     fn = reference_op(case.op) if reference else getattr(ato_torch, case.op)
@@ -89,8 +89,9 @@ def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", re
     start = time.perf_counter()
     outs = case.call(fn, args)
     cts = cotangents(case, outs)
-    loss = sum((o.double() * torch.from_numpy(c).double().to(device)).sum() for o, c in zip(outs, cts))
-    loss.backward()
+    if diff:  # (a forward-only op's cases differentiate nothing)
+        loss = sum((o.double() * torch.from_numpy(c).double().to(device)).sum() for o, c in zip(outs, cts))
+        loss.backward()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     secs = time.perf_counter() - start
@@ -123,7 +124,10 @@ def run_jax(case: Case, inputs: Dict[str, np.ndarray], jit: bool = True) -> Resu
         total = sum(jnp.sum(o.astype(jnp.float32) * c) for o, c in zip(outs, cts))
         return total, outs
 
-    fn = jax.value_and_grad(loss, argnums=tuple(range(len(diff))), has_aux=True)
+    if diff:
+        fn = jax.value_and_grad(loss, argnums=tuple(range(len(diff))), has_aux=True)
+    else:  # forward only
+        fn = lambda: ((None, loss()[1]), ())  # noqa: E731
     fn = jax.jit(fn) if jit else fn
     args = [jnp.asarray(inputs[n]) for n in diff]
     start = time.perf_counter()

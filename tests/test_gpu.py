@@ -592,3 +592,30 @@ def test_final_state_is_exact_gpu(family, dtype, exact):
     err = h.rel_err(np64(S), np64(S_want))
     assert (err < 1e-5) if exact else (1e-4 < err < 1e-2), err
     assert h.rel_err(np64(z), np64(z_want)) < 1e-5
+
+
+DECODE_DIMS = [(16, 32, 8, 128, 16, 4096, 256), (4, 8, 1, 80, 64, 64, 40), (2, 4, 4, 256, 128, 32, 16),
+               (64, 32, 8, 128, 64, 2048, 32)]
+
+
+@pytest.mark.parametrize("dims", DECODE_DIMS, ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_decode_gpu(dims, dtype):
+    """decode_attention (B, Hq, Hkv, D, block_size, num_blocks, max_blocks) against the
+    reference, and bitwise torch == JAX."""
+    from ato_core.ops.decode.cases import decode_case
+
+    case = decode_case(*dims, dtype=dtype, seed=sum(dims))
+    _check(case)
+    t, j, _ = _run(case)
+    assert h.bitwise_equal(t, j)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_merge_attention_states_gpu(dtype):
+    from ato_core.ops.decode.cases import merge_case
+
+    case = merge_case((8, 32), 128, dtype=dtype, seed=1)
+    _check(case)
+    t, j, _ = _run(case)
+    assert h.bitwise_equal(t, j)

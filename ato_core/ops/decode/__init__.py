@@ -1,0 +1,87 @@
+"""decode_attention and merge_attention_states: the declarations. Decode attention over a
+paged KV cache (inference: forward only). kernels.py (Triton), plans.py (checks, tiles,
+splits), reference.py, cases.py."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ato_core import checks
+from ato_core.op import Op
+
+from . import plans, reference
+
+
+class Decode(NamedTuple):
+    softmax_scale: object
+    return_lse: bool
+
+
+def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, softmax_scale=None, return_lse=False,
+                     schedule=None):
+    """Attention of one query token per sequence over its keys in a paged KV cache
+    (flash-decoding: long sequences split over several programs, their partials merged).
+
+    Args:
+      q: [B, Hq, D]; fp32, fp16 or bf16; D in 1..256.
+      k_cache, v_cache: [num_blocks, block_size, Hkv, D], q's dtype; block_size a power of two
+        from 16 to 256; Hq a multiple of Hkv (query head h reads kv head h // (Hq / Hkv)).
+      block_table: int32 (or int64) [B, max_blocks]: the physical blocks of each sequence, in
+        order; token t of sequence b is k_cache[block_table[b, t // block_size], t % block_size].
+      seq_lens: int32 (or int64) [B], each in [0, max_blocks * block_size]; 0 gives zeros and
+        lse -inf. Block ids and lengths are checked where they are on the host (CPU arrays);
+        on a GPU a bad id is clamped into the cache, never read outside it.
+      softmax_scale: default 1 / sqrt(D).
+      return_lse: also return lse [B, Hq], the natural-log log-sum-exp of the scores (fp32).
+      schedule: None (the shared-prefix schedule is not implemented yet).
+
+    Returns: o [B, Hq, D] in q's dtype, or (o, lse). Forward only: no gradient.
+    """
+    checks.check_bool("return_lse", return_lse)
+    if schedule is not None:
+        raise NotImplementedError("schedule: the shared-prefix (chunk-first) path is not implemented yet; "
+                                  "pass schedule=None")
+    return (q, k_cache, v_cache, block_table, seq_lens), Decode(softmax_scale, return_lse)
+
+
+def _no_backward(name):
+    def backward(s, static, target):
+        raise NotImplementedError(f"{name} is forward only (inference): it has no gradient")
+    return backward
+
+
+def _check_values(s, st: Decode, host):
+    table, lens = host("block_table"), host("seq_lens")
+    if table is not None and lens is not None:
+        plans.check_decode_values(table, lens, s["k_cache"].shape[0], s["k_cache"].shape[1])
+
+
+DECODE_ATTENTION = Op(
+    decode_attention, inputs=("q", "k_cache", "v_cache", "block_table", "seq_lens"), results=("o", "lse"),
+    returns=lambda st: ("o", "lse") if st.return_lse else ("o",), saved=(),
+    differentiable=("q", "k_cache", "v_cache"),
+    forward=lambda s, st, target: plans.decode_plan(s["q"], s["k_cache"], s["v_cache"], s["block_table"],
+                                                    s["seq_lens"], softmax_scale=st.softmax_scale, target=target),
+    backward=_no_backward("decode_attention"), check_values=_check_values,
+    reference=reference.decode_attention, family="decode")
+
+
+def merge_attention_states(o_a, lse_a, o_b, lse_b):
+    """Merges two attentions over disjoint key sets (cascade inference, chunked prefill):
+    lse = log(exp(lse_a) + exp(lse_b)), o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b.
+
+    Args: o_a, o_b: [..., D], one float dtype; lse_a, lse_b: [...] (natural log, as
+      flash_attention and decode_attention return; -inf: no key, weighs 0).
+    Returns: (o [..., D] in o_a's dtype, lse [...] fp32); both empty: zeros and -inf.
+      Forward only: no gradient.
+    """
+    return (o_a, lse_a, o_b, lse_b), None
+
+
+MERGE_ATTENTION_STATES = Op(
+    merge_attention_states, inputs=("o_a", "lse_a", "o_b", "lse_b"), results=("o", "lse"), saved=(),
+    differentiable=("o_a", "lse_a", "o_b", "lse_b"),
+    forward=lambda s, st, target: plans.merge_plan(s["o_a"], s["lse_a"], s["o_b"], s["lse_b"], target=target),
+    backward=_no_backward("merge_attention_states"), reference=reference.merge_attention_states, family="decode")
+
+OPS = (DECODE_ATTENTION, MERGE_ATTENTION_STATES)

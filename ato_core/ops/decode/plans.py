@@ -1,0 +1,157 @@
+"""decode_attention and merge_attention_states: argument checks and launch plans.
+
+Decided here: the token tile, the split of each sequence's token range over programs
+(flash-decoding: enough programs to fill the GPU at small batches), and when the partials
+need merging.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Tuple
+
+import numpy as np
+
+from ato_core import checks
+from ato_core.launch import ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, numel, row_alignment
+from ato_core.target import Target
+
+from . import kernels as kern
+
+MAX_HEAD_DIM = 256
+LOG2E = 1.4426950408889634
+INT_DTYPES = ("int32", "int64")
+# Token rows per tile of the split kernel (GPU; the interpreter: small, so that short test
+# sequences cross tiles, splits and blocks).
+TOKENS = 64
+INTERPRETER_TOKENS = 16
+# Programs the split aims for, per SM, and the most splits (each adds a partial that the
+# combine reads); the split kernel's warps and pipelining stages.
+PROGRAMS_PER_SM = 4
+MAX_SPLITS = 64
+WARPS = 4
+STAGES = 2
+
+
+def check_decode(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens: ArraySpec,
+                 softmax_scale) -> Tuple[int, ...]:
+    """Validates decode_attention's arguments; returns (B, Hq, Hkv, D, num_blocks, BS, max_blocks)."""
+    checks.check_rank("q", q, 3, "[B, Hq, D]")
+    checks.check_rank("k_cache", k, 4, "[num_blocks, block_size, Hkv, D]")
+    checks.check_rank("v_cache", v, 4, "[num_blocks, block_size, Hkv, D]")
+    for name, spec in (("q", q), ("k_cache", k), ("v_cache", v)):
+        checks.check_float(name, spec)
+    checks.check_same_dtype(("q", "k_cache", "v_cache"), (q, k, v))
+    checks.check_same_device(("q", "k_cache", "v_cache", "block_table", "seq_lens"), (q, k, v, table, lens))
+    B, Hq, D = q.shape
+    NB, BS, Hkv, Dk = k.shape
+    checks.check_shape("v_cache", v, tuple(k.shape), "[num_blocks, block_size, Hkv, D], the shape of k_cache")
+    checks.check_dim("k_cache", k, 3, D, "D, the head size of q")
+    checks.check_range("q.shape[0] (B)", B, 1)
+    checks.check_range("q.shape[2] (D)", D, 1, MAX_HEAD_DIM)
+    checks.check_range("k_cache.shape[0] (num_blocks)", NB, 1)
+    if BS not in (16, 32, 64, 128, 256):
+        raise ValueError(f"k_cache.shape[1] (block_size): expected a power of two from 16 to 256, got {BS}")
+    checks.check_range("k_cache.shape[2] (Hkv)", Hkv, 1)
+    if Hq % Hkv:
+        raise ValueError(f"q.shape[1] (Hq): expected a multiple of Hkv = {Hkv} (k_cache.shape[2]), got {Hq}")
+    for name, spec in (("block_table", table), ("seq_lens", lens)):
+        if spec.dtype not in INT_DTYPES:
+            raise TypeError(f"{name}: expected int32 or int64, got {spec.dtype}")
+    checks.check_rank("block_table", table, 2, "[B, max_blocks]")
+    checks.check_dim("block_table", table, 0, B, "B, as in q")
+    checks.check_range("block_table.shape[1] (max_blocks)", table.shape[1], 1)
+    checks.check_shape("seq_lens", lens, (B,), "[B]")
+    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
+                                          and math.isfinite(softmax_scale) and softmax_scale > 0):
+        raise ValueError(f"softmax_scale: expected None or a positive finite float, got {softmax_scale!r}")
+    return B, Hq, Hkv, D, NB, BS, table.shape[1]
+
+
+def check_decode_values(table: np.ndarray, lens: np.ndarray, num_blocks: int, block_size: int) -> None:
+    """Checks on the values, where they are on the host: block ids in range for every block a
+    sequence uses, lengths within the table."""
+    cap = table.shape[1] * block_size
+    bad = np.flatnonzero((lens < 0) | (lens > cap))
+    if bad.size:
+        b = int(bad[0])
+        raise ValueError(f"seq_lens: expected lengths in [0, {cap}] (max_blocks * block_size), got "
+                         f"seq_lens[{b}] = {int(lens[b])}")
+    used = np.arange(table.shape[1])[None, :] < -(-lens[:, None] // block_size)
+    out = used & ((table < 0) | (table >= num_blocks))
+    if out.any():
+        b, j = map(int, np.argwhere(out)[0])
+        raise ValueError(f"block_table: expected block ids in [0, {num_blocks}) for the blocks a sequence uses, got "
+                         f"block_table[{b}, {j}] = {int(table[b, j])}")
+
+
+def _split(B: int, Hkv: int, max_len: int, tokens: int, target: Target) -> int:
+    """Tokens per split: a multiple of the tile; splits enough to give the GPU
+    PROGRAMS_PER_SM programs per SM, at most MAX_SPLITS (the interpreter: two tiles a split)."""
+    if target.interpret:
+        return 2 * tokens
+    want = min(cdiv(PROGRAMS_PER_SM * target.num_sms, B * Hkv), MAX_SPLITS)
+    if want <= 2:  # the GPU is full already: a split would cost its combine more than it gains
+        want = 1
+    nsplit = max(1, min(want, cdiv(max_len, tokens)))
+    return cdiv(cdiv(max_len, nsplit), tokens) * tokens
+
+
+@cached_plan
+def decode_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens: ArraySpec, *, softmax_scale,
+                target: Target) -> Plan:
+    """Inputs: q, k_cache, v_cache, block_table, seq_lens. Results: o [B, Hq, D] (q's dtype),
+    lse [B, Hq] fp32."""
+    B, Hq, Hkv, D, NB, BS, MB = check_decode(q, k, v, table, lens, softmax_scale)
+    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
+    tokens = INTERPRETER_TOKENS if target.interpret else TOKENS
+    max_len = MB * BS
+    split_len = _split(B, Hkv, max_len, tokens, target)
+    nsplit = cdiv(max_len, split_len)
+    G = Hq // Hkv
+    ce = {"GP": max(16, next_pow2(G)), "BN": tokens, "BD": max(16, next_pow2(D)), "BS": BS,
+          "PRECISION": "ieee" if q.dtype == "float32" else "tf32", "PARTIAL": nsplit > 1,
+          "ALIGN": row_alignment((D,), (q, k, v))}
+    scalars = (Hkv, G, D, NB, max_len, split_len, scale * LOG2E, *q.strides, *k.strides, *v.strides, *table.strides)
+    inputs = ("q", "k_cache", "v_cache", "block_table", "seq_lens")
+    out = (Buffer("o", (B, Hq, D), q.dtype), Buffer("lse", (B, Hq), "float32"))
+    if nsplit == 1:
+        return Plan((Launch(kern.decode_split_kernel, (1, B * Hkv), inputs, scalars, out, ce, num_warps=WARPS,
+                            num_stages=STAGES),), ("o", "lse"))
+    parts = (Buffer("o_parts", (B, Hq, nsplit, D), "float32"), Buffer("lse_parts", (B, Hq, nsplit), "float32"))
+    split = Launch(kern.decode_split_kernel, (nsplit, B * Hkv), inputs, scalars, parts, ce, num_warps=WARPS,
+                   num_stages=STAGES)
+    combine = Launch(kern.decode_combine_kernel, (B * Hq,), ("o_parts", "lse_parts"), (nsplit, D), out,
+                     {"BSPLIT": next_pow2(nsplit), "BD": min(max(16, next_pow2(D)), max(16, 4096 // next_pow2(nsplit)))},
+                     num_warps=4)
+    return Plan((split, combine), ("o", "lse"))
+
+
+def check_merge(o_a: ArraySpec, lse_a: ArraySpec, o_b: ArraySpec, lse_b: ArraySpec) -> Tuple[int, int]:
+    """Validates merge_attention_states' arguments; returns (rows, D)."""
+    for name, spec in (("o_a", o_a), ("lse_a", lse_a), ("o_b", o_b), ("lse_b", lse_b)):
+        checks.check_float(name, spec)
+    checks.check_same_device(("o_a", "lse_a", "o_b", "lse_b"), (o_a, lse_a, o_b, lse_b))
+    if o_a.ndim < 1:
+        raise ValueError("o_a: expected at least 1 dimension [..., D], got a scalar")
+    checks.check_same_dtype(("o_a", "o_b"), (o_a, o_b))
+    checks.check_shape("o_b", o_b, tuple(o_a.shape), "the shape of o_a")
+    lead = tuple(o_a.shape[:-1])
+    checks.check_shape("lse_a", lse_a, lead, "o_a's shape without its last axis")
+    checks.check_shape("lse_b", lse_b, lead, "o_a's shape without its last axis")
+    D = o_a.shape[-1]
+    checks.check_range("o_a.shape[-1] (D)", D, 1)
+    rows = numel(lead)
+    checks.check_range("o_a's rows (the product of its leading axes)", rows, 1)
+    return rows, D
+
+
+@cached_plan
+def merge_plan(o_a: ArraySpec, lse_a: ArraySpec, o_b: ArraySpec, lse_b: ArraySpec, *, target: Target) -> Plan:
+    """Inputs: o_a, lse_a, o_b, lse_b (read row-major). Results: o (o_a's dtype), lse (fp32)."""
+    rows, D = check_merge(o_a, lse_a, o_b, lse_b)
+    R = 16
+    launch = Launch(kern.merge_states_kernel, (cdiv(rows, R),), ("o_a", "lse_a", "o_b", "lse_b"), (rows, D),
+                    (Buffer("o", tuple(o_a.shape), o_a.dtype), Buffer("lse", tuple(lse_a.shape), "float32")),
+                    {"ROWS": R, "BD": min(max(16, next_pow2(D)), 128)}, num_warps=4)
+    return Plan((launch,), ("o", "lse"), dense=("o_a", "lse_a", "o_b", "lse_b"))
