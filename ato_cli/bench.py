@@ -674,6 +674,54 @@ def decode_rows(quick: bool):
         rows.append(("ato_jax", shape, "x ato_torch", msj, msj / ms, f"{nbytes / msj / 1e6:.0f} GB/s"))
         del args, kc, vc, ref, o
         torch.cuda.empty_cache()
+    rows += _decode_shared_rows(quick, copy_gbs, reps)
+    return rows
+
+
+def shared_prefix_batch(B=64, Hq=32, Hkv=8, D=128, BS=16, P=4096, T=256):
+    """((B, Hq, Hkv, D, BS, P, T), (q, k_cache, v_cache, block_table, seq_lens)) on the GPU, bf16:
+    B sequences sharing a P-token prefix, T private tokens each, blocks in random places."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    NB = P // BS + B * T // BS
+    ids = torch.randperm(NB, device="cuda", generator=g).to(torch.int32)
+    table = torch.cat([ids[:P // BS].expand(B, -1), ids[P // BS:].reshape(B, T // BS)], 1).contiguous()
+    lens = torch.full((B,), P + T, device="cuda", dtype=torch.int32)
+    q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    kc, vc = (torch.randn(NB, BS, Hkv, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    return (B, Hq, Hkv, D, BS, P, T), (q, kc, vc, table, lens)
+
+
+def _decode_shared_rows(quick: bool, copy_gbs: float, reps: int):
+    """B 64 sequences sharing a 4096-token prefix, 256 private tokens each (bf16, Hq32 Hkv8
+    D128, block size 16): decode_attention with its schedule against the seq-first path on the
+    same cache, and against reading the unique K and V bytes once at the copy rate."""
+    import jax
+
+    import ato_jax
+    import ato_torch
+
+    (B, Hq, Hkv, D, BS, P, T), (q, kc, vc, table, lens) = shared_prefix_batch()
+    sched = ato_torch.decode_schedule(table, lens, block_size=BS)
+    shape = f"B{B} Hq{Hq} Hkv{Hkv} prefix{P}+{T} D{D} bs{BS} bf16"
+    ms_seq = _bench_torch(lambda: ato_torch.decode_attention(q, kc, vc, table, lens), quick)
+    ms = _bench_torch(lambda: ato_torch.decode_attention(q, kc, vc, table, lens, schedule=sched), quick)
+    unique = 2 * (P + B * T) * Hkv * D * 2
+    floor = unique / copy_gbs / 1e6
+    o1 = ato_torch.decode_attention(q, kc, vc, table, lens).float()
+    o2 = ato_torch.decode_attention(q, kc, vc, table, lens, schedule=sched).float()
+    rows = [("shared: ato_torch, schedule", shape, "x seq-first", ms, ms / ms_seq, f"{ms / floor:.2f}x the unique-bytes floor"),
+            ("shared: ato_torch, seq-first", shape, "x seq-first", ms_seq, 1.0, ""),
+            ("shared: unique K, V bytes at copy rate", shape, "", floor, None, f"{unique / 1e6:.0f} MB"),
+            ("shared: o schedule vs seq-first", shape, "relative L2 (rate column)", None, None,
+             f"{float((o2 - o1).norm() / o1.norm()):.1e}")]
+    js = ato_jax.decode_schedule(table.cpu().numpy(), lens.cpu().numpy(), block_size=BS)
+    fn = jax.jit(lambda *a: ato_jax.decode_attention(*a[:5], schedule=a[5]))
+    args = (to_jax_bf16(q), to_jax_bf16(kc), to_jax_bf16(vc), jax.numpy.asarray(table.cpu().numpy()),
+            jax.numpy.asarray(lens.cpu().numpy()))
+    msj = _median_jax(fn, *args, js, reps=reps)
+    rows.append(("shared: ato_jax, schedule", shape, "x ato_torch", msj, msj / ms, ""))
     return rows
 
 

@@ -107,7 +107,78 @@ def test_bad_inputs(framework):
     raises_naming(ValueError, "block_table[1, 1] = 4", call, q, kc, kc, arr(np.array([[0, 1], [2, 4]], np.int32)), lens)
     raises_naming(ValueError, "seq_lens", call, q, kc, kc, table, arr(np.array([5], np.int32)))
     raises_naming(TypeError, "q", call, arr(np.ones((2, 4, 32), np.int32)), kc, kc, table, lens)
-    raises_naming(NotImplementedError, "schedule", call, q, kc, kc, table, lens, schedule=object())
+    raises_naming(TypeError, "schedule", call, q, kc, kc, table, lens, schedule=object())
     o = arr(rng.random((3, 8), np.float32))
     raises_naming(ValueError, "lse_b", ops.merge_attention_states, o, arr(np.zeros(3, np.float32)), o,
                   arr(np.zeros(4, np.float32)))
+
+
+def _shared_layout(BS=16, nb=60, seed=0):
+    """A tree of prefixes over 8 sequences: blocks 0-2 shared by all, then blocks 3-4 by
+    sequences 0 and 1 only, and one more block by sequences 2 and 3 whose prefix ends mid-block
+    for sequence 3 (not shared then); private blocks after. Returns (table, lens)."""
+    rng = np.random.default_rng(seed)
+    ids = iter(rng.permutation(nb))
+    common = [next(ids) for _ in range(3)]
+    pair = [next(ids) for _ in range(2)]
+    mid = next(ids)
+    table = np.zeros((8, 7), np.int32)
+    lens = np.array([6 * BS + 3, 7 * BS, 4 * BS + 1, 3 * BS + 9, 3 * BS, 5 * BS - 1, 2 * BS + 5, 4 * BS], np.int32)
+    for b in range(8):
+        row = common + (pair if b < 2 else [mid] if b in (2, 3) else [])
+        row += [next(ids) for _ in range(7 - len(row))]
+        table[b] = row
+    return table, lens
+
+
+def test_schedule_finds_the_tree():
+    from ato_core.ops.decode import decode_schedule
+
+    table, lens = _shared_layout()
+    s = decode_schedule(table, lens, block_size=16, chunk_tokens=64)
+    # tasks: the 3 common blocks (sequences 0-5 and 7 use all three whole; 6 ends inside the third),
+    # then 2 blocks shared by 0 and 1; block `mid` is whole for sequence 2 only (3 ends inside it)
+    starts = s.seq_start.tolist()
+    assert starts == [5 * 16, 5 * 16, 3 * 16, 3 * 16, 3 * 16, 3 * 16, 2 * 16, 3 * 16]
+    assert s.work.shape[1] == 6 and s.unit_seq.shape[0] == int((s.seq_units >= 0).sum())
+    no_sharing = decode_schedule(np.arange(12, dtype=np.int32).reshape(3, 4), np.array([64, 10, 33]), block_size=16)
+    assert no_sharing.work.shape == (0, 6) and not no_sharing.seq_start.any()
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_schedule_agrees_with_seq_first(framework, dtype):
+    """With the schedule (shared blocks chunk-first, a tree of prefixes, one ending mid-block)
+    == without, within fp32 rounding (a different summation order), and against the reference;
+    torch == JAX bitwise with the schedule."""
+    BS = 16
+    table, lens = _shared_layout(BS)
+    case = decode_case(8, 8, 2, 64, BS, 60, 7, dtype=dtype)
+    inputs = _inputs(case, lens)
+    inputs["block_table"] = table
+    ops, arr = frontend(framework)
+    a = {n: h.to_torch(v) if framework == "torch" else arr(v) for n, v in inputs.items()}
+    args = (a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"])
+    sched = ops.decode_schedule(a["block_table"], a["seq_lens"], block_size=BS)
+    assert sched.work.shape[0] > 0
+    o1, l1 = (np.asarray(x, np.float32) if framework == "jax" else x.float().numpy()
+              for x in ops.decode_attention(*args, return_lse=True))
+    o2, l2 = (np.asarray(x, np.float32) if framework == "jax" else x.float().numpy()
+              for x in ops.decode_attention(*args, return_lse=True, schedule=sched))
+    tol = 2e-6 if dtype == "float32" else 1e-2  # fp32 partials either way; bf16: the output's rounding
+    np.testing.assert_allclose(o2, o1, rtol=tol, atol=tol)
+    np.testing.assert_allclose(l2, l1, rtol=2e-6, atol=2e-6)
+    ref_o, ref_l = h.reference_op("decode_attention")(*(inputs[n].astype(np.float64) if inputs[n].dtype.kind == "f"
+                                                         else inputs[n] for n in ("q", "k_cache", "v_cache")),
+                                                       table, lens, return_lse=True)
+    assert h.rel_err(o2, ref_o) < h.TOLERANCE[dtype] and h.rel_err(l2, ref_l) < 1e-5
+    if framework == "jax":
+        import jax
+
+        import ato_torch
+        import torch
+        ts = ato_torch.decode_schedule(torch.from_numpy(table), torch.from_numpy(lens), block_size=BS)
+        to = ato_torch.decode_attention(*(h.to_torch(inputs[n]) for n in ("q", "k_cache", "v_cache")),
+                                        torch.from_numpy(table), torch.from_numpy(lens), schedule=ts)
+        jo = jax.jit(lambda *x: ops.decode_attention(*x[:5], schedule=x[5]))(*args, sched)
+        assert np.array_equal(to.float().numpy(), np.asarray(jo, np.float32)), "torch and jax differ"

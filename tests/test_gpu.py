@@ -619,3 +619,44 @@ def test_merge_attention_states_gpu(dtype):
     _check(case)
     t, j, _ = _run(case)
     assert h.bitwise_equal(t, j)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_decode_schedule_gpu(dtype):
+    """A shared-prefix batch (32 sequences share 1024 tokens, 8 of them 512 more, then 1-300
+    private tokens each): with the schedule == without within fp32 partials' rounding, both
+    against the reference, torch == JAX bitwise with it."""
+    import jax
+    import torch
+
+    import ato_jax
+    import ato_torch
+    from ato_core.ops.decode import reference
+
+    BS, B, Hq, Hkv, D = 16, 32, 32, 8, 128
+    g = torch.Generator().manual_seed(0)
+    NB = 96 + 8 * 20 + (B - 8) * 52
+    ids = torch.randperm(NB, generator=g).tolist()
+    common, nested = ids[:64], ids[64:96]
+    rest = iter(ids[96:])
+    table = torch.tensor([common + (nested if b < 8 else []) + [next(rest) for _ in range(20 if b < 8 else 52)]
+                          for b in range(B)], dtype=torch.int32)[:, :116]
+    lens = torch.tensor([(1536 if b < 8 else 1024) + int(torch.randint(1, 300, (1,), generator=g)) for b in range(B)],
+                        dtype=torch.int32)
+    dt = getattr(torch, dtype)
+    q = torch.randn(B, Hq, D, generator=g).to(dt)
+    kc, vc = (torch.randn(NB, BS, Hkv, D, generator=g).to(dt) for _ in range(2))
+    dev = [t.cuda() for t in (q, kc, vc, table, lens)]
+    sched = ato_torch.decode_schedule(dev[3], dev[4], block_size=BS)
+    assert sched.work.shape[0] > 0
+    o1, l1 = ato_torch.decode_attention(*dev, return_lse=True)
+    o2, l2 = ato_torch.decode_attention(*dev, return_lse=True, schedule=sched)
+    ro, rl = reference.decode_attention(*(t.double() for t in (q, kc, vc)), table, lens, return_lse=True)
+    for o, lse in ((o1, l1), (o2, l2)):
+        assert h.rel_err(o.double().cpu().numpy(), ro.numpy()) < h.TOLERANCE[dtype]
+        assert h.rel_err(lse.double().cpu().numpy(), rl.numpy()) < 1e-5
+    jargs = [jax.numpy.asarray(t.float().numpy() if t.is_floating_point() else t.numpy()) for t in (q, kc, vc)]
+    jargs = [a.astype(dtype) for a in jargs] + [jax.numpy.asarray(table.numpy()), jax.numpy.asarray(lens.numpy())]
+    js = ato_jax.decode_schedule(jargs[3], jargs[4], block_size=BS)
+    jo = jax.jit(lambda *a: ato_jax.decode_attention(*a[:5], schedule=a[5]))(*jargs, js)
+    assert np.array_equal(np.asarray(jo.astype("float32")), o2.float().cpu().numpy())

@@ -10,6 +10,7 @@ from ato_core import checks
 from ato_core.op import Op
 
 from . import plans, reference
+from .schedule import DecodeSchedule, decode_schedule  # noqa: F401  (the host-side builder)
 
 
 class Decode(NamedTuple):
@@ -33,15 +34,23 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, softmax_scal
         on a GPU a bad id is clamped into the cache, never read outside it.
       softmax_scale: default 1 / sqrt(D).
       return_lse: also return lse [B, Hq], the natural-log log-sum-exp of the scores (fp32).
-      schedule: None (the shared-prefix schedule is not implemented yet).
+      schedule: None, or decode_schedule(block_table, seq_lens, block_size=...) of this batch
+        layout (the adapters' decode_schedule gives it as their arrays; under jax.jit pass it in
+        as arguments or constants): blocks that several sequences hold at the same position go
+        through the chunk-first kernel (read once per kv head for all of them), the rest through
+        the seq-first one, and the partials are merged. It must be rebuilt when the table or the
+        lengths change (a stale schedule gives wrong results; it is not checked on the device).
 
     Returns: o [B, Hq, D] in q's dtype, or (o, lse). Forward only: no gradient.
     """
     checks.check_bool("return_lse", return_lse)
-    if schedule is not None:
-        raise NotImplementedError("schedule: the shared-prefix (chunk-first) path is not implemented yet; "
-                                  "pass schedule=None")
-    return (q, k_cache, v_cache, block_table, seq_lens), Decode(softmax_scale, return_lse)
+    if schedule is None:
+        sched = (None,) * len(plans.SCHEDULE)
+    elif isinstance(schedule, tuple) and len(schedule) == len(plans.SCHEDULE):
+        sched = tuple(schedule)
+    else:
+        raise TypeError(f"schedule: expected None or a DecodeSchedule (decode_schedule's), got {type(schedule).__name__}")
+    return (q, k_cache, v_cache, block_table, seq_lens, *sched), Decode(softmax_scale, return_lse)
 
 
 def _no_backward(name):
@@ -56,12 +65,16 @@ def _check_values(s, st: Decode, host):
         plans.check_decode_values(table, lens, s["k_cache"].shape[0], s["k_cache"].shape[1])
 
 
+def _forward(s, st: Decode, target):
+    sched = None if s["sched_work"] is None else tuple(s[n] for n in plans.SCHEDULE)
+    return plans.decode_plan(s["q"], s["k_cache"], s["v_cache"], s["block_table"], s["seq_lens"],
+                             softmax_scale=st.softmax_scale, target=target, schedule=sched)
+
+
 DECODE_ATTENTION = Op(
-    decode_attention, inputs=("q", "k_cache", "v_cache", "block_table", "seq_lens"), results=("o", "lse"),
-    returns=lambda st: ("o", "lse") if st.return_lse else ("o",), saved=(),
-    differentiable=("q", "k_cache", "v_cache"),
-    forward=lambda s, st, target: plans.decode_plan(s["q"], s["k_cache"], s["v_cache"], s["block_table"],
-                                                    s["seq_lens"], softmax_scale=st.softmax_scale, target=target),
+    decode_attention, inputs=("q", "k_cache", "v_cache", "block_table", "seq_lens", *plans.SCHEDULE),
+    results=("o", "lse"), returns=lambda st: ("o", "lse") if st.return_lse else ("o",), saved=(),
+    optional=plans.SCHEDULE, differentiable=("q", "k_cache", "v_cache"), forward=_forward,
     backward=_no_backward("decode_attention"), check_values=_check_values,
     reference=reference.decode_attention, family="decode")
 

@@ -4,6 +4,8 @@ share blocks), the lengths from 0 to the table's capacity."""
 
 from ato_core.testing import Case, In, gpu_spec
 
+from .schedule import DecodeSchedule
+
 _ARGS = (In("q"), In("k_cache"), In("v_cache"), In("block_table"), In("seq_lens"))
 
 
@@ -37,6 +39,11 @@ COMPILE = [
     ("decode one split", "decode_attention", (gpu_spec((512, 8, 64)), gpu_spec((64, 64, 8, 64)),
                                               gpu_spec((64, 64, 8, 64)), gpu_spec((512, 1), "int32"),
                                               gpu_spec((512,), "int32")), {}, False),
+    ("decode chunk-first", "decode_attention", (gpu_spec((64, 32, 128)), gpu_spec((2048, 16, 8, 128)),
+                                                gpu_spec((2048, 16, 8, 128)), gpu_spec((64, 272), "int32"),
+                                                gpu_spec((64,), "int32")),
+     {"schedule": DecodeSchedule(*(gpu_spec(s, "int32") for s in ((16, 6), (64,), (256,), (1024,), (64, 16), (64,))))},
+     False),
     ("merge_attention_states", "merge_attention_states", (gpu_spec((4, 32, 128)), gpu_spec((4, 32), "float32"),
                                                           gpu_spec((4, 32, 128)), gpu_spec((4, 32), "float32")),
      {}, False),

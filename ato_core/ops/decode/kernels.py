@@ -9,8 +9,11 @@ range, b * Hkv + kv head). The G = Hq / Hkv query heads that share the kv head a
 tile (GP: G padded to the dot's 16 rows), so each K/V row is read once per kv head. An online
 softmax over the split's tokens (base-2 scores, as flash attention) gives o and the natural-log
 lse of the split; with one split they are the result, else fp32 partials that
-``decode_combine_kernel`` merges. ``merge_states_kernel`` merges two attentions over disjoint
-key sets (merge_attention_states).
+``decode_combine_kernel`` merges. With a schedule (schedule.py), ``decode_chunk_kernel``
+(chunk-first) reads each shared block once per kv head against the query heads of every
+sequence that shares it, as one [M, D] tile; the split kernel then starts each sequence after
+its shared blocks, and the combine merges both kinds of partial. ``merge_states_kernel`` merges
+two attentions over disjoint key sets (merge_attention_states).
 
 Merge of states (o_i, lse_i): lse = log sum_i exp(lse_i), o = sum_i exp(lse_i - lse) o_i; a
 state with lse = -inf (no key) weighs 0; all empty: o = 0, lse = -inf. NaN in either gives NaN.
@@ -40,18 +43,46 @@ def _kv_rows(CACHE, TABLE_ROW, stn, t, valid, hk, offs_d, dmask, sn, st, sh, sd,
     return tl.load(ptrs, mask=valid[:, None] & dmask[None, :], other=0.0)
 
 
-@kernel(inputs=5, outputs=2)
+@triton.jit
+def _attend(q, K, V, table_row, stn, start, end, hk, offs_d, dmask, qk_scale, num_blocks, skn, skt, skh, skd, svn, svt,
+            svh, svd, BN: tl.constexpr, BS: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr):
+    """(o, lse) of the query rows q [M, BD] over tokens [start, end) of a block list (table_row,
+    its stride stn): an online softmax in base 2; a row that sees no key gets o = 0 and lse =
+    -inf (natural log)."""
+    m_i = tl.full([q.shape[0]], float("-inf"), tl.float32)
+    l_i = tl.zeros([q.shape[0]], tl.float32)
+    acc = tl.zeros([q.shape[0], q.shape[1]], tl.float32)
+    for t0 in range(start, end, BN):
+        t = t0 + tl.arange(0, BN)
+        valid = t < end
+        k = _kv_rows(K, table_row, stn, t, valid, hk, offs_d, dmask, skn, skt, skh, skd, num_blocks, BS, ALIGN)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = _kv_rows(V, table_row, stn, t, valid, hk, offs_d, dmask, svn, svt, svh, svd, num_blocks, BS, ALIGN)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+        m_i = m_new
+    empty = l_i == 0.0
+    o = acc / tl.where(empty, 1.0, l_i)[:, None]
+    return o, tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
+
+
+@kernel(inputs=6, outputs=2)
 def decode_split_kernel(
-    Q, K, V, TABLE, LENS,
+    Q, K, V, TABLE, LENS, STARTS,
     Hkv, G, D, num_blocks, max_len, split_len, qk_scale,
     sqb, sqh, sqd, skn, skt, skh, skd, svn, svt, svh, svd, stb, stn,
     O, LSE,
     GP: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BS: tl.constexpr, PARTIAL: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, HAS_START: tl.constexpr,
 ):
     """Grid (splits, B*Hkv). The attention of the G query heads of kv head hk over tokens
     [split * split_len, +split_len) of sequence b (up to its length, clamped to the table's
-    max_len). PARTIAL: o fp32 into O [B, Hq, splits, D] and lse into LSE [B, Hq, splits];
+    max_len), offset by STARTS[b] with HAS_START (a schedule's shared tokens come before). PARTIAL: o fp32 into O [B, Hq, splits, D] and lse into LSE [B, Hq, splits];
     else o in O's dtype into O [B, Hq, D] and lse into LSE [B, Hq]. qk_scale = softmax_scale
     * log2(e). D and the strides but the last are multiples of ALIGN."""
     split = tl.program_id(0)
@@ -69,28 +100,12 @@ def decode_split_kernel(
     q = tl.load(Q + b * aligned(sqb, ALIGN) + hq[:, None] * aligned(sqh, ALIGN) + offs_d[None, :] * sqd, mask=gmask[:, None] & dmask[None, :],
                 other=0.0)
     table_row = TABLE + b * stb
-    m_i = tl.full([GP], float("-inf"), tl.float32)
-    l_i = tl.zeros([GP], tl.float32)
-    acc = tl.zeros([GP, BD], tl.float32)
     start = split * split_len
+    if HAS_START:
+        start += tl.load(STARTS + b).to(tl.int32)
     end = tl.minimum(start + split_len, n)
-    for t0 in range(start, end, BN):
-        t = t0 + tl.arange(0, BN)
-        valid = t < end
-        k = _kv_rows(K, table_row, stn, t, valid, hk, offs_d, dmask, skn, skt, skh, skd, num_blocks, BS, ALIGN)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = _kv_rows(V, table_row, stn, t, valid, hk, offs_d, dmask, svn, svt, svh, svd, num_blocks, BS, ALIGN)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
-        m_i = m_new
-    empty = l_i == 0.0
-    o = acc / tl.where(empty, 1.0, l_i)[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
+    o, lse = _attend(q, K, V, table_row, stn, start, end, hk, offs_d, dmask, qk_scale, num_blocks, skn, skt, skh, skd,
+                     svn, svt, svh, svd, BN, BS, PRECISION, ALIGN)
     row = b * (Hkv * G) + hq  # b * Hq + hq
     if PARTIAL:
         idx = row * nsplit + split
@@ -99,6 +114,48 @@ def decode_split_kernel(
     else:
         tl.store(O + row[:, None] * D + offs_d[None, :], o.to(O.dtype.element_ty), mask=gmask[:, None] & dmask[None, :])
         tl.store(LSE + row, lse, mask=gmask)
+
+
+@kernel(inputs=6, outputs=2)
+def decode_chunk_kernel(
+    Q, K, V, WORK, TASK_SEQS, TASK_BLOCKS,
+    Hkv, G, D, num_blocks, U, qk_scale,
+    sqb, sqh, sqd, skn, skt, skh, skd, svn, svt, svh, svd,
+    CO, CL,
+    M: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BS: tl.constexpr, PRECISION: tl.constexpr,
+    ALIGN: tl.constexpr,
+):
+    """Grid (work items, Hkv): chunk-first (a schedule's shared blocks, see schedule.py). Work
+    item w = WORK[w] (seq_off, nseq, blk_off, tok0, tok1, unit0): tokens [tok0, tok1) of its
+    task's blocks against the query heads of kv head hk of all nseq sequences: rows p * G + g
+    (sequence p of the task, head g of the kv head), M rows at a time, each block tile read
+    once per row tile.
+    Unit unit0 + p's partial for head hk * G + g: CO [Hkv, U, G, D] fp32 and CL [Hkv, U, G]."""
+    w = tl.program_id(0).to(tl.int64)
+    hk = tl.program_id(1).to(tl.int64)
+    seq_off = tl.load(WORK + w * 6)
+    nseq = tl.load(WORK + w * 6 + 1)
+    blk_off = tl.load(WORK + w * 6 + 2)
+    tok0 = tl.load(WORK + w * 6 + 3)
+    tok1 = tl.load(WORK + w * 6 + 4)
+    unit0 = tl.load(WORK + w * 6 + 5).to(tl.int64)
+    D = aligned(D, ALIGN)
+    offs_d = tl.arange(0, BD)
+    dmask = offs_d < D
+    for r0 in range(0, nseq * G, M):
+        r = r0 + tl.arange(0, M)
+        rmask = r < nseq * G
+        p = r // G
+        g = r % G
+        seq = tl.load(TASK_SEQS + seq_off + p, mask=rmask, other=0).to(tl.int64)
+        qm = rmask[:, None] & dmask[None, :]
+        q = tl.load(Q + seq[:, None] * aligned(sqb, ALIGN) + (hk * G + g)[:, None] * aligned(sqh, ALIGN)
+                    + offs_d[None, :] * sqd, mask=qm, other=0.0)
+        o, lse = _attend(q, K, V, TASK_BLOCKS + blk_off, 1, tok0, tok1, hk, offs_d, dmask, qk_scale, num_blocks,
+                         skn, skt, skh, skd, svn, svt, svh, svd, BN, BS, PRECISION, ALIGN)
+        idx = (hk * U + unit0 + p) * G + g
+        tl.store(CO + idx[:, None] * D + offs_d[None, :], o, mask=qm)
+        tl.store(CL + idx, lse, mask=rmask)
 
 
 @triton.jit
@@ -113,27 +170,50 @@ def _weights(lse, AXIS: tl.constexpr):
     return w, total, empty, tl.where(empty, float("-inf"), m_use + tl.log(tl.where(empty, 1.0, total)))
 
 
-@kernel(inputs=2, outputs=2)
+@kernel(inputs=5, outputs=2)
 def decode_combine_kernel(
-    OP, LP,
-    S, D,
+    OP, LP, CO, CL, SEQ_UNITS,
+    S, D, G, Hq, U, depth,
     O, LSE,
-    BSPLIT: tl.constexpr, BD: tl.constexpr,
+    BSPLIT: tl.constexpr, BDEPTH: tl.constexpr, BD: tl.constexpr, HAS_CHUNK: tl.constexpr,
 ):
-    """Grid (B*Hq). Merges the S split partials of one (b, hq) row: OP [rows, S, D], LP
-    [rows, S] fp32 into O [rows, D] (O's dtype) and LSE [rows]."""
+    """Grid (B*Hq). Merges the S split partials of one (b, hq) row, OP [rows, S, D] and LP
+    [rows, S] fp32, and with HAS_CHUNK its chunk-first partials (units SEQ_UNITS[b, :depth], -1
+    past the last, of CO [Hkv, U, G, D] and CL [Hkv, U, G]) into O [rows, D] (O's dtype) and
+    LSE [rows]."""
     r = tl.program_id(0).to(tl.int64)
     offs_s = tl.arange(0, BSPLIT)
     smask = offs_s < S
     lse = tl.load(LP + r * S + offs_s, mask=smask, other=float("-inf"))
-    w, total, empty, lse_out = _weights(lse, 0)
+    if HAS_CHUNK:
+        b = r // Hq
+        hq = r % Hq
+        offs_u = tl.arange(0, BDEPTH)
+        unit = tl.load(SEQ_UNITS + b * depth + offs_u, mask=offs_u < depth, other=-1).to(tl.int64)
+        umask = unit >= 0
+        cidx = ((hq // G) * U + unit) * G + hq % G
+        lse_c = tl.load(CL + cidx, mask=umask, other=float("-inf"))
+        m = tl.maximum(tl.max(lse, 0), tl.max(lse_c, 0))
+        m_use = tl.where(m == float("-inf"), 0.0, m)
+        w = tl.math.exp2((lse - m_use) * LOG2E)
+        wc = tl.math.exp2((lse_c - m_use) * LOG2E)
+        total = tl.sum(w, 0) + tl.sum(wc, 0)
+        empty = total == 0.0
+        lse_out = tl.where(empty, float("-inf"), m_use + tl.log(tl.where(empty, 1.0, total)))
+        scale_c = wc / tl.where(empty, 1.0, total)
+    else:
+        w, total, empty, lse_out = _weights(lse, 0)
     scale = w / tl.where(empty, 1.0, total)
     for d0 in range(0, D, BD):
         offs_d = d0 + tl.arange(0, BD)
         dmask = offs_d < D
         parts = tl.load(OP + (r * S + offs_s[:, None]) * D + offs_d[None, :], mask=smask[:, None] & dmask[None, :],
                         other=0.0)
-        tl.store(O + r * D + offs_d, tl.sum(parts * scale[:, None], 0).to(O.dtype.element_ty), mask=dmask)
+        o = tl.sum(parts * scale[:, None], 0)
+        if HAS_CHUNK:
+            cparts = tl.load(CO + cidx[:, None] * D + offs_d[None, :], mask=umask[:, None] & dmask[None, :], other=0.0)
+            o += tl.sum(cparts * scale_c[:, None], 0)
+        tl.store(O + r * D + offs_d, o.to(O.dtype.element_ty), mask=dmask)
     tl.store(LSE + r, lse_out)
 
 

@@ -97,34 +97,72 @@ def _split(B: int, Hkv: int, max_len: int, tokens: int, target: Target) -> int:
     return cdiv(cdiv(max_len, nsplit), tokens) * tokens
 
 
+SCHEDULE = ("sched_work", "sched_task_seqs", "sched_task_blocks", "sched_unit_seq", "sched_seq_units",
+            "sched_seq_start")
+# Query rows per tile of the chunk kernel (a task's sequences times G heads).
+CHUNK_ROWS = 64
+
+
+def check_schedule(sched, B: int) -> Tuple[int, int, int]:
+    """The schedule's arrays (DecodeSchedule's, in order): int32, consistent shapes. Returns
+    (work items W, units U, depth)."""
+    names = ("schedule.work", "schedule.task_seqs", "schedule.task_blocks", "schedule.unit_seq",
+             "schedule.seq_units", "schedule.seq_start")
+    ranks = (2, 1, 1, 1, 2, 1)
+    for name, spec, rank in zip(names, sched, ranks):
+        if spec.dtype != "int32":
+            raise TypeError(f"{name}: expected int32 (decode_schedule's), got {spec.dtype}")
+        checks.check_rank(name, spec, rank, "as decode_schedule makes it")
+    work, _, _, unit_seq, seq_units, seq_start = sched
+    checks.check_dim("schedule.work", work, 1, 6, "6 fields a work item")
+    checks.check_dim("schedule.seq_units", seq_units, 0, B, "B, as in q")
+    checks.check_shape("schedule.seq_start", seq_start, (B,), "[B]")
+    return work.shape[0], unit_seq.shape[0], seq_units.shape[1]
+
+
 @cached_plan
 def decode_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens: ArraySpec, *, softmax_scale,
-                target: Target) -> Plan:
-    """Inputs: q, k_cache, v_cache, block_table, seq_lens. Results: o [B, Hq, D] (q's dtype),
-    lse [B, Hq] fp32."""
+                target: Target, schedule=None) -> Plan:
+    """Inputs: q, k_cache, v_cache, block_table, seq_lens and, with a schedule (a tuple of its
+    six array specs), the SCHEDULE arrays. Results: o [B, Hq, D] (q's dtype), lse [B, Hq] fp32."""
     B, Hq, Hkv, D, NB, BS, MB = check_decode(q, k, v, table, lens, softmax_scale)
+    W = U = depth = 0
+    if schedule is not None:
+        W, U, depth = check_schedule(schedule, B)
+    chunk = W > 0
     scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
     tokens = INTERPRETER_TOKENS if target.interpret else TOKENS
     max_len = MB * BS
     split_len = _split(B, Hkv, max_len, tokens, target)
     nsplit = cdiv(max_len, split_len)
     G = Hq // Hkv
-    ce = {"GP": max(16, next_pow2(G)), "BN": tokens, "BD": max(16, next_pow2(D)), "BS": BS,
-          "PRECISION": "ieee" if q.dtype == "float32" else "tf32", "PARTIAL": nsplit > 1,
-          "ALIGN": row_alignment((D,), (q, k, v))}
+    align = row_alignment((D,), (q, k, v))
+    precision = "ieee" if q.dtype == "float32" else "tf32"
+    ce = {"GP": max(16, next_pow2(G)), "BN": tokens, "BD": max(16, next_pow2(D)), "BS": BS, "PRECISION": precision,
+          "PARTIAL": nsplit > 1 or chunk, "ALIGN": align, "HAS_START": chunk}
     scalars = (Hkv, G, D, NB, max_len, split_len, scale * LOG2E, *q.strides, *k.strides, *v.strides, *table.strides)
-    inputs = ("q", "k_cache", "v_cache", "block_table", "seq_lens")
+    inputs = ("q", "k_cache", "v_cache", "block_table", "seq_lens", "sched_seq_start" if chunk else "seq_lens")
     out = (Buffer("o", (B, Hq, D), q.dtype), Buffer("lse", (B, Hq), "float32"))
-    if nsplit == 1:
+    if not ce["PARTIAL"]:
         return Plan((Launch(kern.decode_split_kernel, (1, B * Hkv), inputs, scalars, out, ce, num_warps=WARPS,
                             num_stages=STAGES),), ("o", "lse"))
     parts = (Buffer("o_parts", (B, Hq, nsplit, D), "float32"), Buffer("lse_parts", (B, Hq, nsplit), "float32"))
-    split = Launch(kern.decode_split_kernel, (nsplit, B * Hkv), inputs, scalars, parts, ce, num_warps=WARPS,
-                   num_stages=STAGES)
-    combine = Launch(kern.decode_combine_kernel, (B * Hq,), ("o_parts", "lse_parts"), (nsplit, D), out,
-                     {"BSPLIT": next_pow2(nsplit), "BD": min(max(16, next_pow2(D)), max(16, 4096 // next_pow2(nsplit)))},
-                     num_warps=4)
-    return Plan((split, combine), ("o", "lse"))
+    launches = [Launch(kern.decode_split_kernel, (nsplit, B * Hkv), inputs, scalars, parts, ce, num_warps=WARPS,
+                       num_stages=STAGES)]
+    if chunk:
+        launches.append(Launch(
+            kern.decode_chunk_kernel, (W, Hkv), ("q", "k_cache", "v_cache", *SCHEDULE[:3]),
+            (Hkv, G, D, NB, U, scale * LOG2E, *q.strides, *k.strides, *v.strides),
+            (Buffer("chunk_o", (Hkv, U, G, D), "float32"), Buffer("chunk_lse", (Hkv, U, G), "float32")),
+            {"M": CHUNK_ROWS, "BN": tokens, "BD": ce["BD"], "BS": BS, "PRECISION": precision, "ALIGN": align},
+            num_warps=WARPS, num_stages=STAGES))
+    cin = ("chunk_o", "chunk_lse", "sched_seq_units") if chunk else ("o_parts", "lse_parts", "seq_lens")
+    launches.append(Launch(
+        kern.decode_combine_kernel, (B * Hq,), ("o_parts", "lse_parts", *cin), (nsplit, D, G, Hq, U, depth), out,
+        {"BSPLIT": next_pow2(nsplit), "BDEPTH": next_pow2(max(depth, 1)),
+         "BD": min(max(16, next_pow2(D)), max(16, 4096 // next_pow2(nsplit + depth))), "HAS_CHUNK": chunk},
+        num_warps=4))
+    return Plan(tuple(launches), ("o", "lse"))
 
 
 def check_merge(o_a: ArraySpec, lse_a: ArraySpec, o_b: ArraySpec, lse_b: ArraySpec) -> Tuple[int, int]:
