@@ -13,6 +13,14 @@ def check_float(name: str, spec: ArraySpec) -> None:
         raise TypeError(f"{name}: expected a floating dtype in {FLOAT_DTYPES}, got {spec.dtype}")
 
 
+INT_DTYPES = ("int32", "int64")
+
+
+def check_int(name: str, spec: ArraySpec) -> None:
+    if spec.dtype not in INT_DTYPES:
+        raise TypeError(f"{name}: expected an integer dtype in {INT_DTYPES}, got {spec.dtype}")
+
+
 def check_rank(name: str, spec: ArraySpec, rank: int, layout: str) -> None:
     if spec.ndim != rank:
         raise ValueError(f"{name}: expected rank {rank} ({layout}), got shape {tuple(spec.shape)}")

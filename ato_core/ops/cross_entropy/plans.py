@@ -11,9 +11,6 @@ from ato_core.target import Target
 
 MAX_V = 262144
 REDUCTIONS = ("none", "sum", "mean")
-INT_DTYPES = ("int32", "int64")
-
-
 class Settings(NamedTuple):
     """Launch settings of the forward kernel: programs per SM of its persistent grid with the
     gradient and for the loss alone, the vocabulary piece per loop step (BLOCK_V), warps, and
@@ -42,8 +39,7 @@ def check_cross_entropy(logits: ArraySpec, targets: ArraySpec, ignore_index, red
     checks.check_rank("logits", logits, 2, "[T, V]")
     checks.check_float("logits", logits)
     checks.check_rank("targets", targets, 1, "[T]")
-    if targets.dtype not in INT_DTYPES:
-        raise TypeError(f"targets: expected an integer dtype in {INT_DTYPES}, got {targets.dtype}")
+    checks.check_int("targets", targets)
     checks.check_same_device(("logits", "targets"), (logits, targets))
     T, V = logits.shape
     checks.check_dim("targets", targets, 0, T, "T, the rows of logits")

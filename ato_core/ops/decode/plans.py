@@ -7,7 +7,6 @@ need merging.
 
 from __future__ import annotations
 
-import math
 from typing import Tuple
 
 import numpy as np
@@ -16,11 +15,9 @@ from ato_core import checks
 from ato_core.launch import ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, numel, row_alignment
 from ato_core.target import Target
 
+from ..flash_attention.plans import LOG2E, MAX_HEAD_DIM, check_softmax_scale, dot_precision, resolve_scale
 from . import kernels as kern
 
-MAX_HEAD_DIM = 256
-LOG2E = 1.4426950408889634
-INT_DTYPES = ("int32", "int64")
 # Token rows per tile of the split kernel (GPU; the interpreter: small, so that short test
 # sequences cross tiles, splits and blocks).
 TOKENS = 64
@@ -55,16 +52,13 @@ def check_decode(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, len
     checks.check_range("k_cache.shape[2] (Hkv)", Hkv, 1)
     if Hq % Hkv:
         raise ValueError(f"q.shape[1] (Hq): expected a multiple of Hkv = {Hkv} (k_cache.shape[2]), got {Hq}")
-    for name, spec in (("block_table", table), ("seq_lens", lens)):
-        if spec.dtype not in INT_DTYPES:
-            raise TypeError(f"{name}: expected int32 or int64, got {spec.dtype}")
+    checks.check_int("block_table", table)
+    checks.check_int("seq_lens", lens)
     checks.check_rank("block_table", table, 2, "[B, max_blocks]")
     checks.check_dim("block_table", table, 0, B, "B, as in q")
     checks.check_range("block_table.shape[1] (max_blocks)", table.shape[1], 1)
     checks.check_shape("seq_lens", lens, (B,), "[B]")
-    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
-                                          and math.isfinite(softmax_scale) and softmax_scale > 0):
-        raise ValueError(f"softmax_scale: expected None or a positive finite float, got {softmax_scale!r}")
+    check_softmax_scale(softmax_scale)
     return B, Hq, Hkv, D, NB, BS, table.shape[1]
 
 
@@ -130,14 +124,14 @@ def decode_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens
     if schedule is not None:
         W, U, depth = check_schedule(schedule, B)
     chunk = W > 0
-    scale = 1.0 / math.sqrt(D) if softmax_scale is None else float(softmax_scale)
+    scale = resolve_scale(softmax_scale, D)
     tokens = INTERPRETER_TOKENS if target.interpret else TOKENS
     max_len = MB * BS
     split_len = _split(B, Hkv, max_len, tokens, target)
     nsplit = cdiv(max_len, split_len)
     G = Hq // Hkv
     align = row_alignment((D,), (q, k, v))
-    precision = "ieee" if q.dtype == "float32" else "tf32"
+    precision = dot_precision(q.dtype)
     ce = {"GP": max(16, next_pow2(G)), "BN": tokens, "BD": max(16, next_pow2(D)), "BS": BS, "PRECISION": precision,
           "PARTIAL": nsplit > 1 or chunk, "ALIGN": align, "HAS_START": chunk}
     scalars = (Hkv, G, D, NB, max_len, split_len, scale * LOG2E, *q.strides, *k.strides, *v.strides, *table.strides)

@@ -80,7 +80,7 @@ def config(D: int, dtype: str, target: Target, settings: Optional[Settings] = No
     else:
         fwd, dkdv, dq = (_GPU_TILES_FP32 if dtype == "float32" else _GPU_TILES)[BD]
     return Config(BD, fwd, dkdv, dq, delta_rows=64 if BD <= 128 else 32,
-                  precision="ieee" if dtype == "float32" else "tf32")
+                  precision=dot_precision(dtype))
 
 
 def check_flash_attention(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal, softmax_scale,
@@ -107,10 +107,20 @@ def check_flash_attention(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal, s
                          f"got Hkv={Hkv}")
     checks.check_bool("causal", causal)
     checks.check_bool("return_lse", return_lse)
+    check_softmax_scale(softmax_scale)
+    return B, Hq, Hkv, Nq, Nk, D
+
+
+def check_softmax_scale(softmax_scale) -> None:
+    """None (1 / sqrt(D)) or a finite float: the softmax attentions' scale argument."""
     if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
                                           and math.isfinite(softmax_scale)):
         raise ValueError(f"softmax_scale: expected None or a finite float, got {softmax_scale!r}")
-    return B, Hq, Hkv, Nq, Nk, D
+
+
+def dot_precision(dtype: str) -> str:
+    """The dots' input precision: IEEE fp32 for fp32 inputs (exact), else the tensor-core default."""
+    return "ieee" if dtype == "float32" else "tf32"
 
 
 def resolve_scale(softmax_scale: Optional[float], D: int) -> float:

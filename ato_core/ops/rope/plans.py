@@ -9,7 +9,6 @@ from . import kernels as kern
 from ato_core.launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2
 from ato_core.target import Target
 
-INT_DTYPES = ("int32", "int64")
 class Settings(NamedTuple):
     """A program's positions (block_n, at most), the elements of q or k it loads at once (a
     tile: HEADS heads x block_n positions x D), the tiles it rotates with one load of cos and
@@ -44,8 +43,7 @@ def check_rope(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, posit
     checks.check_dim("cos", cos, 1, D // 2, "D/2")
     checks.check_shape("sin", sin, tuple(cos.shape), "the shape of cos")
     if positions is not None:
-        if positions.dtype not in INT_DTYPES:
-            raise TypeError(f"positions: expected an integer dtype in {INT_DTYPES}, got {positions.dtype}")
+        checks.check_int("positions", positions)
         checks.check_shape("positions", positions, (B, N), "[B, N]")
         checks.check_same_device(("q", "positions"), (q, positions))
     elif N > cos.shape[0]:
