@@ -145,17 +145,49 @@ def test_schedule_finds_the_tree():
     assert no_sharing.work.shape == (0, 6) and not no_sharing.seq_start.any()
 
 
+@pytest.fixture(params=["splits", "one split"])
+def split_tiles(request, monkeypatch):
+    """The interpreter's split: several a sequence (the chunk partials merged by the combine
+    kernel), or one (merged by the split kernel itself)."""
+    from ato_core.ops import OPS
+    from ato_core.ops.decode import plans
+
+    def clear():
+        plans.decode_plan.cache_clear()
+        OPS["decode_attention"].cached_forward.cache_clear()
+
+    clear()
+    if request.param == "one split":
+        monkeypatch.setattr(plans, "INTERPRETER_SPLIT_TILES", 1000)
+    yield request.param
+    monkeypatch.undo()
+    clear()
+
+
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_schedule_agrees_with_seq_first(framework, dtype):
+def test_schedule_agrees_with_seq_first(framework, dtype, split_tiles):
     """With the schedule (shared blocks chunk-first, a tree of prefixes, one ending mid-block)
     == without, within fp32 rounding (a different summation order), and against the reference;
-    torch == JAX bitwise with the schedule."""
+    torch == JAX bitwise with the schedule. Both ways of merging the chunk partials."""
+    from ato_core.launch import ArraySpec, row_major_strides
+    from ato_core.ops.decode import decode_schedule, plans
+    from ato_core.target import INTERPRETER
+
     BS = 16
     table, lens = _shared_layout(BS)
     case = decode_case(8, 8, 2, 64, BS, 60, 7, dtype=dtype)
     inputs = _inputs(case, lens)
     inputs["block_table"] = table
+    def spec_of_numpy(a):
+        return ArraySpec(tuple(a.shape), str(a.dtype), row_major_strides(a.shape))
+
+    specs = [spec_of_numpy(inputs[n]) for n in ("q", "k_cache", "v_cache", "block_table", "seq_lens")]
+    plan = plans.decode_plan(*specs, softmax_scale=None, target=INTERPRETER,
+                             schedule=tuple(map(spec_of_numpy, decode_schedule(table, lens, block_size=BS))))
+    kernels = [launch.kernel.__name__ for launch in plan.launches]
+    assert kernels == (["decode_chunk_kernel", "decode_split_kernel"] if split_tiles == "one split" else
+                       ["decode_chunk_kernel", "decode_split_kernel", "decode_combine_kernel"]), kernels
     ops, arr = frontend(framework)
     a = {n: h.to_torch(v) if framework == "torch" else arr(v) for n, v in inputs.items()}
     args = (a["q"], a["k_cache"], a["v_cache"], a["block_table"], a["seq_lens"])

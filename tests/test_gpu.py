@@ -621,11 +621,13 @@ def test_merge_attention_states_gpu(dtype):
     assert h.bitwise_equal(t, j)
 
 
+@pytest.mark.parametrize("B", [32, 64], ids=["B32 splits", "B64 one split"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_decode_schedule_gpu(dtype):
-    """A shared-prefix batch (32 sequences share 1024 tokens, 8 of them 512 more, then 1-300
+def test_decode_schedule_gpu(dtype, B):
+    """A shared-prefix batch (B sequences share 1024 tokens, 8 of them 512 more, then 1-300
     private tokens each): with the schedule == without within fp32 partials' rounding, both
-    against the reference, torch == JAX bitwise with it."""
+    against the reference, torch == JAX bitwise with it. B32 splits the private tokens (the
+    combine kernel merges), B64 does not (the split kernel merges the chunk partials)."""
     import jax
     import torch
 
@@ -633,7 +635,7 @@ def test_decode_schedule_gpu(dtype):
     import ato_torch
     from ato_core.ops.decode import reference
 
-    BS, B, Hq, Hkv, D = 16, 32, 32, 8, 128
+    BS, Hq, Hkv, D = 16, 32, 8, 128
     g = torch.Generator().manual_seed(0)
     NB = 96 + 8 * 20 + (B - 8) * 52
     ids = torch.randperm(NB, generator=g).tolist()
@@ -660,3 +662,4 @@ def test_decode_schedule_gpu(dtype):
     js = ato_jax.decode_schedule(jargs[3], jargs[4], block_size=BS)
     jo = jax.jit(lambda *a: ato_jax.decode_attention(*a[:5], schedule=a[5]))(*jargs, js)
     assert np.array_equal(np.asarray(jo.astype("float32")), o2.float().cpu().numpy())
+

@@ -30,20 +30,23 @@ for B, Hq, Hkv, D, BS, MB, dtype in [(5, 8, 2, 128, 16, 40, torch.bfloat16), (3,
     print(f"B{B} Hq{Hq} Hkv{Hkv} D{D} bs{BS} max_blocks{MB} {dtype}: o rel err {err:.1e}, lse max abs err {lerr:.1e}, "
           f"empty rows -inf {bool(torch.isneginf(lse[0]).all())}, merge(x, x) - x {merr:.1e}", flush=True)
 
-# a shared-prefix batch through the schedule (chunk-first kernel): 16 sequences share 40 blocks,
-# 4 of them 8 more (a tree), ragged private tails
-B, Hq, Hkv, D, BS = 16, 8, 2, 128, 16
-g = torch.Generator(device="cuda").manual_seed(1)
-NB = 48 + B * 10
-ids = torch.randperm(NB, device="cuda", generator=g).to(torch.int32)
-rows = [torch.cat([ids[:40], ids[40:48] if b < 4 else ids[48 + b * 10:48 + b * 10 + 8],
-                   ids[48 + b * 10 + 8:48 + b * 10 + 10]]) for b in range(B)]
-table = torch.stack(rows)
-lens = torch.randint(40 * BS + 1, 50 * BS, (B,), device="cuda", generator=g, dtype=torch.int32)
-q = torch.randn(B, Hq, D, device="cuda", generator=g).to(torch.bfloat16)
-kc, vc = (torch.randn(NB, BS, Hkv, D, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
-sched = ato_torch.decode_schedule(table, lens, block_size=BS)
-o1, l1 = ato_torch.decode_attention(q, kc, vc, table, lens, return_lse=True)
-o2, l2 = ato_torch.decode_attention(q, kc, vc, table, lens, return_lse=True, schedule=sched)
-print(f"schedule ({sched.work.shape[0]} work items): o vs seq-first {float((o2.float() - o1.float()).norm() / o1.float().norm()):.1e}, "
-      f"lse {float((l2 - l1).abs().max()):.1e}", flush=True)
+# shared-prefix batches through the schedule (chunk-first kernel): B sequences share 40 blocks,
+# 4 of them 8 more (a tree), ragged private tails; B16 Hkv2 splits the private tokens (combine
+# kernel), B64 Hkv8 does not (the split kernel merges)
+for B, Hkv in ((16, 2), (64, 8)):
+    Hq, D, BS = 4 * Hkv, 128, 16
+    g = torch.Generator(device="cuda").manual_seed(1)
+    NB = 48 + B * 10
+    ids = torch.randperm(NB, device="cuda", generator=g).to(torch.int32)
+    rows = [torch.cat([ids[:40], ids[40:48] if b < 4 else ids[48 + b * 10:48 + b * 10 + 8],
+                       ids[48 + b * 10 + 8:48 + b * 10 + 10]]) for b in range(B)]
+    table = torch.stack(rows)
+    lens = torch.randint(40 * BS + 1, 50 * BS, (B,), device="cuda", generator=g, dtype=torch.int32)
+    q = torch.randn(B, Hq, D, device="cuda", generator=g).to(torch.bfloat16)
+    kc, vc = (torch.randn(NB, BS, Hkv, D, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
+    sched = ato_torch.decode_schedule(table, lens, block_size=BS)
+    o1, l1 = ato_torch.decode_attention(q, kc, vc, table, lens, return_lse=True)
+    o2, l2 = ato_torch.decode_attention(q, kc, vc, table, lens, return_lse=True, schedule=sched)
+    print(f"B{B} Hkv{Hkv} schedule ({sched.work.shape[0]} work items): o vs seq-first "
+          f"{float((o2.float() - o1.float()).norm() / o1.float().norm()):.1e}, lse {float((l2 - l1).abs().max()):.1e}",
+          flush=True)

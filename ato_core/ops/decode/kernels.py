@@ -12,7 +12,8 @@ lse of the split; with one split they are the result, else fp32 partials that
 ``decode_combine_kernel`` merges. With a schedule (schedule.py), ``decode_chunk_kernel``
 (chunk-first) reads each shared block once per kv head against the query heads of every
 sequence that shares it, as one [M, D] tile; the split kernel then starts each sequence after
-its shared blocks, and the combine merges both kinds of partial. ``merge_states_kernel`` merges
+its shared blocks and, with one split, merges the sequence's chunk partials itself (else the
+combine merges both kinds of partial). ``merge_states_kernel`` merges
 two attentions over disjoint key sets (merge_attention_states).
 
 Merge of states (o_i, lse_i): lse = log sum_i exp(lse_i), o = sum_i exp(lse_i - lse) o_i; a
@@ -35,7 +36,8 @@ def _kv_rows(CACHE, TABLE_ROW, stn, t, valid, hk, offs_d, dmask, sn, st, sh, sd,
     """Token rows t [BN] of one kv head of a paged cache, [BN, BD] (0 where not valid). The
     block ids are clamped to [0, num_blocks): a bad table (checked on the host where the
     values are there) never reads outside the cache. Row strides are multiples of ALIGN (so
-    a row's loads vectorise)."""
+    a row's loads vectorise). One masked loop: whole tiles split off unmasked ran slower on an
+    H100 (decode-sweep results)."""
     blk = tl.load(TABLE_ROW + (t // BS) * stn, mask=valid, other=0).to(tl.int64)
     blk = tl.minimum(tl.maximum(blk, 0), num_blocks - 1)
     rows = blk * aligned(sn, ALIGN) + (t % BS).to(tl.int64) * aligned(st, ALIGN)
@@ -71,20 +73,53 @@ def _attend(q, K, V, table_row, stn, start, end, hk, offs_d, dmask, qk_scale, nu
     return o, tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
 
 
-@kernel(inputs=6, outputs=2)
+@triton.jit
+def _merge_units(o, lse, CO, CL, units_ptr, depth, unit_base, G, offs_g, gmask, offs_d, dmask, D,
+                 BDEPTH: tl.constexpr):
+    """(o, lse) [GP, BD], [GP] merged with the chunk-first partials of units units_ptr[:depth]
+    (-1: none) for heads offs_g of a kv head: CO [.., U, G, D], CL [.., U, G] from unit_base
+    (hk * U). The lse of every unit are read at once; the partials' loads do not depend on each
+    other."""
+    offs_u = tl.arange(0, BDEPTH)
+    units = tl.load(units_ptr + offs_u, mask=offs_u < depth, other=-1).to(tl.int64)
+    umask = units >= 0
+    lu = tl.load(CL + ((unit_base + units) * G)[None, :] + offs_g[:, None], mask=gmask[:, None] & umask[None, :],
+                 other=float("-inf"))
+    m = tl.maximum(lse, tl.max(lu, 1))
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.math.exp2((lse - m_use) * LOG2E)
+    wu = tl.math.exp2((lu - m_use[:, None]) * LOG2E)
+    total = w + tl.sum(wu, 1)
+    acc = o * w[:, None]
+    for i in range(depth):
+        u = tl.load(units_ptr + i).to(tl.int64)
+        wi = tl.sum(tl.where(offs_u[None, :] == i, wu, 0.0), 1)
+        ou = tl.load(CO + ((unit_base + u) * G + offs_g)[:, None] * D + offs_d[None, :],
+                     mask=(gmask & (u >= 0))[:, None] & dmask[None, :], other=0.0)
+        acc += ou * wi[:, None]
+    empty = total == 0.0
+    return (acc / tl.where(empty, 1.0, total)[:, None],
+            tl.where(empty, float("-inf"), m_use + tl.log(tl.where(empty, 1.0, total))))
+
+
+@kernel(inputs=9, outputs=2)
 def decode_split_kernel(
-    Q, K, V, TABLE, LENS, STARTS,
-    Hkv, G, D, num_blocks, max_len, split_len, qk_scale,
+    Q, K, V, TABLE, LENS, STARTS, CO, CL, SEQ_UNITS,
+    Hkv, G, D, num_blocks, max_len, split_len, qk_scale, U, depth,
     sqb, sqh, sqd, skn, skt, skh, skd, svn, svt, svh, svd, stb, stn,
     O, LSE,
     GP: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BS: tl.constexpr, PARTIAL: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr, HAS_START: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, HAS_START: tl.constexpr, MERGE: tl.constexpr,
+    BDEPTH: tl.constexpr,
 ):
     """Grid (splits, B*Hkv). The attention of the G query heads of kv head hk over tokens
     [split * split_len, +split_len) of sequence b (up to its length, clamped to the table's
-    max_len), offset by STARTS[b] with HAS_START (a schedule's shared tokens come before). PARTIAL: o fp32 into O [B, Hq, splits, D] and lse into LSE [B, Hq, splits];
-    else o in O's dtype into O [B, Hq, D] and lse into LSE [B, Hq]. qk_scale = softmax_scale
-    * log2(e). D and the strides but the last are multiples of ALIGN."""
+    max_len), offset by STARTS[b] with HAS_START (a schedule's shared tokens come before).
+    PARTIAL: o fp32 into O [B, Hq, splits, D] and lse into LSE [B, Hq, splits]; else o in O's
+    dtype into O [B, Hq, D] and lse into LSE [B, Hq]. MERGE (one split): the sequence's
+    chunk-first partials (units SEQ_UNITS[b, :depth], -1 past the last, of CO [Hkv, U, G, D] and
+    CL [Hkv, U, G]) are merged in before the store. qk_scale = softmax_scale * log2(e). D and
+    the strides but the last are multiples of ALIGN."""
     split = tl.program_id(0)
     bk = tl.program_id(1)
     nsplit = tl.num_programs(0)
@@ -106,6 +141,9 @@ def decode_split_kernel(
     end = tl.minimum(start + split_len, n)
     o, lse = _attend(q, K, V, table_row, stn, start, end, hk, offs_d, dmask, qk_scale, num_blocks, skn, skt, skh, skd,
                      svn, svt, svh, svd, BN, BS, PRECISION, ALIGN)
+    if MERGE:
+        o, lse = _merge_units(o, lse, CO, CL, SEQ_UNITS + b * depth, depth, hk * U, G, offs_g, gmask, offs_d, dmask, D,
+                              BDEPTH)
     row = b * (Hkv * G) + hq  # b * Hq + hq
     if PARTIAL:
         idx = row * nsplit + split
@@ -125,14 +163,16 @@ def decode_chunk_kernel(
     M: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BS: tl.constexpr, PRECISION: tl.constexpr,
     ALIGN: tl.constexpr,
 ):
-    """Grid (work items, Hkv): chunk-first (a schedule's shared blocks, see schedule.py). Work
+    """Grid (work items, R, Hkv): chunk-first (a schedule's shared blocks, see schedule.py). Work
     item w = WORK[w] (seq_off, nseq, blk_off, tok0, tok1, unit0): tokens [tok0, tok1) of its
     task's blocks against the query heads of kv head hk of all nseq sequences: rows p * G + g
-    (sequence p of the task, head g of the kv head), M rows at a time, each block tile read
-    once per row tile.
+    (sequence p of the task, head g of the kv head), M rows a tile, tiles r, r + R, ... in
+    program r, each block tile read once per row tile.
     Unit unit0 + p's partial for head hk * G + g: CO [Hkv, U, G, D] fp32 and CL [Hkv, U, G]."""
     w = tl.program_id(0).to(tl.int64)
-    hk = tl.program_id(1).to(tl.int64)
+    r_first = tl.program_id(1)
+    R = tl.num_programs(1)
+    hk = tl.program_id(2).to(tl.int64)
     seq_off = tl.load(WORK + w * 6)
     nseq = tl.load(WORK + w * 6 + 1)
     blk_off = tl.load(WORK + w * 6 + 2)
@@ -142,7 +182,7 @@ def decode_chunk_kernel(
     D = aligned(D, ALIGN)
     offs_d = tl.arange(0, BD)
     dmask = offs_d < D
-    for r0 in range(0, nseq * G, M):
+    for r0 in range(r_first * M, nseq * G, R * M):
         r = r0 + tl.arange(0, M)
         rmask = r < nseq * G
         p = r // G

@@ -22,6 +22,8 @@ from . import kernels as kern
 # sequences cross tiles, splits and blocks).
 TOKENS = 64
 INTERPRETER_TOKENS = 16
+# The interpreter splits every INTERPRETER_SPLIT_TILES tiles (tests set it high for one split).
+INTERPRETER_SPLIT_TILES = 2
 # Programs the split aims for, per SM, and the most splits (each adds a partial that the
 # combine reads); the split kernel's warps and pipelining stages.
 PROGRAMS_PER_SM = 4
@@ -81,9 +83,10 @@ def check_decode_values(table: np.ndarray, lens: np.ndarray, num_blocks: int, bl
 
 def _split(B: int, Hkv: int, max_len: int, tokens: int, target: Target) -> int:
     """Tokens per split: a multiple of the tile; splits enough to give the GPU
-    PROGRAMS_PER_SM programs per SM, at most MAX_SPLITS (the interpreter: two tiles a split)."""
+    PROGRAMS_PER_SM programs per SM, at most MAX_SPLITS (the interpreter: INTERPRETER_SPLIT_TILES
+    tiles a split)."""
     if target.interpret:
-        return 2 * tokens
+        return INTERPRETER_SPLIT_TILES * tokens
     want = min(cdiv(PROGRAMS_PER_SM * target.num_sms, B * Hkv), MAX_SPLITS)
     if want <= 2:  # the GPU is full already: a split would cost its combine more than it gains
         want = 1
@@ -93,8 +96,11 @@ def _split(B: int, Hkv: int, max_len: int, tokens: int, target: Target) -> int:
 
 SCHEDULE = ("sched_work", "sched_task_seqs", "sched_task_blocks", "sched_unit_seq", "sched_seq_units",
             "sched_seq_start")
-# Query rows per tile of the chunk kernel (a task's sequences times G heads).
-CHUNK_ROWS = 64
+# The chunk kernel's tile (query rows: a task's sequences times G heads; token rows), warps and
+# stages, by dtype class; the programs it aims for per SM (row tiles of one work item go to
+# several programs while there are too few work items).
+CHUNK_TILES = {"gpu": (128, 64, 8, 3), "float32": (64, 32, 4, 2), "interpreter": (16, 16, 4, 1)}
+CHUNK_PROGRAMS_PER_SM = 2
 
 
 def check_schedule(sched, B: int) -> Tuple[int, int, int]:
@@ -132,29 +138,42 @@ def decode_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens
     G = Hq // Hkv
     align = row_alignment((D,), (q, k, v))
     precision = dot_precision(q.dtype)
-    ce = {"GP": max(16, next_pow2(G)), "BN": tokens, "BD": max(16, next_pow2(D)), "BS": BS, "PRECISION": precision,
-          "PARTIAL": nsplit > 1 or chunk, "ALIGN": align, "HAS_START": chunk}
-    scalars = (Hkv, G, D, NB, max_len, split_len, scale * LOG2E, *q.strides, *k.strides, *v.strides, *table.strides)
-    inputs = ("q", "k_cache", "v_cache", "block_table", "seq_lens", "sched_seq_start" if chunk else "seq_lens")
+    BD = max(16, next_pow2(D))
+    merge = chunk and nsplit == 1  # the split kernel merges the chunk partials itself
+    partial = nsplit > 1 or (chunk and not merge)
+    ce = {"GP": max(16, next_pow2(G)), "BN": tokens, "BD": BD, "BS": BS, "PRECISION": precision,
+          "PARTIAL": partial, "ALIGN": align, "HAS_START": chunk, "MERGE": merge,
+          "BDEPTH": next_pow2(max(depth, 1))}
+    scalars = (Hkv, G, D, NB, max_len, split_len, scale * LOG2E, U, depth, *q.strides, *k.strides, *v.strides,
+               *table.strides)
+    inputs = ("q", "k_cache", "v_cache", "block_table", "seq_lens", "sched_seq_start" if chunk else "seq_lens",
+              *(("chunk_o", "chunk_lse", "sched_seq_units") if merge else ("seq_lens",) * 3))
     out = (Buffer("o", (B, Hq, D), q.dtype), Buffer("lse", (B, Hq), "float32"))
-    if not ce["PARTIAL"]:
-        return Plan((Launch(kern.decode_split_kernel, (1, B * Hkv), inputs, scalars, out, ce, num_warps=WARPS,
-                            num_stages=STAGES),), ("o", "lse"))
-    parts = (Buffer("o_parts", (B, Hq, nsplit, D), "float32"), Buffer("lse_parts", (B, Hq, nsplit), "float32"))
-    launches = [Launch(kern.decode_split_kernel, (nsplit, B * Hkv), inputs, scalars, parts, ce, num_warps=WARPS,
-                       num_stages=STAGES)]
+    launches = []
     if chunk:
+        M, BN, warps, stages = CHUNK_TILES["interpreter" if target.interpret else
+                                          "float32" if q.dtype == "float32" else "gpu"]
+        rows = schedule[1].shape[0] * G  # every task's rows: a bound on one work item's
+        R = 2 if target.interpret else cdiv(CHUNK_PROGRAMS_PER_SM * target.num_sms, W * Hkv)
+        R = max(1, min(R, cdiv(rows, M)))
         launches.append(Launch(
-            kern.decode_chunk_kernel, (W, Hkv), ("q", "k_cache", "v_cache", *SCHEDULE[:3]),
+            kern.decode_chunk_kernel, (W, R, Hkv), ("q", "k_cache", "v_cache", *SCHEDULE[:3]),
             (Hkv, G, D, NB, U, scale * LOG2E, *q.strides, *k.strides, *v.strides),
             (Buffer("chunk_o", (Hkv, U, G, D), "float32"), Buffer("chunk_lse", (Hkv, U, G), "float32")),
-            {"M": CHUNK_ROWS, "BN": tokens, "BD": ce["BD"], "BS": BS, "PRECISION": precision, "ALIGN": align},
-            num_warps=WARPS, num_stages=STAGES))
+            {"M": M, "BN": BN, "BD": BD, "BS": BS, "PRECISION": precision, "ALIGN": align},
+            num_warps=warps, num_stages=stages))
+    if not partial:
+        launches.append(Launch(kern.decode_split_kernel, (1, B * Hkv), inputs, scalars, out, ce, num_warps=WARPS,
+                               num_stages=STAGES))
+        return Plan(tuple(launches), ("o", "lse"))
+    parts = (Buffer("o_parts", (B, Hq, nsplit, D), "float32"), Buffer("lse_parts", (B, Hq, nsplit), "float32"))
+    launches.append(Launch(kern.decode_split_kernel, (nsplit, B * Hkv), inputs, scalars, parts, ce, num_warps=WARPS,
+                           num_stages=STAGES))
     cin = ("chunk_o", "chunk_lse", "sched_seq_units") if chunk else ("o_parts", "lse_parts", "seq_lens")
     launches.append(Launch(
         kern.decode_combine_kernel, (B * Hq,), ("o_parts", "lse_parts", *cin), (nsplit, D, G, Hq, U, depth), out,
         {"BSPLIT": next_pow2(nsplit), "BDEPTH": next_pow2(max(depth, 1)),
-         "BD": min(max(16, next_pow2(D)), max(16, 4096 // next_pow2(nsplit + depth))), "HAS_CHUNK": chunk},
+         "BD": min(BD, max(16, 4096 // next_pow2(nsplit + depth))), "HAS_CHUNK": chunk},
         num_warps=4))
     return Plan(tuple(launches), ("o", "lse"))
 

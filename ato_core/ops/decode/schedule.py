@@ -16,8 +16,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-# Tokens of a task per program (a multiple of the kernels' token tile).
-CHUNK_TOKENS = 128
+# Tokens of a task per program (a multiple of the kernels' token tile; 512 the fastest on an H100:
+# results/NVIDIA_H100_80GB_HBM3-decode-sweep.txt 7a).
+CHUNK_TOKENS = 512
 
 
 class DecodeSchedule(NamedTuple):
