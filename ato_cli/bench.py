@@ -725,9 +725,135 @@ def _decode_shared_rows(quick: bool, copy_gbs: float, reps: int):
     return rows
 
 
+def torch_max_l2_coarsen(x, block_size):
+    """Max-L2 coarsening as a torch user writes it (N a multiple of block_size): fp32 norms,
+    argmax per block, a gather."""
+    import torch
+
+    B, H, N, D = x.shape
+    M = N // block_size
+    norms = x.float().pow(2).sum(-1).view(B, H, M, block_size)
+    index = norms.argmax(-1) + torch.arange(M, device=x.device) * block_size
+    return torch.gather(x, 2, index[..., None].expand(-1, -1, -1, D)), index.to(torch.int32)
+
+
+def block_sparse_rows(quick: bool):
+    """max_l2_coarsen B1 H32 N32768 D128 bf16, blocks of 64 (the issue's shape): GB/s over the
+    bytes read and written against the copy rate measured here, and time against the torch
+    implementation (eager and torch.compile); forward+backward against torch eager's."""
+    import jax
+    import torch
+
+    import ato_jax
+    import ato_torch
+
+    B, H, N, D, bs = 1, 32, 32768, 128, 64
+    copy_gbs = _copy_gbs(quick)
+    rows = [("copy 1 GiB", "torch", "", None, None, f"{copy_gbs:.0f} GB/s")]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    shape = f"B{B} H{H} N{N} D{D} block{bs} bf16"
+    nbytes = x.numel() * 2 * (1 + 1 / bs) + B * H * (N // bs) * 4
+    ms = _bench_torch(lambda: ato_torch.max_l2_coarsen(x, bs), quick)
+    ms_eager = _bench_torch(lambda: torch_max_l2_coarsen(x, bs), quick)
+    compiled = torch.compile(torch_max_l2_coarsen)
+    ms_comp = _bench_torch(lambda: compiled(x, bs), quick)
+    gbs = nbytes / ms / 1e6
+    ref, ref_idx = torch_max_l2_coarsen(x, bs)
+    xc, idx = ato_torch.max_l2_coarsen(x, bs)
+    rows += [("max_l2_coarsen ato_torch", shape, "x torch eager", ms, ms / ms_eager,
+              f"{gbs:.0f} GB/s, {gbs / copy_gbs:.2f} of copy"),
+             ("max_l2_coarsen torch eager", shape, "x torch eager", ms_eager, 1.0, f"{nbytes / ms_eager / 1e6:.0f} GB/s"),
+             ("max_l2_coarsen torch.compile", shape, "x torch eager", ms_comp, ms_comp / ms_eager,
+              f"{nbytes / ms_comp / 1e6:.0f} GB/s"),
+             ("max_l2_coarsen: index == torch's", shape, "", None, None,
+              f"{float((idx == ref_idx).float().mean()):.6f} of blocks; rows equal {bool(torch.equal(xc, ref))}")]
+    fn = jax.jit(lambda a: ato_jax.max_l2_coarsen(a, bs))
+    msj = _median_jax(fn, to_jax_bf16(x), reps=3 if quick else 10)
+    rows.append(("max_l2_coarsen ato_jax", shape, "x ato_torch", msj, msj / ms, f"{nbytes / msj / 1e6:.0f} GB/s"))
+    cot = torch.randn(B, H, N // bs, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    ms_fb = _bench_torch(_torch_fwd_bwd(lambda a: ato_torch.max_l2_coarsen(a, bs)[0], [x], cot), quick)
+    ms_fb_eager = _bench_torch(_torch_fwd_bwd(lambda a: torch_max_l2_coarsen(a, bs)[0], [x], cot), quick)
+    fb_bytes = nbytes + x.numel() * 2 + cot.numel() * 2  # + dx written, the cotangent read
+    rows += [("max_l2_coarsen fwd+bwd ato_torch", shape, "x torch eager", ms_fb, ms_fb / ms_fb_eager,
+              f"{fb_bytes / ms_fb / 1e6:.0f} GB/s, {fb_bytes / ms_fb / 1e6 / copy_gbs:.2f} of copy"),
+             ("max_l2_coarsen fwd+bwd torch eager", shape, "x torch eager", ms_fb_eager, 1.0, "")]
+    return rows + _block_sparse_attention_rows(quick)
+
+
+def random_block_mask(B, H, M, keep, device, seed=0):
+    """A bool block mask [B, H, M, M] keeping ceil(keep * M) random key blocks of each query
+    block, the diagonal among them."""
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    scores = torch.rand(B, H, M, M, device=device, generator=g)
+    scores.diagonal(dim1=-2, dim2=-1).fill_(2.0)
+    top = scores.topk(-(-int(keep * M * 1000) // 1000), dim=-1).indices
+    return torch.zeros(B, H, M, M, device=device, dtype=torch.bool).scatter_(-1, top, True)
+
+
+def _block_sparse_attention_rows(quick: bool):
+    """block_sparse_attention B1 H32 N32768 D128 bf16, blocks of 64, 10% of the key blocks of
+    each query block kept (random, the diagonal among them): against dense flash_attention
+    times the kept fraction, and torch FlexAttention (compiled) with the same block mask."""
+    import torch
+
+    import ato_jax
+    import ato_torch
+    import jax
+
+    B, H, N, D, bs = 1, 32, 32768, 128, 64
+    M = N // bs
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+    mask = random_block_mask(B, H, M, 0.1, "cuda")
+    kept = float(mask.float().mean())
+    shape = f"B{B} H{H} N{N} D{D} block{bs} bf16, {kept:.3f} kept"
+    rows = []
+    ms = _bench_torch(lambda: ato_torch.block_sparse_attention(q, k, v, mask, block_size=bs), quick)
+    ms_dense = _bench_torch(lambda: ato_torch.flash_attention(q, k, v), quick)
+    fb = _bench_torch(_torch_fwd_bwd(lambda a, b, c: ato_torch.block_sparse_attention(a, b, c, mask, block_size=bs),
+                                     [q, k, v], do), quick)
+    fb_dense = _bench_torch(_torch_fwd_bwd(lambda a, b, c: ato_torch.flash_attention(a, b, c), [q, k, v], do), quick)
+    rows += [("block_sparse ato_torch fwd", shape, "x dense flash x kept", ms, ms / (ms_dense * kept), ""),
+             ("dense flash_attention fwd", shape, "", ms_dense, None, ""),
+             ("block_sparse ato_torch fwd+bwd", shape, "x dense flash x kept", fb, fb / (fb_dense * kept), ""),
+             ("dense flash_attention fwd+bwd", shape, "", fb_dense, None, "")]
+    try:
+        from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+        # the same block mask, as FlexAttention's kept-block lists (no token-level mask_mod); its
+        # tiles sized to the 64-token blocks (the fastest that compile: experiments/2026-11-24_flex_options.py)
+        order = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        bm = BlockMask.from_kv_blocks(mask.sum(-1).to(torch.int32), order, BLOCK_SIZE=bs)
+        flex = torch.compile(flex_attention)
+        tiles = {"BLOCK_M": bs, "BLOCK_N": bs, "num_warps": 4, "num_stages": 2, "BLOCK_M1": 32, "BLOCK_N1": bs,
+                 "BLOCK_M2": bs, "BLOCK_N2": 32}
+        ms_flex = _bench_torch(lambda: flex(q, k, v, block_mask=bm, kernel_options=tiles), quick)
+        o1 = ato_torch.block_sparse_attention(q, k, v, mask, block_size=bs).float()
+        o2 = flex(q, k, v, block_mask=bm, kernel_options=tiles).float()
+        rows += [("block_sparse ato_torch fwd", shape, "x FlexAttention", ms, ms / ms_flex, ""),
+                 ("FlexAttention (compiled) fwd", shape, "x FlexAttention", ms_flex, 1.0, ""),
+                 ("o: |ato - Flex| / |Flex|", shape, "relative L2 (rate column)", None, None,
+                  f"{float((o1 - o2).norm() / o2.norm()):.1e}")]
+        fb_flex = _bench_torch(_torch_fwd_bwd(lambda a, b, c: flex(a, b, c, block_mask=bm, kernel_options=tiles),
+                                              [q, k, v], do), quick)
+        rows += [("block_sparse ato_torch fwd+bwd", shape, "x FlexAttention", fb, fb / fb_flex, ""),
+                 ("FlexAttention (compiled) fwd+bwd", shape, "x FlexAttention", fb_flex, 1.0, "")]
+    except Exception as exc:  # noqa: BLE001  (FlexAttention missing or failing: say so in the table)
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        rows.append(("FlexAttention", shape, "", None, None, f"failed: {type(exc).__name__}: {msg[:90]}"))
+    fn = jax.jit(lambda a, b, c, m: ato_jax.block_sparse_attention(a, b, c, m, block_size=bs))
+    msj = _median_jax(fn, to_jax_bf16(q), to_jax_bf16(k), to_jax_bf16(v), jax.numpy.asarray(mask.cpu().numpy()),
+                      reps=3, calls=10)
+    rows.append(("block_sparse ato_jax fwd", shape, "x ato_torch", msj, msj / ms, ""))
+    return rows
+
+
 # One table per op family, or per group of families (ato_core.ops.GROUPS).
 TABLES = {"linear_attention": linear_attention_rows, "based": based_rows, "flash_attention": flash_attention_rows,
-          "decode": decode_rows, "transformer_ops": transformer_ops_rows}
+          "decode": decode_rows, "block_sparse": block_sparse_rows, "transformer_ops": transformer_ops_rows}
 
 
 def table_of(name: str) -> str:

@@ -77,7 +77,7 @@ def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", re
 
     def to_const(name, a):
         a = np.asarray(a)
-        if a.dtype.kind in "iu":
+        if a.dtype.kind in "iub":
             return torch.from_numpy(a.copy()).to(device)
         t = to_torch(a).to(device)  # in its own dtype, as the JAX side takes it
         return t.double() if reference else t

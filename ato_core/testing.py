@@ -35,7 +35,8 @@ class Case:
     nondiff: Tuple[str, ...] = ()
     # how inputs are drawn: "scale" (logits = scale * N(0, 1)), "ignore_every" (every n-th
     # target is -100), "nonneg" (|N(0, 1)| for q and k: features without a feature map),
-    # "magnitude" (see magnitude_of), "taylor_state" (S0, z0 made by a prefill: _taylor_state)
+    # "magnitude" (see magnitude_of), "taylor_state" (S0, z0 made by a prefill: _taylor_state),
+    # "density" (the fraction of true entries of an int input named block_mask, drawn as bool)
     options: Tuple[Tuple[str, object], ...] = ()
 
     def differentiated(self, names):
@@ -135,6 +136,8 @@ def make_inputs(case: Case) -> Dict[str, np.ndarray]:
         a = rng.integers(low, high, size=shape).astype(np.int64)
         if name == "targets" and opt.get("ignore_every"):
             a[:: opt["ignore_every"]] = -100
+        if name == "block_mask":  # bool, each entry true with probability "density"
+            a = rng.random(shape) < opt.get("density", 0.5)
         out[name] = a
     return out
 

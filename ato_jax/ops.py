@@ -47,7 +47,10 @@ def build(op: Op):
         target = target_for(*[a for a in saved if a is not None])
         plan = op.forward_plan(specs, static, target, True)
         cot_names = op.cotangents(static)
-        bwd_plan = op.backward_plan(plan, specs, static, tuple(spec(c) for c in cotangents), target)
+        # an integer result's cotangent (float0) is absent
+        cotangents = tuple(None if c.dtype == jax.dtypes.float0 else c for c in cotangents)
+        bwd_plan = op.backward_plan(plan, specs, static, tuple(None if c is None else spec(c) for c in cotangents),
+                                    target)
 
         def backward(saved, cotangents):
             env = dict(zip(op.saved, saved))

@@ -62,13 +62,16 @@ def raises_naming(exc, fragment, fn, *args, **kwargs):
 
 
 def causal_masked(case) -> bool:
-    """Whether ``case`` is causal attention (an op with a ``causal`` argument, called with it
-    true or defaulting to true), whose kernels skip or select away masked entries that the
+    """Whether ``case`` is masked attention: causal (an op with a ``causal`` argument, called
+    with it true or defaulting to true) or restricted by a block mask (an input block_mask
+    drawn with some entries false), whose kernels skip or select away masked entries that the
     dense reference multiplies by a zero weight (``check_special``'s ``masked``)."""
     import inspect
 
     from ato_core.ops import OPS
 
+    if any(name == "block_mask" for name, *_ in case.int_inputs) and dict(case.options).get("density", 0.5) < 1:
+        return True
     default = inspect.signature(OPS[case.op].signature).parameters.get("causal")
     return bool(dict(case.kwargs).get("causal", default.default if default else False))
 

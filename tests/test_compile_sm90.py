@@ -15,7 +15,7 @@ from ato_core.target import Target
 from ato_core.testing import compile_plans, gpu_spec as _spec
 
 H100 = Target(interpret=False, num_sms=132)
-_TT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int64": "i64"}
+_TT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int64": "i64", "bool": "i1"}
 
 
 def _plans():

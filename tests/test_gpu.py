@@ -663,3 +663,83 @@ def test_decode_schedule_gpu(dtype, B):
     jo = jax.jit(lambda *a: ato_jax.decode_attention(*a[:5], schedule=a[5]))(*jargs, js)
     assert np.array_equal(np.asarray(jo.astype("float32")), o2.float().cpu().numpy())
 
+
+COARSEN_DIMS = [(1, 32, 32768, 128, 64), (2, 4, 1000, 72, 16), (1, 2, 300, 256, 256), (3, 5, 4100, 48, 128)]
+
+
+@pytest.mark.parametrize("dims", COARSEN_DIMS, ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_max_l2_coarsen_gpu(dims, dtype):
+    """Against the float64 reference (a copied row and its index: exact), the gradient within
+    the dtype's rounding; torch == JAX bitwise."""
+    from ato_core.ops.block_sparse.cases import coarsen_case
+
+    case = coarsen_case(*dims, dtype=dtype, seed=sum(dims))
+    _check(case)
+    t, j, r = _run(case)
+    assert all(np.array_equal(a, b) for a, b in zip(t.outputs, r.outputs)), "outputs differ from the reference"
+    assert h.bitwise_equal(t, j)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_max_l2_coarsen_long_gpu(dtype):
+    """The seed's scalability target, N = 131072 (B1 H32 D128, blocks of 64), against the
+    float64 reference: over 4 M candidates some blocks hold two tokens whose norms differ by
+    less than the fp32 sum's rounding (at most D * 2^-24 relative, 7.6e-6 at D 128); there
+    either may win. Every other block: the reference's token, its row exactly. torch == JAX
+    bitwise."""
+    import jax
+    import torch
+
+    import ato_jax
+    import ato_torch
+    from ato_core.ops.block_sparse import reference
+
+    dt = getattr(torch, dtype)
+    x = torch.randn(1, 32, 131072, 128, device="cuda", generator=torch.Generator("cuda").manual_seed(3)).to(dt)
+    xc, idx = ato_torch.max_l2_coarsen(x, 64)
+    rc, ri = reference.max_l2_coarsen(x.double(), 64)
+    norms = x.double().pow(2).sum(-1)
+    picked, best = norms.gather(2, idx.long()), norms.gather(2, ri.long())
+    assert ((best - picked) <= 128 * 2.0 ** -24 * best).all(), "a token not within rounding of the largest norm"
+    same = idx == ri
+    assert same.float().mean() > 0.999, f"{int((~same).sum())} blocks differ"
+    assert torch.equal(xc.double()[same], rc[same])
+    jx, ji = jax.jit(lambda a: ato_jax.max_l2_coarsen(a, 64))(jax.dlpack.from_dlpack(x))
+    assert np.array_equal(np.asarray(ji), idx.cpu().numpy())
+    assert np.array_equal(np.asarray(jx.astype("float32")), xc.float().cpu().numpy())
+
+
+@pytest.mark.parametrize("scale", [1e-42, 1e-30, 1e30, 1e38])
+def test_max_l2_coarsen_magnitudes_gpu(scale):
+    """Squared norms that underflow (fp32 subnormals at 1e-42) or overflow fp32: the
+    reference's choice, compiled (flush-to-zero or fast math would break it)."""
+    import torch
+
+    import ato_torch
+    from ato_core.ops.block_sparse import reference
+
+    g = torch.Generator("cuda").manual_seed(5)
+    x = (torch.rand(2, 3, 500, 72, device="cuda", generator=g, dtype=torch.float64) * 3 - 1.5) * scale
+    x = x.float()
+    xc, idx = ato_torch.max_l2_coarsen(x, 32)
+    rc, ri = reference.max_l2_coarsen(x.double(), 32)
+    assert torch.equal(idx, ri) and torch.equal(xc.double(), rc)
+
+
+SPARSE_DIMS = [(1, 8, 2, 4096, 4096, 128, 64), (2, 4, 4, 1000, 1500, 80, 128), (1, 4, 1, 2048, 2048, 64, 16)]
+
+
+@pytest.mark.parametrize("dims", SPARSE_DIMS, ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("density", [0.1, 0.01], ids=["90%", "99%"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_block_sparse_attention_gpu(dims, density, causal, dtype):
+    """At 90% and 99% sparsity (random block masks; at 99% many query blocks keep nothing):
+    o, lse and gradients against the float64 reference, torch == JAX bitwise."""
+    from ato_core.ops.block_sparse.cases import bs_case
+
+    case = bs_case(*dims, causal=causal, density=density, dtype=dtype, seed=sum(dims))
+    _check(case)
+    t, j, _ = _run(case)
+    assert h.bitwise_equal(t, j)

@@ -15,18 +15,28 @@ from array_api_compat import array_namespace, device
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False):
     xp = array_namespace(q, k, v)
-    B, Hq, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
-    G = Hq // Hkv
-    scale = 1.0 / math.sqrt(D) if softmax_scale is None else softmax_scale
-    qg = xp.reshape(q, (B, Hkv, G, Nq, D))
-    s = xp.matmul(qg, xp.matrix_transpose(k)[:, :, None]) * scale            # [B, Hkv, G, Nq, Nk]
+    Nq, Nk = q.shape[2], k.shape[2]
     if causal:
         i = xp.arange(Nq, device=device(q))[:, None]
         j = xp.arange(Nk, device=device(q))[None, :]
         visible = j <= i + (Nk - Nq)
     else:
         visible = xp.ones((Nq, Nk), dtype=xp.bool, device=device(q))
+    return masked_attention(q, k, v, visible, softmax_scale, return_lse)
+
+
+def masked_attention(q, k, v, visible, softmax_scale=None, return_lse=False):
+    """Softmax attention over the visible (query, key) pairs: ``visible`` [Nq, Nk] or
+    [B, Hq, Nq, Nk] (bool); a query that sees no key gets o = 0 and lse = -inf."""
+    xp = array_namespace(q, k, v)
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    scale = 1.0 / math.sqrt(D) if softmax_scale is None else softmax_scale
+    qg = xp.reshape(q, (B, Hkv, G, Nq, D))
+    s = xp.matmul(qg, xp.matrix_transpose(k)[:, :, None]) * scale            # [B, Hkv, G, Nq, Nk]
+    if visible.ndim == 4:
+        visible = xp.reshape(visible, (B, Hkv, G, Nq, Nk))
     neg_inf = xp.asarray(-math.inf, dtype=s.dtype, device=device(q))
     m = xp.max(xp.where(visible, s, neg_inf), axis=-1, keepdims=True)
     m = xp.where(m == -math.inf, xp.zeros_like(m), m)                       # rows that see no key

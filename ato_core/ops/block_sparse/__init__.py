@@ -1,0 +1,97 @@
+"""block_sparse: CAB attention's pipeline (Max-L2 coarsening, block-sparse attention): the
+declarations. kernels.py (Triton), plans.py (checks, tiles), reference.py, cases.py."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ato_core import checks
+from ato_core.op import Op
+
+from . import plans, reference
+
+
+def max_l2_coarsen(x, block_size):
+    """Max-L2 coarsening (CAB attention): each block of ``block_size`` tokens is represented by
+    its token of largest L2 norm (the token itself, not a mean).
+
+    Args:
+      x: [B, H, N, D]; fp32, fp16 or bf16; D in 1..256.
+      block_size: a power of two from 16 to 256; block m is tokens [m * block_size, (m + 1) *
+        block_size), the last one partial when block_size does not divide N.
+
+    Returns: (x_coarse [B, H, M, D] in x's dtype, index [B, H, M] int32), M = ceil(N /
+      block_size): x_coarse[b, h, m] = x[b, h, index[b, h, m]]. Ties go to the first token; a
+      token with a NaN has a NaN norm, which wins (as argmax does). Norms are compared in
+      fp32 without overflow or underflow, whatever the magnitude of x. The choice is not
+      differentiable; the gradient of x_coarse flows to the selected tokens (zeros elsewhere).
+    """
+    return (x,), plans.check_block_size(block_size)
+
+
+def _backward(s, block_size, target):
+    return plans.coarsen_backward_plan(s["x"], block_size=block_size, target=target)
+
+
+MAX_L2_COARSEN = Op(
+    max_l2_coarsen, inputs=("x",), results=("x_coarse", "index"), saved=("index",), differentiable=("x",),
+    optional_cotangents=(("dindex",),),
+    forward=lambda s, block_size, target: plans.coarsen_plan(s["x"], block_size=block_size, target=target),
+    backward=_backward, reference=reference.max_l2_coarsen, family="block_sparse")
+
+
+
+class Sparse(NamedTuple):
+    block_size: int
+    causal: bool
+    softmax_scale: object
+    return_lse: bool
+
+
+def block_sparse_attention(q, k, v, block_mask, *, block_size=64, causal=False, softmax_scale=None,
+                           return_lse=False):
+    """Softmax attention restricted to the kept (query block, key block) pairs of a block mask:
+    flash attention's kernels (tiles, online softmax, GQA) walking, for each query block, the
+    list of its kept key blocks (and, for dk and dv, each key block's list of query blocks),
+    built from the mask on the device.
+
+    Args:
+      q: [B, Hq, Nq, D]; k, v: [B, Hkv, Nk, D] (Hq a multiple of Hkv), as flash_attention.
+      block_mask: bool [B, Hq, ceil(Nq / block_size), ceil(Nk / block_size)]: query block i
+        attends key block j iff block_mask[b, h, i, j] (blocks of block_size tokens, the last
+        partial).
+      block_size: a power of two from 16 to 256.
+      causal: also query t sees key u only if u <= t + Nk - Nq (token level, inside the
+        diagonal blocks too).
+      softmax_scale: default 1 / sqrt(D). return_lse: also return lse [B, Hq, Nq] (natural
+        log, fp32).
+
+    Returns: o [B, Hq, Nq, D] in q's dtype, or (o, lse). A query that sees no key (every block
+      of its row masked) gets zeros and lse -inf. With an all-true mask it equals
+      flash_attention. Differentiable in q, k and v (through lse too).
+    """
+    checks.check_bool("return_lse", return_lse)
+    checks.check_bool("causal", causal)
+    return (q, k, v, block_mask), Sparse(plans.check_block_size(block_size), causal, softmax_scale, return_lse)
+
+
+def _sparse_forward(s, st: Sparse, target):
+    return plans.block_sparse_forward_plan(s["q"], s["k"], s["v"], s["block_mask"], block_size=st.block_size,
+                                           causal=st.causal, softmax_scale=st.softmax_scale, target=target)
+
+
+def _sparse_backward(s, st: Sparse, target):
+    return plans.block_sparse_backward_plan(s["q"], s["k"], s["v"], s["block_mask"], s["do"],
+                                            block_size=st.block_size, causal=st.causal,
+                                            softmax_scale=st.softmax_scale, has_dlse=s.get("dlse") is not None,
+                                            target=target)
+
+
+BLOCK_SPARSE_ATTENTION = Op(
+    block_sparse_attention, inputs=("q", "k", "v", "block_mask"), results=("o", "lse", "rows", "rows_count"),
+    returns=lambda st: ("o", "lse") if st.return_lse else ("o",), optional_cotangents=(("dlse",),),
+    saved=("q", "k", "v", "block_mask", "o", "lse", "rows", "rows_count"), differentiable=("q", "k", "v"),
+    forward=_sparse_forward, backward=_sparse_backward, reference=reference.block_sparse_attention,
+    family="block_sparse")
+
+OPS = (MAX_L2_COARSEN, BLOCK_SPARSE_ATTENTION)

@@ -1,0 +1,330 @@
+"""Max-L2 coarsening (CAB attention's first step) and its backward.
+
+x [B, H, N, D] (any strides; the row strides multiples of ALIGN); block m of a row (b, h) is
+tokens [m * BLOCK, (m + 1) * BLOCK) (the last one partial). The block's representative is its
+token of largest L2 norm, the first on ties; x_coarse [B, H, M, D] takes that token's row and
+index [B, H, M] int32 its position n. One pass over x: each tile of ROWS tokens is loaded once
+and its squared norms summed in fp32; the winner's row is read again at the end (from cache).
+
+No overflow or underflow, whatever the magnitude: a tile whose largest squared norm is infinite
+or below SMALL is summed again scaled by 2^k, the power of two that brings its largest finite
+|x| into [1, 2) (exact: the squares are those of x, shifted), so its squared norms lie in
+[0, 4 D] and the winner's in [1, 4 D]; two tiles' winners compare as s_a 2^(-2 k_a) against
+s_b 2^(-2 k_b) (k = 0 unscaled), the factor of the larger-k one a power of two <= 1. A
+token with a NaN has a NaN norm, the largest (as argmax in torch, NumPy and JAX; the first such
+token wins); one with an infinity (and no NaN) the next largest.
+"""
+
+import triton
+import triton.language as tl
+
+from ato_core.launch import kernel
+from ato_core.triton_helpers import aligned
+
+
+# Below this largest squared norm of a tile, its squares may have lost bits to underflow.
+SMALL = tl.constexpr(2.0 ** -60)
+
+
+@triton.jit
+def _pow2(e):
+    """2^e (fp32, exact) of integer tensors or scalars e in [-126, 127]."""
+    return ((e + 127).to(tl.int32) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _down(e):
+    """2^-e for integer e >= 0 (0 past 2^-126: a tile that much smaller cannot win)."""
+    return tl.where(e > 126, 0.0, _pow2(-tl.minimum(e, 126)))
+
+
+@kernel(inputs=1, outputs=2)
+def max_l2_coarsen_kernel(
+    X,
+    H, N, D, M, sxb, sxh, sxn, sxd,
+    XC, IDX,
+    BLOCK: tl.constexpr, ROWS: tl.constexpr, BD: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (B*H*M): block m of row (b, h). XC [B, H, M, D] (x's dtype), IDX [B, H, M] int32."""
+    pid = tl.program_id(0)
+    m = pid % M
+    bh = (pid // M).to(tl.int64)
+    b = bh // H
+    h = bh % H
+    D = aligned(D, ALIGN)
+    offs_d = tl.arange(0, BD)
+    offs_r = tl.arange(0, ROWS)
+    dmask = offs_d < D
+    base = X + b * aligned(sxb, ALIGN) + h * aligned(sxh, ALIGN)
+    best_s = -1.0  # no token yet
+    best_k = 0
+    best_idx = m * BLOCK
+    for r0 in tl.static_range(0, BLOCK, ROWS):
+        n = m * BLOCK + r0 + offs_r
+        nmask = n < N
+        x = tl.load(base + n.to(tl.int64)[:, None] * aligned(sxn, ALIGN) + offs_d[None, :] * sxd,
+                    mask=nmask[:, None] & dmask[None, :], other=0.0).to(tl.float32)
+        s = tl.where(nmask, tl.sum(x * x, 1), -1.0)
+        top = tl.max(tl.where(s == s, s, -1.0), 0)
+        k = tl.full([], 0, tl.int32)
+        if (top == float("inf")) | (top < SMALL):  # a square may have overflowed or underflowed: rescale
+            a = tl.abs(x)
+            scale = tl.max(tl.max(tl.where(a < float("inf"), a, 0.0), 1), 0)  # largest finite |x|
+            k = tl.where(scale > 0.0, -tl.floor(tl.math.log2(tl.where(scale > 0.0, scale, 1.0))), 0.0).to(tl.int32)
+            y = x * _pow2(k // 2) * _pow2(k - k // 2)
+            s = tl.where(nmask, tl.sum(y * y, 1), -1.0)
+        nan = s != s
+        any_nan = tl.max(nan.to(tl.int32), 0) > 0
+        i = tl.where(any_nan, tl.argmax(nan.to(tl.int32), 0, tie_break_left=True),
+                     tl.argmax(tl.where(nan, -1.0, s), 0, tie_break_left=True))
+        sc = tl.sum(tl.where(offs_r == i, s, 0.0), 0)
+        # against the best of the earlier tiles (which wins ties)
+        kmin = tl.minimum(k, best_k)
+        infinite = (sc == float("inf")) | (best_s == float("inf"))
+        finer = sc * _down(2 * (k - kmin)) > best_s * _down(2 * (best_k - kmin))
+        better = (best_s == best_s) & ((sc != sc) | tl.where(infinite, sc > best_s, finer))
+        best_s = tl.where(better, sc, best_s)
+        best_k = tl.where(better, k, best_k)
+        best_idx = tl.where(better, m * BLOCK + r0 + i, best_idx)
+    # the winner's row, read again (from cache: this program has just loaded it)
+    row = tl.load(base + best_idx.to(tl.int64) * aligned(sxn, ALIGN) + offs_d * sxd, mask=dmask)
+    out = bh * M + m
+    tl.store(XC + out * D + offs_d, row, mask=dmask)
+    tl.store(IDX + out, best_idx)
+
+
+@kernel(inputs=2, outputs=1)
+def max_l2_coarsen_bwd_kernel(
+    DXC, IDX,
+    N, D, M,
+    DX,
+    BLOCK: tl.constexpr, ROWS: tl.constexpr, BD: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (B*H*M): dx of block m of row (b, h), DX [B, H, N, D] row-major: the cotangent
+    DXC [B, H, M, D] (row-major) at the selected token IDX [B, H, M], zeros elsewhere."""
+    pid = tl.program_id(0)
+    m = pid % M
+    bh = (pid // M).to(tl.int64)
+    D = aligned(D, ALIGN)
+    offs_d = tl.arange(0, BD)
+    offs_r = tl.arange(0, ROWS)
+    dmask = offs_d < D
+    sel = tl.load(IDX + bh * M + m)
+    g = tl.load(DXC + (bh * M + m) * D + offs_d, mask=dmask, other=0.0)
+    for r0 in tl.static_range(0, BLOCK, ROWS):
+        n = m * BLOCK + r0 + offs_r
+        dx = tl.where((n == sel)[:, None], g[None, :], 0.0)
+        tl.store(DX + (bh * N + n.to(tl.int64))[:, None] * D + offs_d[None, :], dx.to(DX.dtype.element_ty),
+                 mask=(n < N)[:, None] & dmask[None, :])
+
+
+# -- block-sparse attention -------------------------------------------------------------
+#
+# Flash attention (flash_attention/kernels.py, whose tiles, masks and online softmax these
+# reuse) restricted to the kept (query block, key block) pairs of a block mask [B, Hq, Mq, Mk]
+# over blocks of BS tokens. ``bs_lists_kernel`` turns the mask into lists: for each query
+# block the kept key blocks in order (the forward and dq), for each key block the query blocks
+# that keep it (dk, dv); a pair that the causal rule hides entirely is left out. Each program
+# then walks the tiles of its list's blocks as one loop, masking as flash attention's boundary
+# blocks do (keys past Nk, the causal diagonal).
+
+from ato_core.ops.flash_attention.kernels import (  # noqa: E402
+    _head_base, _load_block, _query_tile, _tile_ptrs, LN2)
+
+
+@kernel(inputs=1, outputs=2)
+def bs_lists_kernel(
+    MASK,
+    Mq, Mk, Nq, Nk, BS, smb, smh, smi, smj, H,
+    LIST, COUNT,
+    CHUNK: tl.constexpr, COLUMNS: tl.constexpr, CAUSAL: tl.constexpr,
+):
+    """Grid (B*H*Mq) (COLUMNS: (B*H*Mk)). Row i of head (b, h): its kept key blocks j, in
+    order, into LIST [B*H*Mq, Mk] and their number into COUNT [B*H*Mq]; with COLUMNS, column j:
+    the query blocks i that keep it, into LIST [B*H*Mk, Mq], COUNT [B*H*Mk]. CAUSAL: a pair
+    (i, j) whose every key comes after every query's diagonal (j * BS > last query of i +
+    Nk - Nq) is not kept."""
+    pid = tl.program_id(0).to(tl.int64)
+    if COLUMNS:
+        line = pid % Mk
+        bh = pid // Mk
+        length = Mq
+    else:
+        line = pid % Mq
+        bh = pid // Mq
+        length = Mk
+    base = MASK + (bh // H) * smb + (bh % H) * smh
+    count = tl.program_id(0) * 0
+    for c0 in range(0, length, CHUNK):
+        other = c0 + tl.arange(0, CHUNK)
+        if COLUMNS:
+            i, j = other, line
+            ptrs = base + j * smj + other.to(tl.int64) * smi
+        else:
+            i, j = line, other
+            ptrs = base + i * smi + other.to(tl.int64) * smj
+        keep = (other < length) & (tl.load(ptrs, mask=other < length, other=0).to(tl.int32) != 0)
+        if CAUSAL:
+            keep = keep & (j * BS <= tl.minimum(i * BS + BS, Nq) - 1 + Nk - Nq)
+        pos = count + tl.cumsum(keep.to(tl.int32), 0) - 1
+        tl.store(LIST + pid * length + pos, other, mask=keep)
+        count += tl.sum(keep.to(tl.int32), 0)
+    tl.store(COUNT + pid, count)
+
+
+@triton.jit
+def _listed_rows(LIST, entry_base, e, BS: tl.constexpr, TILE: tl.constexpr):
+    """First row of tile e of a list of blocks: tile e % (BS / TILE) of block LIST[entry_base
+    + e // (BS / TILE)]."""
+    per: tl.constexpr = BS // TILE
+    return tl.load(LIST + entry_base + e // per) * BS + (e % per) * TILE
+
+
+@kernel(inputs=5, outputs=2)
+def bs_fwd_kernel(
+    Q, K, V, LIST, COUNT,
+    Hq, G, Nq, Nk, D, Mq, Mk, qk_scale,
+    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod,
+    O, LSE,
+    BS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
+    EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (query tiles, B*Hq). o and lse of BLOCK_M queries (within query block first // BS)
+    over the kept key blocks of their row, as one loop over their BLOCK_N-key tiles (so that
+    the loads of one tile overlap the work on the last). A query with no visible key: o = 0,
+    lse = -inf."""
+    bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
+    offs_m = first + offs_r
+    q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
+    k_ptrs = _tile_ptrs(_head_base(K, b, hk, skb, skh, ALIGN), 0, offs_n, offs_d, skn, skd, ALIGN)
+    v_ptrs = _tile_ptrs(_head_base(V, b, hk, svb, svh, ALIGN), 0, offs_n, offs_d, svn, svd, ALIGN)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BD], tl.float32)
+    shift = Nk - Nq
+    row = bh.to(tl.int64) * Mq + first // BS
+    for e in range(0, tl.load(COUNT + row) * (BS // BLOCK_N)):
+        start_n = _listed_rows(LIST, row * Mk, e, BS, BLOCK_N)
+        keys = start_n + offs_n
+        kmask = (keys < Nk)[:, None] & dmask[None, :]
+        k = tl.load(k_ptrs + start_n.to(tl.int64) * aligned(skn, ALIGN), mask=kmask, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        visible = (keys < Nk)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= offs_m[:, None] + shift)
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptrs + start_n.to(tl.int64) * aligned(svn, ALIGN), mask=kmask, other=0.0)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+        m_i = m_new
+    empty = l_i == 0.0
+    o = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
+    o_ptrs = _tile_ptrs(_head_base(O, b, hq, sob, soh, ALIGN), first, offs_r, offs_d, son, sod, ALIGN)
+    tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m < Nq)[:, None] & dmask[None, :])
+    tl.store(LSE + bh.to(tl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
+
+
+@kernel(inputs=8, outputs=2)
+def bs_bwd_dkdv_kernel(
+    Q, K, V, DO, LSE2, DELTA, LIST, COUNT,
+    Hkv, G, Nq, Nk, D, Mq, Mk, qk_scale, softmax_scale,
+    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd,
+    sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd,
+    DK, DV,
+    BS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
+    EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (key tiles, B*Hkv). dk, dv of BLOCK_N keys (within key block first // BS), summed
+    over the G query heads of the kv head in order, each over the BLOCK_M-query tiles of the
+    query blocks that keep the key block (LIST, COUNT: the column lists)."""
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    D = aligned(D, ALIGN)
+    b = (bh // Hkv).to(tl.int64)
+    hk = (bh % Hkv).to(tl.int64)
+    first = pid_n * BLOCK_N
+    offs_c = tl.arange(0, BLOCK_N)
+    offs_n = first + offs_c
+    offs_r = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BD)
+    dmask = offs_d < D
+    k = _load_block(K, b, hk, skb, skh, skn, skd, first, offs_c, Nk, offs_d, dmask, EVEN_D, ALIGN)
+    v = _load_block(V, b, hk, svb, svh, svn, svd, first, offs_c, Nk, offs_d, dmask, EVEN_D, ALIGN)
+    dk = tl.zeros([BLOCK_N, BD], tl.float32)
+    dv = tl.zeros([BLOCK_N, BD], tl.float32)
+    shift = Nk - Nq
+    for g in range(0, G):
+        hq = hk * G + g
+        q_ptrs = _tile_ptrs(_head_base(Q, b, hq, sqb, sqh, ALIGN), 0, offs_r, offs_d, sqn, sqd, ALIGN)
+        do_ptrs = _tile_ptrs(_head_base(DO, b, hq, sdb, sdh, ALIGN), 0, offs_r, offs_d, sdn, sdd, ALIGN)
+        rows_base = (b * Hkv * G + hq) * Nq
+        col = (b * Hkv * G + hq) * Mk + first // BS
+        for e in range(0, tl.load(COUNT + col) * (BS // BLOCK_M)):
+            start_m = _listed_rows(LIST, col * Mq, e, BS, BLOCK_M)
+            rows = start_m + offs_r
+            qmask = (rows < Nq)[:, None] & dmask[None, :]
+            q = tl.load(q_ptrs + start_m.to(tl.int64) * aligned(sqn, ALIGN), mask=qmask, other=0.0)
+            lse2 = tl.load(LSE2 + rows_base + rows, mask=rows < Nq, other=float("inf"))
+            sT = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
+            pT = tl.math.exp2(sT - lse2[None, :])
+            if CAUSAL:
+                pT = tl.where(offs_n[:, None] <= rows[None, :] + shift, pT, 0.0)
+            do = tl.load(do_ptrs + start_m.to(tl.int64) * aligned(sdn, ALIGN), mask=qmask, other=0.0)
+            dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PRECISION)
+            dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+            delta = tl.load(DELTA + rows_base + rows, mask=rows < Nq, other=0.0)
+            dsT = pT * (dpT - delta[None, :])
+            dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=PRECISION)
+    smask = (offs_n < Nk)[:, None] & dmask[None, :]
+    dk_ptrs = _tile_ptrs(_head_base(DK, b, hk, sgkb, sgkh, ALIGN), first, offs_c, offs_d, sgkn, sgkd, ALIGN)
+    dv_ptrs = _tile_ptrs(_head_base(DV, b, hk, sgvb, sgvh, ALIGN), first, offs_c, offs_d, sgvn, sgvd, ALIGN)
+    tl.store(dk_ptrs, (dk * softmax_scale).to(DK.dtype.element_ty), mask=smask)
+    tl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=smask)
+
+
+@kernel(inputs=8, outputs=1)
+def bs_bwd_dq_kernel(
+    Q, K, V, DO, LSE2, DELTA, LIST, COUNT,
+    Hq, G, Nq, Nk, D, Mq, Mk, qk_scale, softmax_scale,
+    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd, sgb, sgh, sgn, sgd,
+    DQ,
+    BS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
+    EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (query tiles, B*Hq). dq of BLOCK_M queries over the key tiles of the kept key
+    blocks of their row (one loop)."""
+    bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
+    offs_m = first + offs_r
+    mmask = offs_m < Nq
+    q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
+    do = _load_block(DO, b, hq, sdb, sdh, sdn, sdd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
+    rows = bh.to(tl.int64) * Nq + offs_m
+    lse2 = tl.load(LSE2 + rows, mask=mmask, other=float("inf"))
+    delta = tl.load(DELTA + rows, mask=mmask, other=0.0)
+    k_ptrs = _tile_ptrs(_head_base(K, b, hk, skb, skh, ALIGN), 0, offs_n, offs_d, skn, skd, ALIGN)
+    v_ptrs = _tile_ptrs(_head_base(V, b, hk, svb, svh, ALIGN), 0, offs_n, offs_d, svn, svd, ALIGN)
+    dq = tl.zeros([BLOCK_M, BD], tl.float32)
+    shift = Nk - Nq
+    row = bh.to(tl.int64) * Mq + first // BS
+    for e in range(0, tl.load(COUNT + row) * (BS // BLOCK_N)):
+        start_n = _listed_rows(LIST, row * Mk, e, BS, BLOCK_N)
+        keys = start_n + offs_n
+        kmask = (keys < Nk)[:, None] & dmask[None, :]
+        k = tl.load(k_ptrs + start_n.to(tl.int64) * aligned(skn, ALIGN), mask=kmask, other=0.0)
+        v = tl.load(v_ptrs + start_n.to(tl.int64) * aligned(svn, ALIGN), mask=kmask, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        p = tl.math.exp2(s - lse2[:, None])
+        visible = (keys < Nk)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= offs_m[:, None] + shift)
+        p = tl.where(visible, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+    dq_ptrs = _tile_ptrs(_head_base(DQ, b, hq, sgb, sgh, ALIGN), first, offs_r, offs_d, sgn, sgd, ALIGN)
+    tl.store(dq_ptrs, (dq * softmax_scale).to(DQ.dtype.element_ty), mask=mmask[:, None] & dmask[None, :])

@@ -1,0 +1,170 @@
+"""max_l2_coarsen and block_sparse_attention on the CPU (the interpreter): both frameworks
+against the float64 references, bitwise torch == JAX, bad inputs.
+
+max_l2_coarsen (argmax of the norms in float64): ties, NaN and infinities, extreme magnitudes,
+strided inputs. Exact comparisons: the op copies a row and writes its index, so the outputs
+equal the reference's bit for bit (the reference runs on the same rounded inputs); the gradient
+is the cotangent scattered to the selected rows, also exact.
+
+block_sparse_attention (dense softmax with -inf outside the kept blocks): GQA, Nq != Nk, partial
+blocks, causal, empty rows, an all-true mask against flash_attention. Tolerances:
+ato_cli.harness.TOLERANCE (fp32 1e-4: softmax sums over at most a few hundred keys in fp32; bf16
+2e-2: bf16 inputs and output, p rounded to bf16 for the p v dot)."""
+
+import numpy as np
+import pytest
+
+from ato_cli import harness as h
+from ato_core.ops.block_sparse.cases import bs_case, coarsen_case
+from ato_core.testing import round_to
+from helpers import check, check_special, frontend, raises_naming
+
+
+def _exact(t, r, dtype="float32"):
+    """Outputs equal to the reference's; the gradient to the reference's rounded to the dtype
+    (the kernel stores the cotangent in x's dtype)."""
+    for i, (a, b) in enumerate(zip(t.outputs, r.outputs)):
+        assert np.array_equal(a, b, equal_nan=True), f"output {i} differs from the reference"
+    for n in r.grads:
+        ref = round_to(r.grads[n].astype(np.float32), dtype).astype(np.float64)
+        assert np.array_equal(t.grads[n], ref), f"d{n} differs from the reference"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("N,D,block_size", [(37, 48, 16), (64, 72, 32), (300, 128, 64), (129, 5, 128),
+                                            (256, 1, 256)])
+def test_coarsen(N, D, block_size, dtype):
+    """N not a multiple of the block (the last block partial), D not a power of two, every
+    block size; the interpreter loads 4 tokens a tile, so a block spans several tiles."""
+    t, _, r = check(coarsen_case(2, 3, N, D, block_size, dtype=dtype, seed=N))
+    _exact(t, r, dtype)
+    index = t.outputs[1]
+    M = -(-N // block_size)
+    blocks = np.arange(M) * block_size
+    assert ((index >= blocks) & (index < np.minimum(blocks + block_size, N))).all(), "an index outside its block"
+
+
+def test_ties_go_to_the_first_token():
+    """Tokens of equal norm (sign flips of one row: the same squares, summed in the same
+    order): the first is chosen, within a tile and across the interpreter's 4-token tiles."""
+    rng = np.random.default_rng(0)
+    row = rng.standard_normal(24).astype(np.float32)
+    x = rng.standard_normal((1, 2, 40, 24)).astype(np.float32) * 0.1
+    for n in (3, 6, 17, 30, 31):  # blocks of 16: 3 and 6 tie (first wins), 17 and 30 and 31
+        x[0, 0, n] = row * rng.choice([-1.0, 1.0], 24)
+    x[0, 1, 33] = row
+    x[0, 1, 34] = row
+    case = coarsen_case(1, 2, 40, 24, 16)
+    t, _, r = check(case, {"x": x})
+    _exact(t, r)
+    assert t.outputs[1][0, 0, :2].tolist() == [3, 17] and t.outputs[1][0, 1, 2] == 33
+
+
+@pytest.mark.parametrize("special", ["nan", "inf", "nan and inf"])
+def test_special_values(special):
+    """A token holding a NaN has a NaN norm, the largest (the first such token wins); an
+    infinity (no NaN) the next largest; the row comes out as it is."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 1, 48, 16)).astype(np.float32)
+    if "inf" in special:
+        x[0, 0, 5, 2] = -np.inf
+        x[0, 0, 40, 1] = np.inf
+    if "nan" in special:
+        x[0, 0, 9, 0] = np.nan
+        x[0, 0, 12, 3] = np.nan
+        x[0, 0, 35, 7] = np.nan
+    t, _, r = check_special(coarsen_case(1, 1, 48, 16, 16), {"x": x})
+    expected = {"nan": [9, 16, 35], "inf": [5, 16, 40], "nan and inf": [9, 16, 35]}[special]
+    assert t.outputs[1][0, 0, 0] == expected[0] and t.outputs[1][0, 0, 2] == expected[2]
+    assert np.array_equal(t.outputs[1], r.outputs[1])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("scale", [1e-30, 1e-42, 1e30, 1e38])
+def test_magnitudes(scale, dtype):
+    """Squared norms of such tokens underflow or overflow fp32; the choice is still exact
+    (1e-42: fp32 subnormals; for bf16 0 or subnormal)."""
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-1.5, 1.5, (1, 2, 50, 16)) * scale
+    case = coarsen_case(1, 2, 50, 16, 16, dtype=dtype)
+    t, _, r = check_special(case, {"x": round_to(x.astype(np.float32), dtype)})
+    _exact(t, r, dtype)
+
+
+def test_strided_input():
+    """x as a transposed view ([B, N, H, D] memory), as a projection's output is."""
+    import torch
+
+    import ato_torch
+    from ato_core.ops.block_sparse import reference
+
+    x = torch.randn(2, 70, 3, 40)
+    xc, idx = ato_torch.max_l2_coarsen(x.transpose(1, 2), 32)
+    rc, ri = reference.max_l2_coarsen(x.transpose(1, 2).double(), 32)
+    assert torch.equal(idx, ri) and torch.equal(xc.double(), rc)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_bad_inputs(framework):
+    ops, arr = frontend(framework)
+    x = arr(np.zeros((1, 2, 40, 16), np.float32))
+    for bad in (48, 8, 512, True, 64.0, None):
+        raises_naming(ValueError, "block_size", ops.max_l2_coarsen, x, bad)
+    raises_naming(ValueError, "x", ops.max_l2_coarsen, arr(np.zeros((2, 40, 16), np.float32)), 16)
+    raises_naming(TypeError, "x", ops.max_l2_coarsen, arr(np.zeros((1, 2, 40, 16), np.int32)), 16)
+    raises_naming(ValueError, "D", ops.max_l2_coarsen, arr(np.zeros((1, 1, 4, 300), np.float32)), 16)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dims", [(1, 4, 2, 70, 70, 48, 16), (2, 2, 1, 37, 100, 72, 32), (1, 2, 2, 90, 40, 16, 16)],
+                         ids=["gqa", "mqa-nq<nk", "nq>nk"])
+def test_block_sparse_attention(dims, causal, dtype):
+    """Outputs, lse and dq, dk, dv against the reference; half the blocks kept; the
+    interpreter's tiles (16 and 32 rows) split a 32-token block, partial last blocks."""
+    check(bs_case(*dims, causal=causal, dtype=dtype, seed=sum(dims)))
+
+
+def test_all_true_mask_is_flash_attention():
+    import torch
+
+    import ato_torch
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 75, 48, generator=g) for _ in range(3))
+    for causal in (False, True):
+        mask = torch.ones(1, 4, 3, 3, dtype=torch.bool)
+        o, lse = ato_torch.block_sparse_attention(q, k[:, :4], v[:, :4], mask, block_size=32, causal=causal,
+                                                  return_lse=True)
+        fo, flse = ato_torch.flash_attention(q, k, v, causal=causal, return_lse=True)
+        assert torch.allclose(o, fo, rtol=1e-6, atol=1e-6) and torch.allclose(lse, flse, rtol=1e-6, atol=1e-6)
+
+
+def test_masked_rows_give_zeros():
+    """A query block whose every key block is masked: o = 0, lse = -inf, no gradient through
+    it; a mask with nothing kept: all zeros (both frameworks, through check)."""
+    case = bs_case(1, 2, 1, 48, 48, 32, 16)
+    inputs = h.make_inputs(case)
+    inputs["block_mask"][0, 0, 1, :] = False
+    inputs["block_mask"][0, 1] = True
+    t, _, _ = check(case, inputs)
+    o, lse = t.outputs
+    assert np.all(o[0, 0, 16:32] == 0) and np.all(np.isneginf(lse[0, 0, 16:32]))
+    assert np.all(t.grads["q"][0, 0, 16:32] == 0)
+    inputs["block_mask"][:] = False
+    t, _, _ = check(case, inputs)
+    assert all(np.all(x[np.isfinite(x)] == 0) for x in (t.outputs[0], *t.grads.values()))
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_block_sparse_bad_inputs(framework):
+    ops, arr = frontend(framework)
+    q = arr(np.zeros((1, 2, 40, 16), np.float32))
+    mask = arr(np.ones((1, 2, 3, 3), bool))
+    raises_naming(ValueError, "block_size", ops.block_sparse_attention, q, q, q, mask, block_size=24)
+    raises_naming(ValueError, "block_mask", ops.block_sparse_attention, q, q, q, arr(np.ones((1, 2, 3, 2), bool)),
+                  block_size=16)
+    raises_naming(ValueError, "block_mask", ops.block_sparse_attention, q, q, q, mask, block_size=32)
+    raises_naming(TypeError, "block_mask", ops.block_sparse_attention, q, q, q, arr(np.ones((1, 2, 3, 3), np.int32)),
+                  block_size=16)
+    raises_naming(TypeError, "causal", ops.block_sparse_attention, q, q, q, mask, block_size=16, causal=1)
