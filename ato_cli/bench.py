@@ -844,6 +844,12 @@ def _block_sparse_attention_rows(quick: bool):
     except Exception as exc:  # noqa: BLE001  (FlexAttention missing or failing: say so in the table)
         msg = str(exc).splitlines()[0] if str(exc) else ""
         rows.append(("FlexAttention", shape, "", None, None, f"failed: {type(exc).__name__}: {msg[:90]}"))
+    ms_mask = _bench_torch(lambda: ato_torch.curvature_block_mask(q, k, block_size=bs, keep=0.1), quick)
+    cab = ato_torch.curvature_block_mask(q, k, block_size=bs, keep=0.1)
+    ms_cab = _bench_torch(lambda: ato_torch.block_sparse_attention(q, k, v, cab, block_size=bs, causal=True), quick)
+    rows += [("curvature_block_mask ato_torch", f"B{B} H{H} N{N} D{D} block{bs} bf16, keep 0.1, causal",
+              "of mask + attention fwd", ms_mask, ms_mask / (ms_mask + ms_cab),
+              f"then block_sparse_attention on it (causal, {float(cab.float().mean()):.3f} kept) {ms_cab * 1e3:.0f} us")]
     fn = jax.jit(lambda a, b, c, m: ato_jax.block_sparse_attention(a, b, c, m, block_size=bs))
     msj = _median_jax(fn, to_jax_bf16(q), to_jax_bf16(k), to_jax_bf16(v), jax.numpy.asarray(mask.cpu().numpy()),
                       reps=3, calls=10)

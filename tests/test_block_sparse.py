@@ -1,5 +1,8 @@
-"""max_l2_coarsen and block_sparse_attention on the CPU (the interpreter): both frameworks
-against the float64 references, bitwise torch == JAX, bad inputs.
+"""max_l2_coarsen, block_sparse_attention and curvature_block_mask on the CPU (the interpreter):
+both frameworks against the float64 references, bitwise torch == JAX, bad inputs.
+
+curvature_block_mask: the mask equal to the reference's (a bool mask: any differing block fails
+the dtype's tolerance), top-k ties to the lower block, keep 0 and 1, local blocks, GQA.
 
 max_l2_coarsen (argmax of the norms in float64): ties, NaN and infinities, extreme magnitudes,
 strided inputs. Exact comparisons: the op copies a row and writes its index, so the outputs
@@ -15,7 +18,7 @@ import numpy as np
 import pytest
 
 from ato_cli import harness as h
-from ato_core.ops.block_sparse.cases import bs_case, coarsen_case
+from ato_core.ops.block_sparse.cases import bs_case, cab_case, coarsen_case
 from ato_core.testing import round_to
 from helpers import check, check_special, frontend, raises_naming
 
@@ -168,3 +171,48 @@ def test_block_sparse_bad_inputs(framework):
     raises_naming(TypeError, "block_mask", ops.block_sparse_attention, q, q, q, arr(np.ones((1, 2, 3, 3), np.int32)),
                   block_size=16)
     raises_naming(TypeError, "causal", ops.block_sparse_attention, q, q, q, mask, block_size=16, causal=1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("opts", [dict(keep=0.1, lam=0.5, causal=True, local_blocks=1),
+                                  dict(keep=0.3, lam=0.2, causal=False, local_blocks=2),
+                                  dict(keep=0.5, lam=1.0, causal=True, local_blocks=0),
+                                  dict(keep=1.0, lam=0.5, causal=True, local_blocks=1),
+                                  dict(keep=0.0, lam=0.5, causal=False, local_blocks=0)],
+                         ids=["default", "full-local2", "half", "keep-all", "keep-none"])
+def test_curvature_block_mask(opts, dtype):
+    """N not a multiple of the block (300 tokens: 19 blocks of 16, the last partial), GQA."""
+    t, _, r = check(cab_case(1, 4, 2, 300, 32, 16, dtype=dtype, seed=3, **opts))
+    mask = t.outputs[0].astype(bool)
+    assert np.array_equal(mask, r.outputs[0].astype(bool))
+    assert mask[..., 0].all(), "block 0 always kept"
+    M = mask.shape[-1]
+    if opts["causal"]:
+        assert not np.triu(mask, 1).any(), "a block after the diagonal"
+    if opts["keep"] == 1.0:
+        assert np.array_equal(mask[0, 0], np.tril(np.ones((M, M), bool)))
+
+
+def test_curvature_constant_scores_keep_the_lowest_blocks():
+    """q = 0: every score 0, An = 0 (A constant), F = 0: ties everywhere, the lowest blocks win."""
+    import torch
+
+    import ato_torch
+
+    z = torch.zeros(1, 1, 160, 16)
+    mask = ato_torch.curvature_block_mask(z, z, block_size=16, keep=0.3, local_blocks=1)[0, 0]
+    for i in range(10):
+        expect = {j for j in range(-(-(i + 1) * 3 // 10))} | {i, 0}
+        assert set(torch.nonzero(mask[i]).flatten().tolist()) == expect, i
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_curvature_bad_inputs(framework):
+    ops, arr = frontend(framework)
+    q = arr(np.zeros((1, 2, 40, 16), np.float32))
+    for name, kwargs in (("keep", {"keep": 1.5}), ("keep", {"keep": float("nan")}), ("lam", {"lam": float("inf")}),
+                         ("local_blocks", {"local_blocks": -1}), ("block_size", {"block_size": 20})):
+        raises_naming(ValueError, name, ops.curvature_block_mask, q, q, **kwargs)
+    raises_naming(TypeError, "causal", ops.curvature_block_mask, q, q, causal=None)
+    raises_naming(ValueError, "k", ops.curvature_block_mask, q, arr(np.zeros((1, 2, 41, 16), np.float32)))
+    raises_naming(ValueError, "Hq", ops.curvature_block_mask, q, arr(np.zeros((1, 3, 40, 16), np.float32)))

@@ -743,3 +743,18 @@ def test_block_sparse_attention_gpu(dims, density, causal, dtype):
     _check(case)
     t, j, _ = _run(case)
     assert h.bitwise_equal(t, j)
+
+
+@pytest.mark.parametrize("dims", [(1, 8, 2, 8192, 128, 64), (2, 4, 4, 3000, 80, 32)], ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_curvature_block_mask_gpu(dims, causal, dtype):
+    """The mask against the float64 reference's (fp32 scores: a block may differ only where two
+    F values of a row lie within rounding of the cut; at these shapes none does), torch ==
+    JAX bitwise."""
+    from ato_core.ops.block_sparse.cases import cab_case
+
+    case = cab_case(*dims, causal=causal, dtype=dtype, seed=sum(dims))
+    t, j, r = _run(case)
+    assert np.array_equal(t.outputs[0], r.outputs[0]), f"{int((t.outputs[0] != r.outputs[0]).sum())} blocks differ"
+    assert h.bitwise_equal(t, j)

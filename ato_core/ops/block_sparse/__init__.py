@@ -94,4 +94,51 @@ BLOCK_SPARSE_ATTENTION = Op(
     forward=_sparse_forward, backward=_sparse_backward, reference=reference.block_sparse_attention,
     family="block_sparse")
 
-OPS = (MAX_L2_COARSEN, BLOCK_SPARSE_ATTENTION)
+
+
+class Curvature(NamedTuple):
+    block_size: int
+    keep: float
+    lam: float
+    causal: bool
+    local_blocks: int
+
+
+def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True, local_blocks=1):
+    """CAB attention's block mask for self-attention: which key blocks each query block keeps,
+    chosen on the coarse graph of Max-L2 representatives (max_l2_coarsen of q and k).
+
+    With qc, kc [B, H, M, D] the coarse q and k (kv head h // (Hq / Hkv) for query head h),
+    M = ceil(N / block_size):
+      A = relu(qc kc^T / sqrt(D)), normalised per (b, h) to [0, 1] over all M x M pairs:
+        An = (A - min A) / (max A - min A) (zeros where A is constant);
+      R = (An @ An) / M (redundancy: two-hop paths), F = An - lam * R (the curvature score).
+    Query block i keeps the ceil(keep * allowed_i) key blocks with the highest F among the
+    allowed ones (causal: j <= i, allowed_i = i + 1; else all M), ties to the lower index, plus
+    the local_blocks blocks ending at the diagonal (i, i - 1, ...; allowed ones) and block 0.
+
+    Args:
+      q: [B, Hq, N, D]; k: [B, Hkv, N, D] (Hq a multiple of Hkv); one float dtype; D 1..256.
+      block_size: a power of two from 16 to 256. keep: a fraction in [0, 1]. lam: a finite
+        float. causal: bool. local_blocks: an integer >= 0.
+
+    Returns: block_mask [B, Hq, M, M] bool, as block_sparse_attention takes it. Scores in fp32
+      (the coarse products and An @ An as exact fp32 dots): key blocks whose F differ by less
+      than its rounding may be ranked either way, and products that underflow fp32 (inputs
+      below about 1e-19) score 0. Forward only: no gradient.
+    """
+    return (q, k), Curvature(plans.check_block_size(block_size), keep, lam, causal, local_blocks)
+
+
+def _no_backward(s, st, target):
+    raise NotImplementedError("curvature_block_mask is forward only: a block mask has no gradient")
+
+
+CURVATURE_BLOCK_MASK = Op(
+    curvature_block_mask, inputs=("q", "k"), results=("mask",), saved=(), differentiable=("q", "k"),
+    forward=lambda s, st, target: plans.curvature_plan(s["q"], s["k"], block_size=st.block_size, keep=st.keep,
+                                                       lam=st.lam, causal=st.causal, local_blocks=st.local_blocks,
+                                                       target=target),
+    backward=_no_backward, reference=reference.curvature_block_mask, family="block_sparse")
+
+OPS = (MAX_L2_COARSEN, BLOCK_SPARSE_ATTENTION, CURVATURE_BLOCK_MASK)

@@ -1,4 +1,8 @@
-"""Max-L2 coarsening (CAB attention's first step) and its backward.
+"""CAB attention's kernels: Max-L2 coarsening and its backward (first), block-sparse attention
+(the lists, forward, dK/dV, dQ), the curvature block mask (scores, selection); each section
+opens with its own notes.
+
+Max-L2 coarsening.
 
 x [B, H, N, D] (any strides; the row strides multiples of ALIGN); block m of a row (b, h) is
 tokens [m * BLOCK, (m + 1) * BLOCK) (the last one partial). The block's representative is its
@@ -328,3 +332,101 @@ def bs_bwd_dq_kernel(
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
     dq_ptrs = _tile_ptrs(_head_base(DQ, b, hq, sgb, sgh, ALIGN), first, offs_r, offs_d, sgn, sgd, ALIGN)
     tl.store(dq_ptrs, (dq * softmax_scale).to(DQ.dtype.element_ty), mask=mmask[:, None] & dmask[None, :])
+
+
+# -- curvature block mask (CAB) ---------------------------------------------------------
+
+
+@triton.jit
+def _normalised(abase, i, j, M, lo, spread):
+    """(A[i, j] - lo) / spread (0 where spread is 0, and outside [0, M)^2)."""
+    valid = (i < M)[:, None] & (j < M)[None, :]
+    a = tl.load(abase + i[:, None] * M + j[None, :], mask=valid, other=0.0)
+    an = tl.where(spread > 0.0, (a - lo) / tl.where(spread > 0.0, spread, 1.0), 0.0)
+    return tl.where(valid, an, 0.0)
+
+
+@kernel(inputs=2, outputs=2)
+def cab_scores_kernel(
+    QC, KC,
+    Hq, G, M, D, scale, lam,
+    A, F,
+    BM: tl.constexpr, BD: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """Grid (B*Hq): the coarse graph of one head. QC [B, Hq, M, D], KC [B, Hkv, M, D] (row-major,
+    kv head hq // G). A = relu(qc kc^T * scale) into A [B*Hq, M, M]; then, with An = (A - min) /
+    (max - min) over the head (0 where max == min), F = An - lam * (An @ An) / M into F. fp32,
+    IEEE dots; BM x BM tiles."""
+    bh = tl.program_id(0).to(tl.int64)
+    b = bh // Hq
+    hk = (bh % Hq) // G
+    offs = tl.arange(0, BM)
+    offs_d = tl.arange(0, BD)
+    dmask = offs_d < D
+    qbase = QC + bh * M * D
+    kbase = KC + (b * (Hq // G) + hk) * M * D
+    abase = A + bh * M * M
+    fbase = F + bh * M * M
+    lo = tl.full([], float("inf"), tl.float32)
+    hi = tl.full([], float("-inf"), tl.float32)
+    for i0 in range(0, M, BM):
+        i = i0 + offs
+        qi = tl.load(qbase + i[:, None] * D + offs_d[None, :], mask=(i < M)[:, None] & dmask[None, :], other=0.0)
+        for j0 in range(0, M, BM):
+            j = j0 + offs
+            kj = tl.load(kbase + j[:, None] * D + offs_d[None, :], mask=(j < M)[:, None] & dmask[None, :], other=0.0)
+            s = tl.dot(qi.to(tl.float32), tl.trans(kj.to(tl.float32)), input_precision=PRECISION) * scale
+            a = tl.where(s > 0.0, s, 0.0)
+            valid = (i < M)[:, None] & (j < M)[None, :]
+            tl.store(abase + i[:, None] * M + j[None, :], a, mask=valid)
+            lo = tl.minimum(lo, tl.min(tl.where(valid, a, float("inf"))))
+            hi = tl.maximum(hi, tl.max(tl.where(valid, a, float("-inf"))))
+    tl.debug_barrier()  # A is read back below by other threads of this program
+    spread = hi - lo
+    for i0 in range(0, M, BM):
+        i = i0 + offs
+        for j0 in range(0, M, BM):
+            j = j0 + offs
+            r = tl.zeros([BM, BM], tl.float32)
+            for k0 in range(0, M, BM):
+                kk = k0 + offs
+                a_ik = _normalised(abase, i, kk, M, lo, spread)
+                a_kj = _normalised(abase, kk, j, M, lo, spread)
+                r = tl.dot(a_ik, a_kj, r, input_precision=PRECISION)
+            f = _normalised(abase, i, j, M, lo, spread) - lam * (r / M)
+            tl.store(fbase + i[:, None] * M + j[None, :], f, mask=(i < M)[:, None] & (j < M)[None, :])
+
+
+@kernel(inputs=1, outputs=1)
+def cab_select_kernel(
+    F,
+    M, keep_bits, local_blocks,
+    MASK,
+    BM: tl.constexpr, CAUSAL: tl.constexpr,
+):
+    """Grid (B*Hq*M): query block i of a head. Its allowed key blocks (CAUSAL: j <= i; else
+    all), the ceil(keep * allowed) of them with the highest F (ties: the lower j), the
+    local_blocks blocks ending at i (i, i - 1, ...) and block 0, into MASK [B*Hq*M, M] (bool).
+    keep_bits: keep's float64 bits (so that ceil(keep * allowed) is Python's, exactly). The
+    choice sorts one int64 key per block: F's bits made monotonic, then M - 1 - j."""
+    pid = tl.program_id(0).to(tl.int64)
+    i = pid % M
+    j = tl.arange(0, BM)
+    inrow = j < M
+    f = tl.load(F + pid * M + j, mask=inrow, other=0.0) + 0.0  # -0.0 -> +0.0
+    if CAUSAL:
+        allowed = inrow & (j <= i)
+        n_allowed = i + 1
+    else:
+        allowed = inrow
+        n_allowed = i * 0 + M
+    keep = keep_bits.to(tl.int64).to(tl.float64, bitcast=True)
+    n_keep = tl.math.ceil(keep * n_allowed.to(tl.float64)).to(tl.int64)
+    bits = f.to(tl.int32, bitcast=True)
+    mono = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)
+    key = tl.where(allowed, mono * 4294967296 + (M - 1 - j), -9223372036854775807)
+    ranked = tl.sort(key, 0, descending=True)
+    threshold = tl.sum(tl.where(j == n_keep - 1, ranked, 0), 0)
+    chosen = allowed & (key >= threshold) & (n_keep > 0)
+    local = allowed & (j <= i) & (j > i - local_blocks)
+    tl.store(MASK + pid * M + j, chosen | local | (j == 0), mask=inrow)

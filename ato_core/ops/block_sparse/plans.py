@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import struct
+
 from ato_core import checks
 from ato_core.launch import ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, row_alignment, row_major_strides
 from ato_core.target import Target
@@ -47,16 +50,19 @@ def _tile(D: int, block_size: int, target: Target):
     return BD, min(rows, block_size)
 
 
+def _coarsen_launch(x: ArraySpec, block_size: int, target: Target, names=("x", "x_coarse", "index")) -> Launch:
+    B, H, N, D, M = check_coarsen(x, block_size)
+    BD, rows = _tile(D, block_size, target)
+    return Launch(kern.max_l2_coarsen_kernel, (B * H * M,), (names[0],), (H, N, D, M, *x.strides),
+                  (Buffer(names[1], (B, H, M, D), x.dtype), Buffer(names[2], (B, H, M), "int32")),
+                  {"BLOCK": block_size, "ROWS": rows, "BD": BD, "ALIGN": row_alignment((D,), (x,))},
+                  num_warps=WARPS)
+
+
 @cached_plan
 def coarsen_plan(x: ArraySpec, *, block_size: int, target: Target) -> Plan:
     """Inputs: x. Results: x_coarse [B, H, M, D] (x's dtype), index [B, H, M] int32."""
-    B, H, N, D, M = check_coarsen(x, block_size)
-    BD, rows = _tile(D, block_size, target)
-    launch = Launch(kern.max_l2_coarsen_kernel, (B * H * M,), ("x",), (H, N, D, M, *x.strides),
-                    (Buffer("x_coarse", (B, H, M, D), x.dtype), Buffer("index", (B, H, M), "int32")),
-                    {"BLOCK": block_size, "ROWS": rows, "BD": BD, "ALIGN": row_alignment((D,), (x,))},
-                    num_warps=WARPS)
-    return Plan((launch,), ("x_coarse", "index"))
+    return Plan((_coarsen_launch(x, block_size, target),), ("x_coarse", "index"))
 
 
 @cached_plan
@@ -169,3 +175,59 @@ def block_sparse_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: A
         num_stages=dq_t.stages)
     cols = _lists(mask, B, Hq, Mq, Mk, Nq, Nk, block_size, causal, True)
     return Plan((cols, delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "rows", "rows_count"))
+
+
+# -- curvature block mask ---------------------------------------------------------------
+
+# Rows and columns of a score tile of the curvature kernel (the interpreter: 16).
+CAB_TILE = 64
+
+
+def check_curvature(q: ArraySpec, k: ArraySpec, block_size, keep, lam, causal, local_blocks) -> tuple:
+    """Validates curvature_block_mask's arguments; returns (B, Hq, Hkv, N, D, M)."""
+    checks.check_rank("q", q, 4, "[B, Hq, N, D]")
+    checks.check_rank("k", k, 4, "[B, Hkv, N, D]")
+    checks.check_float("q", q)
+    checks.check_float("k", k)
+    checks.check_same_dtype(("q", "k"), (q, k))
+    checks.check_same_device(("q", "k"), (q, k))
+    B, Hq, N, D = q.shape
+    checks.check_dim("k", k, 0, B, "B, as in q")
+    checks.check_dim("k", k, 2, N, "N, as in q (self-attention)")
+    checks.check_dim("k", k, 3, D, "D, as in q")
+    Hkv = k.shape[1]
+    checks.check_range("k.shape[1] (Hkv)", Hkv, 1)
+    if Hq % Hkv:
+        raise ValueError(f"q.shape[1] (Hq): expected a multiple of Hkv = {Hkv} (k.shape[1]), got {Hq}")
+    for name, value in (("keep", keep), ("lam", lam)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{name}: expected a finite float, got {value!r}")
+    if not 0.0 <= keep <= 1.0:
+        raise ValueError(f"keep: expected a fraction in [0, 1], got {keep!r}")
+    checks.check_bool("causal", causal)
+    if isinstance(local_blocks, bool) or not isinstance(local_blocks, int) or local_blocks < 0:
+        raise ValueError(f"local_blocks: expected an integer >= 0, got {local_blocks!r}")
+    bs = check_block_size(block_size)
+    M = cdiv(N, bs)
+    checks.check_range("q.shape[3] (D)", D, 1, MAX_HEAD_DIM)
+    return B, Hq, Hkv, N, D, M
+
+
+@cached_plan
+def curvature_plan(q: ArraySpec, k: ArraySpec, *, block_size: int, keep: float, lam: float, causal: bool,
+                   local_blocks: int, target: Target) -> Plan:
+    """Inputs: q, k. Result: mask [B, Hq, M, M] bool (with the coarse scores A and F, fp32)."""
+    B, Hq, Hkv, N, D, M = check_curvature(q, k, block_size, keep, lam, causal, local_blocks)
+    tile = 16 if target.interpret else CAB_TILE
+    BD = max(16, next_pow2(D))
+    rows = B * Hq
+    scores = Launch(kern.cab_scores_kernel, (rows,), ("qc", "kc"),
+                    (Hq, Hq // Hkv, M, D, 1.0 / math.sqrt(D), float(lam)),
+                    (Buffer("cab_a", (rows, M, M), "float32"), Buffer("cab_f", (rows, M, M), "float32")),
+                    {"BM": tile, "BD": BD, "PRECISION": "ieee"}, num_warps=4)
+    keep_bits = struct.unpack("<q", struct.pack("<d", float(keep)))[0]
+    select = Launch(kern.cab_select_kernel, (rows * M,), ("cab_f",), (M, keep_bits, local_blocks),
+                    (Buffer("mask", (B, Hq, M, M), "bool"),),
+                    {"BM": next_pow2(M), "CAUSAL": causal}, num_warps=4)
+    return Plan((_coarsen_launch(q, block_size, target, ("q", "qc", "q_index")),
+                 _coarsen_launch(k, block_size, target, ("k", "kc", "k_index")), scores, select), ("mask",))

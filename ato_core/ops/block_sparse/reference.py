@@ -1,9 +1,12 @@
 """References: Max-L2 coarsening (x [B, H, N, D]; block m is tokens [m * bs, (m + 1) * bs), the
 last partial; its representative is the token of largest L2 norm, argmax: the first on ties, a
-NaN norm the largest) and block-sparse attention (dense softmax attention with -inf outside the
-kept blocks, and outside the causal rule)."""
+NaN norm the largest), block-sparse attention (dense softmax attention with -inf outside the
+kept blocks, and outside the causal rule) and the curvature block mask (the formula of
+curvature_block_mask's docstring, ranked by a stable sort)."""
 
 from __future__ import annotations
+
+import math
 
 from array_api_compat import array_namespace, device
 
@@ -44,3 +47,32 @@ def block_sparse_attention(q, k, v, block_mask, *, block_size=64, causal=False, 
         j = xp.arange(Nk, device=dev)[None, :]
         visible = visible & (j <= i + (Nk - Nq))
     return masked_attention(q, k, v, visible, softmax_scale, return_lse)
+
+
+def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True, local_blocks=1):
+    xp = array_namespace(q, k)
+    dev = device(q)
+    qc, _ = max_l2_coarsen(q, block_size)
+    kc, _ = max_l2_coarsen(k, block_size)
+    B, Hq, M, D = qc.shape
+    G = Hq // kc.shape[1]
+    kc = xp.take(kc, xp.arange(Hq, device=dev) // G, axis=1)
+    s = xp.matmul(qc, xp.matrix_transpose(kc)) / math.sqrt(D)
+    A = xp.where(s > 0, s, xp.zeros_like(s))
+    lo = xp.min(A, axis=(-2, -1), keepdims=True)
+    hi = xp.max(A, axis=(-2, -1), keepdims=True)
+    spread = hi - lo
+    An = xp.where(spread > 0, (A - lo) / xp.where(spread > 0, spread, xp.ones_like(spread)), xp.zeros_like(A))
+    F = An - lam * (xp.matmul(An, An) / M)
+    i = xp.arange(M, device=dev)[:, None]
+    j = xp.arange(M, device=dev)[None, :]
+    allowed = (j <= i) if causal else xp.ones((M, M), dtype=xp.bool, device=dev)
+    n_allowed = xp.sum(xp.astype(allowed, xp.int64), axis=-1)                   # [M]
+    n_keep = xp.asarray([math.ceil(keep * int(n)) for n in n_allowed], device=dev)[:, None]
+    # rank of each allowed block by F, descending, ties to the lower index (a stable sort)
+    key = xp.where(allowed, -F, xp.full_like(F, math.inf))
+    order = xp.argsort(key, axis=-1, stable=True)
+    rank = xp.argsort(order, axis=-1, stable=True)
+    chosen = allowed & (rank < n_keep)
+    local = allowed & (j <= i) & (j > i - local_blocks)
+    return chosen | local | (j == 0)
