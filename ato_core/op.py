@@ -22,6 +22,13 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
 from .launch import ArraySpec, Plan, row_major_strides
 
 
+def forward_only(name: str):
+    """The backward of an op that has none (inference ops, masks): raises, naming the op."""
+    def backward(s, static, target):
+        raise NotImplementedError(f"{name} is forward only: it has no gradient")
+    return backward
+
+
 def default_pack(static, outs: tuple):
     """The op's returned arrays as it returns them: one array, or a tuple of them."""
     return outs[0] if len(outs) == 1 else tuple(outs)

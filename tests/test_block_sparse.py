@@ -215,4 +215,6 @@ def test_curvature_bad_inputs(framework):
         raises_naming(ValueError, name, ops.curvature_block_mask, q, q, **kwargs)
     raises_naming(TypeError, "causal", ops.curvature_block_mask, q, q, causal=None)
     raises_naming(ValueError, "k", ops.curvature_block_mask, q, arr(np.zeros((1, 2, 41, 16), np.float32)))
-    raises_naming(ValueError, "Hq", ops.curvature_block_mask, q, arr(np.zeros((1, 3, 40, 16), np.float32)))
+    raises_naming(ValueError, "Hkv=3", ops.curvature_block_mask, q, arr(np.zeros((1, 3, 40, 16), np.float32)))
+    raises_naming(ValueError, "D", ops.curvature_block_mask, q, arr(np.zeros((1, 2, 40, 8), np.float32)))
+    raises_naming(TypeError, "k", ops.curvature_block_mask, q, arr(np.zeros((1, 2, 40, 16), np.int32)))

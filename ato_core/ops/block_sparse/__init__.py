@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ato_core import checks
-from ato_core.op import Op
+from ato_core.op import Op, forward_only
 
 from . import plans, reference
 
@@ -71,7 +71,6 @@ def block_sparse_attention(q, k, v, block_mask, *, block_size=64, causal=False, 
       flash_attention. Differentiable in q, k and v (through lse too).
     """
     checks.check_bool("return_lse", return_lse)
-    checks.check_bool("causal", causal)
     return (q, k, v, block_mask), Sparse(plans.check_block_size(block_size), causal, softmax_scale, return_lse)
 
 
@@ -130,15 +129,11 @@ def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True,
     return (q, k), Curvature(plans.check_block_size(block_size), keep, lam, causal, local_blocks)
 
 
-def _no_backward(s, st, target):
-    raise NotImplementedError("curvature_block_mask is forward only: a block mask has no gradient")
-
-
 CURVATURE_BLOCK_MASK = Op(
     curvature_block_mask, inputs=("q", "k"), results=("mask",), saved=(), differentiable=("q", "k"),
     forward=lambda s, st, target: plans.curvature_plan(s["q"], s["k"], block_size=st.block_size, keep=st.keep,
                                                        lam=st.lam, causal=st.causal, local_blocks=st.local_blocks,
                                                        target=target),
-    backward=_no_backward, reference=reference.curvature_block_mask, family="block_sparse")
+    backward=forward_only("curvature_block_mask"), reference=reference.curvature_block_mask, family="block_sparse")
 
 OPS = (MAX_L2_COARSEN, BLOCK_SPARSE_ATTENTION, CURVATURE_BLOCK_MASK)

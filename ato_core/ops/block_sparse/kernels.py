@@ -177,11 +177,29 @@ def bs_lists_kernel(
 
 
 @triton.jit
-def _listed_rows(LIST, entry_base, e, BS: tl.constexpr, TILE: tl.constexpr):
-    """First row of tile e of a list of blocks: tile e % (BS / TILE) of block LIST[entry_base
-    + e // (BS / TILE)]."""
+def _listed_rows(LIST, entry_base, e, offs, n, BS: tl.constexpr, TILE: tl.constexpr):
+    """Tile e of a list of blocks, tile e % (BS / TILE) of block LIST[entry_base + e // (BS /
+    TILE)]: its first row, its rows (first + offs) and which of them are < n."""
     per: tl.constexpr = BS // TILE
-    return tl.load(LIST + entry_base + e // per) * BS + (e % per) * TILE
+    first = tl.load(LIST + entry_base + e // per) * BS + (e % per) * TILE
+    rows = first + offs
+    return first, rows, rows < n
+
+
+@triton.jit
+def _rows_at(ptrs, first, in_range, dmask, sn, ALIGN: tl.constexpr):
+    """The [rows, BD] tile of ptrs (a tile at row 0) moved to row first; 0 where not in_range
+    or past D."""
+    return tl.load(ptrs + first.to(tl.int64) * aligned(sn, ALIGN), mask=in_range[:, None] & dmask[None, :], other=0.0)
+
+
+@triton.jit
+def _visible(keys, in_range, offs_m, shift, CAUSAL: tl.constexpr):
+    """[queries, keys]: the keys in range and (CAUSAL) at or before each query's diagonal."""
+    visible = in_range[None, :]
+    if CAUSAL:
+        visible = visible & (keys[None, :] <= offs_m[:, None] + shift)
+    return visible
 
 
 @kernel(inputs=5, outputs=2)
@@ -208,21 +226,16 @@ def bs_fwd_kernel(
     shift = Nk - Nq
     row = bh.to(tl.int64) * Mq + first // BS
     for e in range(0, tl.load(COUNT + row) * (BS // BLOCK_N)):
-        start_n = _listed_rows(LIST, row * Mk, e, BS, BLOCK_N)
-        keys = start_n + offs_n
-        kmask = (keys < Nk)[:, None] & dmask[None, :]
-        k = tl.load(k_ptrs + start_n.to(tl.int64) * aligned(skn, ALIGN), mask=kmask, other=0.0)
+        start_n, keys, in_k = _listed_rows(LIST, row * Mk, e, offs_n, Nk, BS, BLOCK_N)
+        k = _rows_at(k_ptrs, start_n, in_k, dmask, skn, ALIGN)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        visible = (keys < Nk)[None, :]
-        if CAUSAL:
-            visible = visible & (keys[None, :] <= offs_m[:, None] + shift)
-        s = tl.where(visible, s, float("-inf"))
+        s = tl.where(_visible(keys, in_k, offs_m, shift, CAUSAL), s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.math.exp2(s - m_use[:, None])
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_ptrs + start_n.to(tl.int64) * aligned(svn, ALIGN), mask=kmask, other=0.0)
+        v = _rows_at(v_ptrs, start_n, in_k, dmask, svn, ALIGN)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
         m_i = m_new
     empty = l_i == 0.0
@@ -269,19 +282,17 @@ def bs_bwd_dkdv_kernel(
         rows_base = (b * Hkv * G + hq) * Nq
         col = (b * Hkv * G + hq) * Mk + first // BS
         for e in range(0, tl.load(COUNT + col) * (BS // BLOCK_M)):
-            start_m = _listed_rows(LIST, col * Mq, e, BS, BLOCK_M)
-            rows = start_m + offs_r
-            qmask = (rows < Nq)[:, None] & dmask[None, :]
-            q = tl.load(q_ptrs + start_m.to(tl.int64) * aligned(sqn, ALIGN), mask=qmask, other=0.0)
-            lse2 = tl.load(LSE2 + rows_base + rows, mask=rows < Nq, other=float("inf"))
+            start_m, rows, in_q = _listed_rows(LIST, col * Mq, e, offs_r, Nq, BS, BLOCK_M)
+            q = _rows_at(q_ptrs, start_m, in_q, dmask, sqn, ALIGN)
+            lse2 = tl.load(LSE2 + rows_base + rows, mask=in_q, other=float("inf"))
             sT = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
             pT = tl.math.exp2(sT - lse2[None, :])
             if CAUSAL:
                 pT = tl.where(offs_n[:, None] <= rows[None, :] + shift, pT, 0.0)
-            do = tl.load(do_ptrs + start_m.to(tl.int64) * aligned(sdn, ALIGN), mask=qmask, other=0.0)
+            do = _rows_at(do_ptrs, start_m, in_q, dmask, sdn, ALIGN)
             dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PRECISION)
             dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-            delta = tl.load(DELTA + rows_base + rows, mask=rows < Nq, other=0.0)
+            delta = tl.load(DELTA + rows_base + rows, mask=in_q, other=0.0)
             dsT = pT * (dpT - delta[None, :])
             dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=PRECISION)
     smask = (offs_n < Nk)[:, None] & dmask[None, :]
@@ -316,17 +327,12 @@ def bs_bwd_dq_kernel(
     shift = Nk - Nq
     row = bh.to(tl.int64) * Mq + first // BS
     for e in range(0, tl.load(COUNT + row) * (BS // BLOCK_N)):
-        start_n = _listed_rows(LIST, row * Mk, e, BS, BLOCK_N)
-        keys = start_n + offs_n
-        kmask = (keys < Nk)[:, None] & dmask[None, :]
-        k = tl.load(k_ptrs + start_n.to(tl.int64) * aligned(skn, ALIGN), mask=kmask, other=0.0)
-        v = tl.load(v_ptrs + start_n.to(tl.int64) * aligned(svn, ALIGN), mask=kmask, other=0.0)
+        start_n, keys, in_k = _listed_rows(LIST, row * Mk, e, offs_n, Nk, BS, BLOCK_N)
+        k = _rows_at(k_ptrs, start_n, in_k, dmask, skn, ALIGN)
+        v = _rows_at(v_ptrs, start_n, in_k, dmask, svn, ALIGN)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         p = tl.math.exp2(s - lse2[:, None])
-        visible = (keys < Nk)[None, :]
-        if CAUSAL:
-            visible = visible & (keys[None, :] <= offs_m[:, None] + shift)
-        p = tl.where(visible, p, 0.0)
+        p = tl.where(_visible(keys, in_k, offs_m, shift, CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)

@@ -13,7 +13,6 @@ from ..flash_attention import kernels as fa_kern
 from ..flash_attention import plans as fa_plans
 from . import kernels as kern
 
-MAX_HEAD_DIM = 256
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 # Elements of x a coarsening program loads at once (ROWS tokens x BD; the interpreter: 4 rows,
 # so that a test block spans several tiles); the programs' warps. One block a program: the
@@ -37,7 +36,7 @@ def check_coarsen(x: ArraySpec, block_size) -> tuple:
     checks.check_range("x.shape[0] (B)", B, 1)
     checks.check_range("x.shape[1] (H)", H, 1)
     checks.check_range("x.shape[2] (N)", N, 1, 2 ** 31 - 1)
-    checks.check_range("x.shape[3] (D)", D, 1, MAX_HEAD_DIM)
+    checks.check_range("x.shape[3] (D)", D, 1, fa_plans.MAX_HEAD_DIM)
     bs = check_block_size(block_size)
     M = cdiv(N, bs)
     checks.check_range("B * H * ceil(N / block_size) (the blocks, one program each)", B * H * M, 1, 2 ** 31 - 1)
@@ -185,32 +184,17 @@ CAB_TILE = 64
 
 def check_curvature(q: ArraySpec, k: ArraySpec, block_size, keep, lam, causal, local_blocks) -> tuple:
     """Validates curvature_block_mask's arguments; returns (B, Hq, Hkv, N, D, M)."""
-    checks.check_rank("q", q, 4, "[B, Hq, N, D]")
-    checks.check_rank("k", k, 4, "[B, Hkv, N, D]")
-    checks.check_float("q", q)
-    checks.check_float("k", k)
-    checks.check_same_dtype(("q", "k"), (q, k))
-    checks.check_same_device(("q", "k"), (q, k))
-    B, Hq, N, D = q.shape
-    checks.check_dim("k", k, 0, B, "B, as in q")
+    # q and k as flash attention takes them (k standing in for v), then one length for both
+    B, Hq, Hkv, N, _, D = fa_plans.check_flash_attention(q, k, k, causal=causal, softmax_scale=None)
     checks.check_dim("k", k, 2, N, "N, as in q (self-attention)")
-    checks.check_dim("k", k, 3, D, "D, as in q")
-    Hkv = k.shape[1]
-    checks.check_range("k.shape[1] (Hkv)", Hkv, 1)
-    if Hq % Hkv:
-        raise ValueError(f"q.shape[1] (Hq): expected a multiple of Hkv = {Hkv} (k.shape[1]), got {Hq}")
     for name, value in (("keep", keep), ("lam", lam)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"{name}: expected a finite float, got {value!r}")
     if not 0.0 <= keep <= 1.0:
         raise ValueError(f"keep: expected a fraction in [0, 1], got {keep!r}")
-    checks.check_bool("causal", causal)
     if isinstance(local_blocks, bool) or not isinstance(local_blocks, int) or local_blocks < 0:
         raise ValueError(f"local_blocks: expected an integer >= 0, got {local_blocks!r}")
-    bs = check_block_size(block_size)
-    M = cdiv(N, bs)
-    checks.check_range("q.shape[3] (D)", D, 1, MAX_HEAD_DIM)
-    return B, Hq, Hkv, N, D, M
+    return B, Hq, Hkv, N, D, cdiv(N, check_block_size(block_size))
 
 
 @cached_plan

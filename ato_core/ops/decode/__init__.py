@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ato_core import checks
-from ato_core.op import Op
+from ato_core.op import Op, forward_only
 
 from . import plans, reference
 from .schedule import DecodeSchedule, decode_schedule  # noqa: F401  (the host-side builder)
@@ -53,12 +53,6 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, softmax_scal
     return (q, k_cache, v_cache, block_table, seq_lens, *sched), Decode(softmax_scale, return_lse)
 
 
-def _no_backward(name):
-    def backward(s, static, target):
-        raise NotImplementedError(f"{name} is forward only (inference): it has no gradient")
-    return backward
-
-
 def _check_values(s, st: Decode, host):
     table, lens = host("block_table"), host("seq_lens")
     if table is not None and lens is not None:
@@ -75,7 +69,7 @@ DECODE_ATTENTION = Op(
     decode_attention, inputs=("q", "k_cache", "v_cache", "block_table", "seq_lens", *plans.SCHEDULE),
     results=("o", "lse"), returns=lambda st: ("o", "lse") if st.return_lse else ("o",), saved=(),
     optional=plans.SCHEDULE, differentiable=("q", "k_cache", "v_cache"), forward=_forward,
-    backward=_no_backward("decode_attention"), check_values=_check_values,
+    backward=forward_only("decode_attention"), check_values=_check_values,
     reference=reference.decode_attention, family="decode")
 
 
@@ -95,6 +89,6 @@ MERGE_ATTENTION_STATES = Op(
     merge_attention_states, inputs=("o_a", "lse_a", "o_b", "lse_b"), results=("o", "lse"), saved=(),
     differentiable=("o_a", "lse_a", "o_b", "lse_b"),
     forward=lambda s, st, target: plans.merge_plan(s["o_a"], s["lse_a"], s["o_b"], s["lse_b"], target=target),
-    backward=_no_backward("merge_attention_states"), reference=reference.merge_attention_states, family="decode")
+    backward=forward_only("merge_attention_states"), reference=reference.merge_attention_states, family="decode")
 
 OPS = (DECODE_ATTENTION, MERGE_ATTENTION_STATES)
