@@ -844,16 +844,42 @@ def _block_sparse_attention_rows(quick: bool):
     except Exception as exc:  # noqa: BLE001  (FlexAttention missing or failing: say so in the table)
         msg = str(exc).splitlines()[0] if str(exc) else ""
         rows.append(("FlexAttention", shape, "", None, None, f"failed: {type(exc).__name__}: {msg[:90]}"))
-    ms_mask = _bench_torch(lambda: ato_torch.curvature_block_mask(q, k, block_size=bs, keep=0.1), quick)
-    cab = ato_torch.curvature_block_mask(q, k, block_size=bs, keep=0.1)
-    ms_cab = _bench_torch(lambda: ato_torch.block_sparse_attention(q, k, v, cab, block_size=bs, causal=True), quick)
-    rows += [("curvature_block_mask ato_torch", f"B{B} H{H} N{N} D{D} block{bs} bf16, keep 0.1, causal",
-              "of mask + attention fwd", ms_mask, ms_mask / (ms_mask + ms_cab),
-              f"then block_sparse_attention on it (causal, {float(cab.float().mean()):.3f} kept) {ms_cab * 1e3:.0f} us")]
     fn = jax.jit(lambda a, b, c, m: ato_jax.block_sparse_attention(a, b, c, m, block_size=bs))
     msj = _median_jax(fn, to_jax_bf16(q), to_jax_bf16(k), to_jax_bf16(v), jax.numpy.asarray(mask.cpu().numpy()),
                       reps=3, calls=10)
     rows.append(("block_sparse ato_jax fwd", shape, "x ato_torch", msj, msj / ms, ""))
+    return rows + _cab_rows(q, k, v, do, bs, quick)
+
+
+def _cab_rows(q, k, v, do, bs, quick):
+    """cab_attention (keep 0.1, causal) at the block-sparse rows' shape: the whole call against
+    its mask alone (curvature_block_mask: coarsening, scores, top-k; the issue's share), per
+    mask kernel device time, fwd+bwd, and ato_jax."""
+    import torch
+
+    import ato_jax
+    import ato_torch
+    import jax
+
+    B, H, N, D = q.shape
+    shape = f"B{B} H{H} N{N} D{D} block{bs} bf16, keep 0.1, causal"
+    ms_mask = _bench_torch(lambda: ato_torch.curvature_block_mask(q, k, block_size=bs, keep=0.1), quick)
+    ms = _bench_torch(lambda: ato_torch.cab_attention(q, k, v, block_size=bs, keep=0.1), quick)
+    kept = float(ato_torch.curvature_block_mask(q, k, block_size=bs, keep=0.1).float().mean())
+    fb = _bench_torch(_torch_fwd_bwd(lambda a, b, c: ato_torch.cab_attention(a, b, c, block_size=bs, keep=0.1),
+                                     [q, k, v], do), quick)
+    rows = [("cab_attention ato_torch fwd", shape, "", ms, None, f"{kept:.3f} of all blocks kept"),
+            ("curvature_block_mask ato_torch", shape, "of cab_attention fwd", ms_mask, ms_mask / ms, ""),
+            ("cab_attention ato_torch fwd+bwd", shape, "", fb, None, ""),
+            ("curvature_block_mask ato_torch", shape, "of cab_attention fwd+bwd", ms_mask, ms_mask / fb, "")]
+    per = device_kernels(lambda: ato_torch.curvature_block_mask(q, k, block_size=bs, keep=0.1),
+                         lambda out: torch.cuda.synchronize(), calls=3 if quick else 10)
+    rows += [(f"  mask kernel {name[:40]}", shape, "of the mask's device time", us / 1e3,
+              us / sum(u for _, u in per.values()), f"{calls:.0f} launches") for name, (calls, us) in
+             sorted(per.items(), key=lambda kv: -kv[1][1])]
+    fn = jax.jit(lambda a, b, c: ato_jax.cab_attention(a, b, c, block_size=bs, keep=0.1))
+    msj = _median_jax(fn, to_jax_bf16(q), to_jax_bf16(k), to_jax_bf16(v), reps=3, calls=10)
+    rows.append(("cab_attention ato_jax fwd", shape, "x ato_torch", msj, msj / ms, ""))
     return rows
 
 

@@ -163,15 +163,11 @@ def _twin(kernel):
     return result
 
 
-# Private helpers of tl.sort (not combine functions): interpreted too, so that tl.sort runs.
-_SORT_HELPERS = ("_indicator", "_compare_and_swap", "_bitonic_merge_hypercube", "_bitonic_merge")
-
-
 @contextlib.contextmanager
 def _interpretable_language():
     """Within the block, the public @jit functions of triton.language (tl.zeros, tl.sum,
-    tl.cdiv, tl.rand and the Philox functions it calls, tl.sort and its helpers, ...) are interpreted functions, as they would
-    be under TRITON_INTERPRET=1. Private combine functions stay as they are: the interpreter recognises them by identity."""
+    tl.cdiv, tl.rand and the Philox functions it calls, ...) are interpreted functions, as they would be under
+    TRITON_INTERPRET=1. Private combine functions stay as they are: the interpreter recognises them by identity."""
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
@@ -185,7 +181,7 @@ def _interpretable_language():
         try:
             for mod in (tl, tl.core, tl.standard, tl.math, tl.random):
                 for name, value in list(vars(mod).items()):
-                    if isinstance(value, JITFunction) and (not name.startswith("_") or name in _SORT_HELPERS):
+                    if isinstance(value, JITFunction) and not name.startswith("_"):
                         setattr(mod, name, InterpretedFunction(value.fn))
             yield
         finally:

@@ -1,4 +1,4 @@
-"""max_l2_coarsen, block_sparse_attention and curvature_block_mask on the CPU (the interpreter):
+"""max_l2_coarsen, block_sparse_attention, curvature_block_mask and cab_attention on the CPU (the interpreter):
 both frameworks against the float64 references, bitwise torch == JAX, bad inputs.
 
 curvature_block_mask: the mask equal to the reference's (a bool mask: any differing block fails
@@ -218,3 +218,36 @@ def test_curvature_bad_inputs(framework):
     raises_naming(ValueError, "Hkv=3", ops.curvature_block_mask, q, arr(np.zeros((1, 3, 40, 16), np.float32)))
     raises_naming(ValueError, "D", ops.curvature_block_mask, q, arr(np.zeros((1, 2, 40, 8), np.float32)))
     raises_naming(TypeError, "k", ops.curvature_block_mask, q, arr(np.zeros((1, 2, 40, 16), np.int32)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cab_attention(causal, dtype):
+    """The whole pipeline against the float64 reference (its mask, then dense masked softmax):
+    o, lse, dq, dk, dv; GQA, 150 tokens in blocks of 16 (the last partial), keep 0.3 and
+    softmax_scale 0.2. The same mask as curvature_block_mask's (o equal to block_sparse_attention
+    on it, bitwise)."""
+    import torch
+
+    import ato_torch
+    from ato_core.ops.block_sparse.cases import cab_attention_case
+
+    case = cab_attention_case(1, 4, 2, 150, 40, 16, keep=0.3, causal=causal, dtype=dtype, scale=0.2, seed=5)
+    inputs = h.make_inputs(case)
+    t, _, _ = check(case, inputs)
+    q, k, v = (h.to_torch(inputs[n]) for n in "qkv")
+    mask = ato_torch.curvature_block_mask(q, k, block_size=16, keep=0.3, causal=causal)
+    o = ato_torch.block_sparse_attention(q, k, v, mask, block_size=16, causal=causal, softmax_scale=0.2)
+    assert np.array_equal(t.outputs[0], o.float().numpy()), "cab_attention != block_sparse_attention on its mask"
+    assert not mask.all(), "keep 0.3 kept every block: the test would not test sparsity"
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_cab_attention_bad_inputs(framework):
+    ops, arr = frontend(framework)
+    q = arr(np.zeros((1, 2, 40, 16), np.float32))
+    raises_naming(ValueError, "v", ops.cab_attention, q, q, arr(np.zeros((1, 2, 40, 8), np.float32)))
+    raises_naming(ValueError, "keep", ops.cab_attention, q, q, q, keep=2.0)
+    raises_naming(ValueError, "block_size", ops.cab_attention, q, q, q, block_size=48)
+    raises_naming(TypeError, "return_lse", ops.cab_attention, q, q, q, return_lse=1)
+    raises_naming(ValueError, "softmax_scale", ops.cab_attention, q, q, q, softmax_scale=float("nan"))

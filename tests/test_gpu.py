@@ -745,7 +745,8 @@ def test_block_sparse_attention_gpu(dims, density, causal, dtype):
     assert h.bitwise_equal(t, j)
 
 
-@pytest.mark.parametrize("dims", [(1, 8, 2, 8192, 128, 64), (2, 4, 4, 3000, 80, 32)], ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("dims", [(1, 8, 2, 8192, 128, 64), (2, 4, 4, 3000, 80, 32), (1, 32, 8, 32768, 128, 64)],
+                         ids=lambda d: "x".join(map(str, d)))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_curvature_block_mask_gpu(dims, causal, dtype):
@@ -758,3 +759,18 @@ def test_curvature_block_mask_gpu(dims, causal, dtype):
     t, j, r = _run(case)
     assert np.array_equal(t.outputs[0], r.outputs[0]), f"{int((t.outputs[0] != r.outputs[0]).sum())} blocks differ"
     assert h.bitwise_equal(t, j)
+
+
+@pytest.mark.parametrize("dims", [(1, 8, 2, 4096, 128, 64), (2, 4, 4, 1500, 80, 32)], ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cab_attention_gpu(dims, causal, dtype):
+    """The whole CAB pipeline (keep 0.1): o, lse and gradients against the float64 reference
+    (its own mask), torch == JAX bitwise."""
+    from ato_core.ops.block_sparse.cases import cab_attention_case
+
+    case = cab_attention_case(*dims, causal=causal, dtype=dtype, seed=sum(dims))
+    _check(case)
+    t, j, _ = _run(case)
+    assert h.bitwise_equal(t, j)
+

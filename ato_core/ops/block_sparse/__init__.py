@@ -1,5 +1,5 @@
-"""block_sparse: CAB attention's pipeline (Max-L2 coarsening, block-sparse attention): the
-declarations. kernels.py (Triton), plans.py (checks, tiles), reference.py, cases.py."""
+"""block_sparse: CAB attention's pipeline (Max-L2 coarsening, the curvature block mask,
+block-sparse attention, and cab_attention composing them): the declarations. kernels.py (Triton), plans.py (checks, tiles), reference.py, cases.py."""
 
 from __future__ import annotations
 
@@ -136,4 +136,49 @@ CURVATURE_BLOCK_MASK = Op(
                                                        target=target),
     backward=forward_only("curvature_block_mask"), reference=reference.curvature_block_mask, family="block_sparse")
 
-OPS = (MAX_L2_COARSEN, BLOCK_SPARSE_ATTENTION, CURVATURE_BLOCK_MASK)
+
+
+class Cab(NamedTuple):
+    mask: Curvature
+    sparse: Sparse
+
+
+def cab_attention(q, k, v, *, block_size=64, keep=0.1, lam=0.5, causal=True, local_blocks=1, softmax_scale=None,
+                  return_lse=False):
+    """CAB attention (curvature-aware block-sparse attention) for self-attention, as one call:
+    ``block_sparse_attention(q, k, v, curvature_block_mask(q, k, ...), causal=causal, ...)``.
+
+    Args:
+      q: [B, Hq, N, D]; k, v: [B, Hkv, N, D] (Hq a multiple of Hkv); one float dtype; D 1..256.
+      block_size, keep, lam, causal, local_blocks: curvature_block_mask's (causal also applies
+        token by token inside the kept blocks, as in block_sparse_attention).
+      softmax_scale: default 1 / sqrt(D). return_lse: also return lse [B, Hq, N] (fp32).
+
+    Returns: o [B, Hq, N, D] in q's dtype, or (o, lse). Differentiable in q, k and v through
+      the attention; the choice of blocks is not differentiated.
+    """
+    checks.check_bool("return_lse", return_lse)
+    bs = plans.check_block_size(block_size)
+    return (q, k, v), Cab(Curvature(bs, keep, lam, causal, local_blocks), Sparse(bs, causal, softmax_scale, return_lse))
+
+
+def _cab_forward(s, st: Cab, target):
+    c = st.mask
+    return plans.cab_forward_plan(s["q"], s["k"], s["v"], block_size=c.block_size, keep=c.keep, lam=c.lam,
+                                  causal=c.causal, local_blocks=c.local_blocks,
+                                  softmax_scale=st.sparse.softmax_scale, target=target)
+
+
+def _cab_backward(s, st: Cab, target):
+    return plans.cab_backward_plan(s["q"], s["k"], s["v"], s["do"], block_size=st.sparse.block_size,
+                                   causal=st.sparse.causal, softmax_scale=st.sparse.softmax_scale,
+                                   has_dlse=s.get("dlse") is not None, target=target)
+
+
+CAB_ATTENTION = Op(
+    cab_attention, inputs=("q", "k", "v"), results=("o", "lse", "mask", "rows", "rows_count"),
+    returns=lambda st: ("o", "lse") if st.sparse.return_lse else ("o",), optional_cotangents=(("dlse",),),
+    saved=("q", "k", "v", "mask", "o", "lse", "rows", "rows_count"), differentiable=("q", "k", "v"),
+    forward=_cab_forward, backward=_cab_backward, reference=reference.cab_attention, family="block_sparse")
+
+OPS = (MAX_L2_COARSEN, BLOCK_SPARSE_ATTENTION, CURVATURE_BLOCK_MASK, CAB_ATTENTION)

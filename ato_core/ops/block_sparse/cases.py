@@ -16,7 +16,8 @@ def check_cases(gpu: bool, dtype: str, quick: bool):
     cases += [bs_case(*d, causal=causal, dtype=dtype, seed=i) for i, d in enumerate(sparse[:1] if quick else sparse)
               for causal in (False, True)]
     cab = [(1, 8, 2, 8192, 128, 64)] if gpu else [(1, 4, 2, 200, 32, 16)]
-    return cases + [cab_case(*d, causal=causal, dtype=dtype, seed=7) for d in cab for causal in (False, True)]
+    cases += [cab_case(*d, causal=causal, dtype=dtype, seed=7) for d in cab for causal in (False, True)]
+    return cases + [cab_attention_case(*d, causal=causal, dtype=dtype, seed=8) for d in cab for causal in (False, True)]
 
 
 # sm_90 compile examples (tests/test_compile_sm90.py): (label, op, args, kwargs, grad)
@@ -25,7 +26,9 @@ COMPILE = [("max_l2_coarsen", "max_l2_coarsen", (gpu_spec((1, 32, 32768, 128)), 
             (gpu_spec((1, 8, 1024, 128)), gpu_spec((1, 2, 1024, 128)), gpu_spec((1, 2, 1024, 128)),
              gpu_spec((1, 8, 16, 16), "bool")), {"causal": True, "return_lse": True}),
            ("curvature_block_mask", "curvature_block_mask", (gpu_spec((1, 8, 32768, 128)), gpu_spec((1, 2, 32768, 128))),
-            {}, False)]
+            {}, False),
+           ("cab_attention", "cab_attention", (gpu_spec((1, 8, 4096, 128)),) + (gpu_spec((1, 2, 4096, 128)),) * 2,
+            {"return_lse": True})]
 
 
 def fuzz(pick):
@@ -41,16 +44,20 @@ def fuzz(pick):
             "curvature_block_mask": cab_case(
                 pick.int(1, 2), Hkv * pick.int(1, 3), Hkv, pick.int(1, 200), pick.int(1, 72), pick.choice((16, 32)),
                 keep=pick.choice((0.0, 0.1, 0.35, 1.0)), lam=pick.choice((0.0, 0.5, 2.0)), causal=pick.choice((False, True)),
-                local_blocks=pick.int(0, 3), dtype=pick.choice(("float32", "bfloat16")), seed=pick.int(0, 99))}
+                local_blocks=pick.int(0, 3), dtype=pick.choice(("float32", "bfloat16")), seed=pick.int(0, 99)),
+            "cab_attention": cab_attention_case(
+                pick.int(1, 2), Hkv * pick.int(1, 2), Hkv, pick.int(1, 120), pick.int(1, 72), pick.choice((16, 32)),
+                keep=pick.choice((0.0, 0.2, 0.5)), causal=pick.choice((False, True)), local_blocks=pick.int(0, 2),
+                dtype=pick.choice(("float32", "bfloat16")), scale=pick.choice((None, 0.3)), seed=pick.int(0, 99))}
 
 
 # Magnitudes (Case option "magnitude") at which each op must match the reference (the fuzzing
 # tier's test_fuzz_magnitude): coarsening's squared norms would underflow at 1e-30 and overflow at
 # half the dtype's largest value, the scaled comparison does neither; attention as flash_attention.
 MAGNITUDES = {"max_l2_coarsen": (1e-30, HALF_MAX), "block_sparse_attention": (1e-30, 1e3),
-              "curvature_block_mask": (1e-10, 1e3)}
+              "curvature_block_mask": (1e-10, 1e3), "cab_attention": (1e-10, 1e3)}
 # Gradients that are a cancellation at a huge magnitude (as flash_attention's).
-CANCELLING = {"block_sparse_attention": ("q", "k")}
+CANCELLING = {"block_sparse_attention": ("q", "k"), "cab_attention": ("q", "k")}
 
 def bs_case(B, Hq, Hkv, Nq, Nk, D, block_size, causal=False, density=0.5, dtype="float32", scale=None, seed=0):
     M = (-(-Nq // block_size), -(-Nk // block_size))
@@ -65,3 +72,11 @@ def cab_case(B, Hq, Hkv, N, D, block_size, keep=0.1, lam=0.5, causal=True, local
     kwargs = (("block_size", block_size), ("keep", keep), ("lam", lam), ("causal", causal),
               ("local_blocks", local_blocks))
     return Case("curvature_block_mask", shapes, dtype, (In("q"), In("k")), kwargs, seed, nondiff=("q", "k"))
+
+
+def cab_attention_case(B, Hq, Hkv, N, D, block_size, keep=0.1, lam=0.5, causal=True, local_blocks=1, dtype="float32",
+                       scale=None, seed=0):
+    shapes = (("q", (B, Hq, N, D)), ("k", (B, Hkv, N, D)), ("v", (B, Hkv, N, D)))
+    kwargs = (("block_size", block_size), ("keep", keep), ("lam", lam), ("causal", causal),
+              ("local_blocks", local_blocks), ("softmax_scale", scale), ("return_lse", True))
+    return Case("cab_attention", shapes, dtype, (In("q"), In("k"), In("v")), kwargs, seed)

@@ -344,82 +344,144 @@ def bs_bwd_dq_kernel(
 
 
 @triton.jit
-def _normalised(abase, i, j, M, lo, spread):
-    """(A[i, j] - lo) / spread (0 where spread is 0, and outside [0, M)^2)."""
-    valid = (i < M)[:, None] & (j < M)[None, :]
-    a = tl.load(abase + i[:, None] * M + j[None, :], mask=valid, other=0.0)
-    an = tl.where(spread > 0.0, (a - lo) / tl.where(spread > 0.0, spread, 1.0), 0.0)
-    return tl.where(valid, an, 0.0)
+def _head_range(LO, HI, bh, T, BT: tl.constexpr):
+    """The min and max of A over a head from the row tiles' LO, HI [B*Hq, T], and max - min."""
+    offs_t = tl.arange(0, BT)
+    lo = tl.min(tl.load(LO + bh * T + offs_t, mask=offs_t < T, other=float("inf")))
+    hi = tl.max(tl.load(HI + bh * T + offs_t, mask=offs_t < T, other=float("-inf")))
+    return lo, hi - lo
 
 
-@kernel(inputs=2, outputs=2)
+@triton.jit
+def _normalised(a, lo, spread):
+    """(a - lo) / spread, 0 where spread is 0."""
+    return tl.where(spread > 0.0, (a - lo) / tl.where(spread > 0.0, spread, 1.0), 0.0)
+
+
+@kernel(inputs=2, outputs=3)
 def cab_scores_kernel(
     QC, KC,
-    Hq, G, M, D, scale, lam,
-    A, F,
-    BM: tl.constexpr, BD: tl.constexpr, PRECISION: tl.constexpr,
+    Hq, G, M, D, scale,
+    A, LO, HI,
+    BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
-    """Grid (B*Hq): the coarse graph of one head. QC [B, Hq, M, D], KC [B, Hkv, M, D] (row-major,
-    kv head hq // G). A = relu(qc kc^T * scale) into A [B*Hq, M, M]; then, with An = (A - min) /
-    (max - min) over the head (0 where max == min), F = An - lam * (An @ An) / M into F. fp32,
-    IEEE dots; BM x BM tiles."""
-    bh = tl.program_id(0).to(tl.int64)
+    """Grid (T = cdiv(M, BM), B*Hq): rows [t BM, (t + 1) BM) of one head's coarse graph. QC
+    [B, Hq, M, D], KC [B, Hkv, M, D] (row-major, kv head hq // G). A = relu(qc kc^T * scale)
+    into A [B*Hq, M, M] (fp32), the rows' min and max into LO, HI [B*Hq, T]. ALIGN divides M
+    and D."""
+    M = aligned(M, ALIGN)
+    D = aligned(D, ALIGN)
+    t = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
     b = bh // Hq
     hk = (bh % Hq) // G
-    offs = tl.arange(0, BM)
+    i = t * BM + tl.arange(0, BM)
     offs_d = tl.arange(0, BD)
     dmask = offs_d < D
-    qbase = QC + bh * M * D
+    qi = tl.load(QC + bh * M * D + i[:, None] * D + offs_d[None, :], mask=(i < M)[:, None] & dmask[None, :],
+                 other=0.0)
     kbase = KC + (b * (Hq // G) + hk) * M * D
     abase = A + bh * M * M
-    fbase = F + bh * M * M
     lo = tl.full([], float("inf"), tl.float32)
     hi = tl.full([], float("-inf"), tl.float32)
-    for i0 in range(0, M, BM):
-        i = i0 + offs
-        qi = tl.load(qbase + i[:, None] * D + offs_d[None, :], mask=(i < M)[:, None] & dmask[None, :], other=0.0)
-        for j0 in range(0, M, BM):
-            j = j0 + offs
-            kj = tl.load(kbase + j[:, None] * D + offs_d[None, :], mask=(j < M)[:, None] & dmask[None, :], other=0.0)
-            s = tl.dot(qi.to(tl.float32), tl.trans(kj.to(tl.float32)), input_precision=PRECISION) * scale
-            a = tl.where(s > 0.0, s, 0.0)
-            valid = (i < M)[:, None] & (j < M)[None, :]
-            tl.store(abase + i[:, None] * M + j[None, :], a, mask=valid)
-            lo = tl.minimum(lo, tl.min(tl.where(valid, a, float("inf"))))
-            hi = tl.maximum(hi, tl.max(tl.where(valid, a, float("-inf"))))
-    tl.debug_barrier()  # A is read back below by other threads of this program
-    spread = hi - lo
-    for i0 in range(0, M, BM):
-        i = i0 + offs
-        for j0 in range(0, M, BM):
-            j = j0 + offs
-            r = tl.zeros([BM, BM], tl.float32)
-            for k0 in range(0, M, BM):
-                kk = k0 + offs
-                a_ik = _normalised(abase, i, kk, M, lo, spread)
-                a_kj = _normalised(abase, kk, j, M, lo, spread)
-                r = tl.dot(a_ik, a_kj, r, input_precision=PRECISION)
-            f = _normalised(abase, i, j, M, lo, spread) - lam * (r / M)
-            tl.store(fbase + i[:, None] * M + j[None, :], f, mask=(i < M)[:, None] & (j < M)[None, :])
+    for j0 in range(0, M, BN):
+        j = j0 + tl.arange(0, BN)
+        kj = tl.load(kbase + j[:, None] * D + offs_d[None, :], mask=(j < M)[:, None] & dmask[None, :], other=0.0)
+        s = tl.dot(qi, tl.trans(kj), input_precision=PRECISION) * scale
+        a = tl.where(s > 0.0, s, 0.0)
+        valid = (i < M)[:, None] & (j < M)[None, :]
+        tl.store(abase + i[:, None] * M + j[None, :], a, mask=valid)
+        lo = tl.minimum(lo, tl.min(tl.where(valid, a, float("inf"))))
+        hi = tl.maximum(hi, tl.max(tl.where(valid, a, float("-inf"))))
+    tl.store(LO + bh * tl.num_programs(0) + t, lo)
+    tl.store(HI + bh * tl.num_programs(0) + t, hi)
+
+
+@kernel(inputs=3, outputs=2)
+def cab_split_kernel(
+    A, LO, HI,
+    M, T,
+    AH, AL,
+    BM: tl.constexpr, BN: tl.constexpr, BT: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (cdiv(M, BM), B*Hq): An = (A - min) / (max - min) over the head (0 where they are
+    equal; the min and max of LO, HI [B*Hq, T]) split into bf16 AH + AL (AH = An rounded, AL
+    = the rest rounded: 17 bits of An) for cab_curvature_kernel's tensor-core dots. ALIGN
+    divides M."""
+    M = aligned(M, ALIGN)
+    bh = tl.program_id(1).to(tl.int64)
+    lo, spread = _head_range(LO, HI, bh, T, BT)
+    i = tl.program_id(0) * BM + tl.arange(0, BM)
+    base = bh * M * M
+    for j0 in range(0, M, BN):
+        j = j0 + tl.arange(0, BN)
+        valid = (i < M)[:, None] & (j < M)[None, :]
+        at = base + i[:, None] * M + j[None, :]
+        an = _normalised(tl.load(A + at, mask=valid, other=0.0), lo, spread)
+        ah = an.to(tl.bfloat16)
+        tl.store(AH + at, ah, mask=valid)
+        tl.store(AL + at, (an - ah.to(tl.float32)).to(tl.bfloat16), mask=valid)
+
+
+@kernel(inputs=5, outputs=1)
+def cab_curvature_kernel(
+    A, LO, HI, AH, AL,
+    M, T, lam,
+    F,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, CAUSAL: tl.constexpr,
+    ALIGN: tl.constexpr,
+):
+    """Grid (cdiv(M, BM), cdiv(M, BN), B*Hq): a tile of F = An - lam * (An @ An) / M (F [B*Hq,
+    M, M] fp32; An from A as in cab_split_kernel). An @ An as AH AH + AH AL + AL AH (bf16
+    tensor-core dots, fp32 sums): each product of An's within 2^-16 of its own size. CAUSAL:
+    tiles wholly above the diagonal (never read) are skipped. ALIGN divides M."""
+    M = aligned(M, ALIGN)
+    bh = tl.program_id(2).to(tl.int64)
+    i = tl.program_id(0) * BM + tl.arange(0, BM)
+    j = tl.program_id(1) * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    base = bh * M * M
+    k_end = M
+    if CAUSAL:
+        k_end = tl.where(tl.program_id(1) * BN < (tl.program_id(0) + 1) * BM, M, 0)
+    r = tl.zeros([BM, BN], tl.float32)
+    for k0 in range(0, k_end, BK):
+        kk = k0 + offs_k
+        ik = base + i[:, None] * M + kk[None, :]
+        kj = base + kk[:, None] * M + j[None, :]
+        mik = (i < M)[:, None] & (kk < M)[None, :]
+        mkj = (kk < M)[:, None] & (j < M)[None, :]
+        h_ik = tl.load(AH + ik, mask=mik, other=0.0)
+        h_kj = tl.load(AH + kj, mask=mkj, other=0.0)
+        r = tl.dot(h_ik, h_kj, r)
+        r = tl.dot(h_ik, tl.load(AL + kj, mask=mkj, other=0.0), r)
+        r = tl.dot(tl.load(AL + ik, mask=mik, other=0.0), h_kj, r)
+    valid = (i < M)[:, None] & (j < M)[None, :] & (k_end > 0)
+    at = base + i[:, None] * M + j[None, :]
+    lo, spread = _head_range(LO, HI, bh, T, BT)
+    an = _normalised(tl.load(A + at, mask=valid, other=0.0), lo, spread)
+    tl.store(F + at, an - lam * (r / M), mask=valid)
 
 
 @kernel(inputs=1, outputs=1)
 def cab_select_kernel(
     F,
-    M, keep_bits, local_blocks,
+    rows, M, keep_bits, local_blocks,
     MASK,
-    BM: tl.constexpr, CAUSAL: tl.constexpr,
+    BR: tl.constexpr, BM: tl.constexpr, CAUSAL: tl.constexpr, ALIGN: tl.constexpr,
 ):
-    """Grid (B*Hq*M): query block i of a head. Its allowed key blocks (CAUSAL: j <= i; else
-    all), the ceil(keep * allowed) of them with the highest F (ties: the lower j), the
-    local_blocks blocks ending at i (i, i - 1, ...) and block 0, into MASK [B*Hq*M, M] (bool).
-    keep_bits: keep's float64 bits (so that ceil(keep * allowed) is Python's, exactly). The
-    choice sorts one int64 key per block: F's bits made monotonic, then M - 1 - j."""
-    pid = tl.program_id(0).to(tl.int64)
-    i = pid % M
-    j = tl.arange(0, BM)
-    inrow = j < M
-    f = tl.load(F + pid * M + j, mask=inrow, other=0.0) + 0.0  # -0.0 -> +0.0
+    """Grid (cdiv(rows, BR)): BR query blocks (rows of F [rows = B*Hq*M, M]; block i = row %
+    M). Each keeps, of its allowed key blocks (CAUSAL: j <= i; else all), the ceil(keep *
+    allowed) with the highest F (ties: the lower j), the local_blocks blocks ending at i (i,
+    i - 1, ...) and block 0, into MASK [rows, M] (bool). keep_bits: keep's float64 bits (so
+    that ceil(keep * allowed) is Python's, exactly). The cut: a radix search over F's bits
+    made monotonic (at most 32 counting passes), the ties at the cut taken by a running count.
+    ALIGN divides M."""
+    M = aligned(M, ALIGN)
+    row = tl.program_id(0).to(tl.int64) * BR + tl.arange(0, BR)
+    i = (row % M)[:, None]
+    j = tl.arange(0, BM)[None, :]
+    inrow = (row < rows)[:, None] & (j < M)
     if CAUSAL:
         allowed = inrow & (j <= i)
         n_allowed = i + 1
@@ -427,12 +489,28 @@ def cab_select_kernel(
         allowed = inrow
         n_allowed = i * 0 + M
     keep = keep_bits.to(tl.int64).to(tl.float64, bitcast=True)
-    n_keep = tl.math.ceil(keep * n_allowed.to(tl.float64)).to(tl.int64)
+    n_keep = tl.math.ceil(keep * n_allowed.to(tl.float64)).to(tl.int32)  # [BR, 1]
+    n_keep = tl.where((row < rows)[:, None], n_keep, 0)
+    f = tl.load(F + row[:, None] * M + j, mask=allowed, other=0.0) + 0.0  # -0.0 -> +0.0
     bits = f.to(tl.int32, bitcast=True)
-    mono = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)
-    key = tl.where(allowed, mono * 4294967296 + (M - 1 - j), -9223372036854775807)
-    ranked = tl.sort(key, 0, descending=True)
-    threshold = tl.sum(tl.where(j == n_keep - 1, ranked, 0), 0)
-    chosen = allowed & (key >= threshold) & (n_keep > 0)
+    # F's order as int32 (its bits made monotonic); the n_keep-th largest, t, found bit by bit
+    # from the top as if unsigned (u = mono + 2^31): t starts at u = 0 (mono -2^31), and
+    # setting bit b of u flips bit b of mono. Done when every row has exactly n_keep values
+    # >= t (count; rows keeping none count as done): later bits would not change that set.
+    mono = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    t = tl.full([BR, 1], -2147483648, tl.int32)
+    count = tl.where(n_keep > 0, tl.sum(allowed.to(tl.int32), 1, keep_dims=True), 0)
+    b = 0
+    while (b < 32) & (tl.max(tl.where(count != n_keep, 1, 0)) > 0):
+        cand = t ^ (tl.full([BR, 1], 1, tl.int32) << (31 - b))
+        above = tl.sum((allowed & (mono >= cand)).to(tl.int32), 1, keep_dims=True)
+        take = (above >= n_keep) & (n_keep > 0)
+        t = tl.where(take, cand, t)
+        count = tl.where(take, above, count)
+        b += 1
+    above = allowed & (mono > t)
+    need = n_keep - tl.sum(above.to(tl.int32), 1, keep_dims=True)
+    at_cut = allowed & (mono == t)
+    chosen = (n_keep > 0) & (above | (at_cut & (tl.cumsum(at_cut.to(tl.int32), 1) <= need)))
     local = allowed & (j <= i) & (j > i - local_blocks)
-    tl.store(MASK + pid * M + j, chosen | local | (j == 0), mask=inrow)
+    tl.store(MASK + row[:, None] * M + j, chosen | local | (j == 0), mask=inrow)

@@ -6,7 +6,8 @@ import math
 import struct
 
 from ato_core import checks
-from ato_core.launch import ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, row_alignment, row_major_strides
+from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, row_alignment,
+                             row_major_strides)
 from ato_core.target import Target
 
 from ..flash_attention import kernels as fa_kern
@@ -178,8 +179,15 @@ def block_sparse_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: A
 
 # -- curvature block mask ---------------------------------------------------------------
 
-# Rows and columns of a score tile of the curvature kernel (the interpreter: 16).
-CAB_TILE = 64
+# The curvature mask's kernels: the score tiles (BM, BN) of cab_scores_kernel and
+# cab_normalise_kernel; An @ An's (BM, BN, BK, warps, stages); the rows a cab_select_kernel
+# program ranks. The interpreter's are small, so that test shapes span several tiles.
+CAB_TILES = {"gpu": (64, 64), "interpreter": (16, 16)}
+CAB_DOT_TILES = {"gpu": (128, 128, 64, 8, 3), "interpreter": (16, 16, 16, 4, 1)}
+CAB_SELECT_ELEMENTS = {"gpu": 2048, "interpreter": 64}
+# The coarse products' dot precision for fp32 inputs on the GPU (three tensor-core products,
+# about 2^-21 relative); 16-bit inputs' products are exact in fp32.
+CAB_PRECISION = "tf32x3"
 
 
 def check_curvature(q: ArraySpec, k: ArraySpec, block_size, keep, lam, causal, local_blocks) -> tuple:
@@ -202,16 +210,60 @@ def curvature_plan(q: ArraySpec, k: ArraySpec, *, block_size: int, keep: float, 
                    local_blocks: int, target: Target) -> Plan:
     """Inputs: q, k. Result: mask [B, Hq, M, M] bool (with the coarse scores A and F, fp32)."""
     B, Hq, Hkv, N, D, M = check_curvature(q, k, block_size, keep, lam, causal, local_blocks)
-    tile = 16 if target.interpret else CAB_TILE
-    BD = max(16, next_pow2(D))
-    rows = B * Hq
-    scores = Launch(kern.cab_scores_kernel, (rows,), ("qc", "kc"),
-                    (Hq, Hq // Hkv, M, D, 1.0 / math.sqrt(D), float(lam)),
-                    (Buffer("cab_a", (rows, M, M), "float32"), Buffer("cab_f", (rows, M, M), "float32")),
-                    {"BM": tile, "BD": BD, "PRECISION": "ieee"}, num_warps=4)
+    where = "interpreter" if target.interpret else "gpu"
+    BM, BN = CAB_TILES[where]
+    DM, DN, DK, warps, stages = CAB_DOT_TILES[where]
+    T, rows = cdiv(M, BM), B * Hq
+    precision = "ieee" if target.interpret else CAB_PRECISION
+    align = alignment(M)
+    scores = Launch(kern.cab_scores_kernel, (T, rows), ("qc", "kc"), (Hq, Hq // Hkv, M, D, 1.0 / math.sqrt(D)),
+                    (Buffer("cab_a", (rows, M, M), "float32"), Buffer("cab_lo", (rows, T), "float32"),
+                     Buffer("cab_hi", (rows, T), "float32")),
+                    {"BM": BM, "BN": BN, "BD": max(16, next_pow2(D)), "ALIGN": alignment(M, D),
+                     "PRECISION": precision if q.dtype == "float32" else fa_plans.dot_precision(q.dtype)}, num_warps=4)
+    split = Launch(kern.cab_split_kernel, (T, rows), ("cab_a", "cab_lo", "cab_hi"), (M, T),
+                   (Buffer("cab_ah", (rows, M, M), "bfloat16"), Buffer("cab_al", (rows, M, M), "bfloat16")),
+                   {"BM": BM, "BN": BN, "BT": next_pow2(T), "ALIGN": align}, num_warps=4)
+    curvature = Launch(kern.cab_curvature_kernel, (cdiv(M, DM), cdiv(M, DN), rows),
+                       ("cab_a", "cab_lo", "cab_hi", "cab_ah", "cab_al"), (M, T, float(lam)),
+                       (Buffer("cab_f", (rows, M, M), "float32"),),
+                       {"BM": DM, "BN": DN, "BK": DK, "BT": next_pow2(T), "CAUSAL": causal, "ALIGN": align},
+                       num_warps=warps, num_stages=stages)
     keep_bits = struct.unpack("<q", struct.pack("<d", float(keep)))[0]
-    select = Launch(kern.cab_select_kernel, (rows * M,), ("cab_f",), (M, keep_bits, local_blocks),
-                    (Buffer("mask", (B, Hq, M, M), "bool"),),
-                    {"BM": next_pow2(M), "CAUSAL": causal}, num_warps=4)
+    BW = next_pow2(M)
+    BR = max(1, min(CAB_SELECT_ELEMENTS[where] // BW, next_pow2(rows * M)))
+    select = Launch(kern.cab_select_kernel, (cdiv(rows * M, BR),), ("cab_f",), (rows * M, M, keep_bits, local_blocks),
+                    (Buffer("mask", (B, Hq, M, M), "bool"),), {"BR": BR, "BM": BW, "CAUSAL": causal, "ALIGN": align},
+                    num_warps=4)
     return Plan((_coarsen_launch(q, block_size, target, ("q", "qc", "q_index")),
-                 _coarsen_launch(k, block_size, target, ("k", "kc", "k_index")), scores, select), ("mask",))
+                 _coarsen_launch(k, block_size, target, ("k", "kc", "k_index")), scores, split, curvature, select),
+                ("mask",))
+
+
+# -- cab attention: the mask, then attention on it ----------------------------------------
+
+def _cab_mask(q: ArraySpec, block_size: int) -> ArraySpec:
+    """The spec of the mask cab_attention's forward builds (row-major bool [B, Hq, M, M])."""
+    M = cdiv(q.shape[2], block_size)
+    shape = (q.shape[0], q.shape[1], M, M)
+    return ArraySpec(shape, "bool", row_major_strides(shape), q.device)
+
+
+@cached_plan
+def cab_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, block_size: int, keep: float, lam: float,
+                     causal: bool, local_blocks: int, softmax_scale, target: Target) -> Plan:
+    """Inputs: q, k, v. Results: o, lse, mask (curvature_block_mask's), rows, rows_count."""
+    mask = curvature_plan(q, k, block_size=block_size, keep=keep, lam=lam, causal=causal,
+                          local_blocks=local_blocks, target=target)
+    sparse = block_sparse_forward_plan(q, k, v, _cab_mask(q, block_size), block_size=block_size, causal=causal,
+                                       softmax_scale=softmax_scale, target=target).renamed({"block_mask": "mask"})
+    return Plan(mask.launches + sparse.launches, ("o", "lse", "mask", "rows", "rows_count"))
+
+
+@cached_plan
+def cab_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, block_size: int, causal: bool,
+                      softmax_scale, has_dlse: bool, target: Target) -> Plan:
+    """block_sparse_backward_plan on the forward's mask (input ``mask``)."""
+    return block_sparse_backward_plan(q, k, v, _cab_mask(q, block_size), do, block_size=block_size, causal=causal,
+                                      softmax_scale=softmax_scale, has_dlse=has_dlse,
+                                      target=target).renamed({"block_mask": "mask"})

@@ -76,3 +76,11 @@ def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True,
     chosen = allowed & (rank < n_keep)
     local = allowed & (j <= i) & (j > i - local_blocks)
     return chosen | local | (j == 0)
+
+
+def cab_attention(q, k, v, *, block_size=64, keep=0.1, lam=0.5, causal=True, local_blocks=1, softmax_scale=None,
+                  return_lse=False):
+    mask = curvature_block_mask(q, k, block_size=block_size, keep=keep, lam=lam, causal=causal,
+                                local_blocks=local_blocks)
+    return block_sparse_attention(q, k, v, mask, block_size=block_size, causal=causal, softmax_scale=softmax_scale,
+                                  return_lse=return_lse)
