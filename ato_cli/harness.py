@@ -61,10 +61,11 @@ def to_torch(a):
 
 
 def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", reference: bool = False,
-              strided: bool = False) -> Result:
+              strided: bool = False, wrap=None) -> Result:
     """ato_torch (or, with reference=True, the float64 reference under torch autograd). With
     ``strided``, the op gets each differentiated input as a non-contiguous view (every other
-    element of a buffer twice as wide) holding the same values; gradients are the leaves'."""
+    element of a buffer twice as wide) holding the same values; gradients are the leaves'.
+    ``wrap(fn)``: what runs instead of the op (e.g. a torch.compile of it)."""
     import torch
 
     import ato_torch
@@ -83,6 +84,8 @@ def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", re
         return t.double() if reference else t
 
     fn = reference_op(case.op) if reference else getattr(ato_torch, case.op)
+    if wrap is not None:
+        fn = wrap(fn)
     diff = case.differentiated(list(inputs))
     t_in = {n: to_t(a) if n in diff else to_const(n, a) for n, a in inputs.items()}
     args = {n: _strided(t) if strided and n in diff else t for n, t in t_in.items()}

@@ -18,6 +18,7 @@ from torch.autograd import forward_ad
 
 from ato_core.op import Op, default_pack
 
+from . import library
 from .launcher import once_differentiable, run_plan, spec, target_for
 
 
@@ -81,9 +82,19 @@ def build(op: Op):
     # a single result returned as it is (the default pack): no tuple to build
     single = fixed[0] if fixed is not None and len(fixed) == 1 and op.pack is default_pack else None
 
+    traced = library.register(op)
+
+    def compiled(arrays, static):
+        """Under torch.compile: one opaque custom-op node (ato_torch.library)."""
+        grad = torch.is_grad_enabled() and any(arrays[i] is not None and arrays[i].requires_grad for i in diff)
+        outs = traced(*library.present_of(arrays), library.encode(static), grad)
+        return pack(static, tuple([outs[op.results.index(n)] for n in op.returned(static)]))
+
     @functools.wraps(op.signature)
     def call(*args, **kwargs):
         arrays, static = signature(*args, **kwargs)
+        if torch.compiler.is_compiling():
+            return compiled(arrays, static)
         specs = tuple([None if t is None and o else spec(t, n) for n, t, o in zip(names, arrays, may_be_none)])
         target = target_for(arrays[0])
         grad = False

@@ -774,3 +774,37 @@ def test_cab_attention_gpu(dims, causal, dtype):
     t, j, _ = _run(case)
     assert h.bitwise_equal(t, j)
 
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_torch_compile_gpu(mode):
+    """ato ops in a row (layer_norm, flash_attention causal, swiglu, cross_entropy), the
+    forward compiled by inductor (with CUDA graphs under reduce-overhead), the backward by
+    AOTAutograd: loss and gradients bitwise the eager call's (the same plans and kernels: ato
+    ops are opaque custom ops to the compiler; the glue is views, copies and casts, and no
+    tensor feeds two ops, whose gradients autograd would sum in its own order), for three
+    steps (CUDA-graph replays)."""
+    import torch
+
+    import ato_torch
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    B, H, N, D = 2, 4, 256, 64
+    C = H * D
+    w, b = (torch.randn(3 * C, device="cuda", generator=g).requires_grad_() for _ in range(2))
+
+    def loss_of(x, targets):
+        h = ato_torch.layer_norm(x, w, b).to(torch.bfloat16)
+        q, k, v = (t.view(B, N, H, D).transpose(1, 2) for t in h.chunk(3, dim=-1))
+        a = ato_torch.flash_attention(q, k, v, causal=True).transpose(1, 2).reshape(B * N, C)
+        u = ato_torch.swiglu(a[:, :C // 2], a[:, C // 2:])
+        return ato_torch.cross_entropy(u.float(), targets)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss_of, mode=mode, fullgraph=True)
+    for i in range(3):
+        x = torch.randn(B * N, 3 * C, device="cuda", generator=g).requires_grad_()
+        targets = torch.randint(0, C // 2, (B * N,), device="cuda", generator=g)
+        want, got = loss_of(x, targets), compiled(x, targets)
+        assert torch.equal(want, got), (i, float(want), float(got))
+        dw, dg = torch.autograd.grad(want, (x, w, b)), torch.autograd.grad(got, (x, w, b))
+        assert all(torch.equal(p, q) for p, q in zip(dw, dg)), i
