@@ -21,7 +21,7 @@ import os
 from typing import Mapping
 
 import torch
-from torch.autograd.function import once_differentiable as _torch_once_differentiable
+from torch._C import _functions
 
 from ato_core import interpreter
 from ato_core.launch import ArraySpec, Launch, Plan
@@ -54,19 +54,29 @@ def spec(t, name: str = "argument") -> ArraySpec:
     return ArraySpec(tuple(t.shape), _NAMES.get(t.dtype) or dtype_name(t.dtype), t.stride(), name)
 
 
-def once_differentiable(backward):
-    """torch.autograd.function.once_differentiable, without its cost where it does nothing.
+def once_differentiable(backward, name: str):
+    """A backward that refuses a second differentiation, naming the op.
 
-    A backward runs with grad mode off unless the caller asked for ``create_graph=True``;
-    then torch's decorator only adds a no_grad context (host time on every backward). With
-    grad mode on, it is torch's decorator: results that refuse a second differentiation."""
-    slow = _torch_once_differentiable(backward)
+    With grad mode off (a backward without ``create_graph=True``) it just runs. With it on,
+    it runs under no_grad and its gradients carry a node that raises, when something
+    differentiates them, that ``ato_torch.<name>`` has no double backward (torch's own
+    once_differentiable does so only when a cotangent requires grad, and otherwise hands back
+    gradients that silently do not require grad)."""
+    message = (f"ato_torch.{name}: its backward is not differentiable (no double backward, e.g. "
+               "torch.autograd.grad(..., create_graph=True) then differentiating the result)").encode()
 
     @functools.wraps(backward)
     def wrapper(ctx, *args):
-        if torch.is_grad_enabled():
-            return slow(ctx, *args)
-        return backward(ctx, *args)
+        if not torch.is_grad_enabled():
+            return backward(ctx, *args)
+        with torch.no_grad():
+            grads = backward(ctx, *args)
+        tensors = [g for g in grads if isinstance(g, torch.Tensor)]
+        if not tensors:
+            return grads
+        delayed = _functions.DelayedError(message, len(tensors))(*[g.detach().requires_grad_() for g in tensors])
+        delayed = iter(delayed if isinstance(delayed, tuple) else (delayed,))
+        return tuple(next(delayed) if isinstance(g, torch.Tensor) else g for g in grads)
 
     return wrapper
 

@@ -48,7 +48,6 @@ def build(op: Op):
         index = fixed if fixed is not None else [op.results.index(n) for n in op.returned(static)]
         return tuple([outs[i] for i in index]) if len(index) > 1 else outs[index[0]]
 
-    @once_differentiable
     def backward(ctx, *cotangents):
         plan, target, static, specs, grad = ctx.meta
         absent = [c is None for c in cotangents]
@@ -75,7 +74,7 @@ def build(op: Op):
         return (None, *[None if g is None or specs[i] is None else grads[g] for i, g in enumerate(op.input_grads)])
 
     fn = type(op.name, (torch.autograd.Function,), {"forward": staticmethod(forward),
-                                                     "backward": staticmethod(backward)})
+                                                     "backward": staticmethod(once_differentiable(backward, op.name))})
     fixed = None if callable(op.returns) else tuple(op.results.index(n) for n in op.returned(None))
     fixed_cotangents = None if fixed is None else op.cotangents(None)
     pack, signature = op.pack, op.signature
@@ -95,6 +94,10 @@ def build(op: Op):
         arrays, static = signature(*args, **kwargs)
         if torch.compiler.is_compiling():
             return compiled(arrays, static)
+        if torch._C._are_functorch_transforms_active():
+            raise NotImplementedError(
+                f"ato_torch.{op.name}: torch.func transforms (vmap, grad, jvp, jacrev, ...) are not supported: "
+                "call the op on the whole batch, and differentiate with torch.autograd")
         specs = tuple([None if t is None and o else spec(t, n) for n, t, o in zip(names, arrays, may_be_none)])
         target = target_for(arrays[0])
         grad = False

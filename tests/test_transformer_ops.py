@@ -280,19 +280,35 @@ def test_torch_ops_refuse_forward_mode_ad():
                 fn(*duals)
 
 
-def test_torch_backward_with_create_graph_refuses_a_second_order():
+@pytest.mark.parametrize("loss", ["square", "sum"])
+def test_torch_backward_with_create_graph_refuses_a_second_order(loss):
     """ato's backwards are first order. With create_graph=True the first-order gradients are
-    still right (the same bits), and differentiating them raises, as torch's
-    once_differentiable makes it; without create_graph the backward skips that wrapper."""
+    still right (the same bits), and differentiating them raises naming the op, whether the
+    cotangent requires grad (square) or not (sum: torch's once_differentiable would hand back
+    gradients that silently do not require grad)."""
     x, w = torch.randn(3, 40), torch.randn(40)
     grads = []
     for create_graph in (False, True):
         xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
-        gx, gw = torch.autograd.grad(ato_torch.rms_norm(xl, wl).square().sum(), (xl, wl), create_graph=create_graph)
+        y = ato_torch.rms_norm(xl, wl)
+        gx, gw = torch.autograd.grad(y.square().sum() if loss == "square" else y.sum(), (xl, wl),
+                                     create_graph=create_graph)
         grads.append((gx, gw))
     assert torch.equal(grads[0][0], grads[1][0].detach()) and torch.equal(grads[0][1], grads[1][1].detach())
-    with pytest.raises(RuntimeError, match="once_differentiable"):
+    with pytest.raises(RuntimeError, match="ato_torch.rms_norm: its backward is not differentiable"):
         grads[1][0].sum().backward()
+
+
+@pytest.mark.parametrize("transform", ["vmap", "grad", "jvp"])
+def test_torch_func_transforms_name_the_op(transform):
+    """torch.func's transforms raise NotImplementedError naming the op (not torch's message
+    about setup_context, nor a storage access error under vmap)."""
+    x, w = torch.randn(2, 3, 40), torch.randn(40)
+    f = lambda a: ato_torch.rms_norm(a, w).sum()  # noqa: E731
+    run = {"vmap": lambda: torch.func.vmap(f)(x), "grad": lambda: torch.func.grad(f)(x),
+           "jvp": lambda: torch.func.jvp(f, (x,), (x,))}[transform]
+    with pytest.raises(NotImplementedError, match="ato_torch.rms_norm: torch.func transforms"):
+        run()
 
 
 def test_half_dtypes():
