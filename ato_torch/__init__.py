@@ -24,4 +24,6 @@ def decode_schedule(block_table, seq_lens, *, block_size):
     return DecodeSchedule(*(torch.from_numpy(a).to(block_table.device) for a in s))
 
 
+from . import nn  # noqa: E402  (modules on the ops above)
+
 __all__ = sorted([*_OPS, "decode_schedule"])

@@ -1,0 +1,94 @@
+"""ato_torch.nn against torch's own modules (CPU, the interpreter): a torch module's
+state_dict loads into the ato module (strict, the same keys), and outputs and gradients
+agree. Tolerances: fp32, reductions over at most 64 elements (norms) or 50 classes (loss)
+computed in another order: torch.testing's fp32 defaults (rtol 1.3e-6, atol 1e-5)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ato_torch.nn as ann
+
+
+def _same(ours, theirs, x, *extra):
+    """ours(x) == theirs(x) within tolerance, and the gradients of x and of the parameters."""
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = ours(xa, *extra), theirs(xb, *extra)
+    torch.testing.assert_close(ya, yb)
+    g = torch.randn_like(ya)
+    pa = [xa, *ours.parameters()]
+    pb = [xb, *theirs.parameters()]
+    for a, b in zip(torch.autograd.grad(ya, pa, g), torch.autograd.grad(yb, pb, g)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("shape,kwargs", [((48,), {}), ((4, 16), {"eps": 1e-3}), ((48,), {"bias": False}),
+                                          ((48,), {"elementwise_affine": False})], ids=["1d", "2d", "no-bias", "plain"])
+def test_layer_norm(shape, kwargs):
+    theirs = torch.nn.LayerNorm(shape, **kwargs)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_()
+    ours = ann.LayerNorm(shape, **kwargs)
+    ours.load_state_dict(theirs.state_dict())
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    _same(ours, theirs, torch.randn(3, 5, *shape))
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"eps": 1e-5}, {"elementwise_affine": False}], ids=["eps-none", "eps", "plain"])
+def test_rms_norm(kwargs):
+    theirs = torch.nn.RMSNorm((2, 24), **kwargs)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_()
+    ours = ann.RMSNorm((2, 24), **kwargs)
+    ours.load_state_dict(theirs.state_dict())
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    _same(ours, theirs, torch.randn(7, 2, 24))
+
+
+def test_norms_name_a_wrong_shape():
+    with pytest.raises(ValueError, match=r"LayerNorm: input: expected trailing axes \[4, 16\]"):
+        ann.LayerNorm((4, 16))(torch.randn(3, 16, 4))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("layout", ["NC", "NCd", "C"])
+def test_cross_entropy_loss(reduction, layout):
+    shape, tshape = {"NC": ((6, 50), (6,)), "NCd": ((2, 50, 3), (2, 3)), "C": ((50,), ())}[layout]
+    x = torch.randn(*shape)
+    t = torch.randint(0, 50, tshape)
+    if layout != "C":
+        t.view(-1)[0] = -1  # ignored
+    kw = {"ignore_index": -1, "reduction": reduction, "label_smoothing": 0.1}
+    ours, theirs = ann.CrossEntropyLoss(**kw), torch.nn.CrossEntropyLoss(**kw)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    la, lb = ours(xa, t), theirs(xb, t)
+    assert la.shape == lb.shape and la.dtype == lb.dtype
+    torch.testing.assert_close(la, lb)
+    g = torch.randn_like(la)
+    torch.testing.assert_close(torch.autograd.grad(la, xa, g)[0], torch.autograd.grad(lb, xb, g)[0])
+
+
+def test_cross_entropy_loss_refuses_what_it_lacks():
+    with pytest.raises(ValueError, match="weight"):
+        ann.CrossEntropyLoss(weight=torch.ones(5))
+    with pytest.raises(TypeError, match="target: expected class indices"):
+        ann.CrossEntropyLoss()(torch.randn(3, 5), torch.rand(3, 5))
+
+
+def test_swiglu_mlp():
+    class LlamaMLP(torch.nn.Module):  # Hugging Face's, written out
+        def __init__(self, hidden, inter):
+            super().__init__()
+            self.gate_proj = torch.nn.Linear(hidden, inter, bias=False)
+            self.up_proj = torch.nn.Linear(hidden, inter, bias=False)
+            self.down_proj = torch.nn.Linear(inter, hidden, bias=False)
+
+        def forward(self, x):
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    theirs = LlamaMLP(32, 64)
+    ours = ann.SwiGLU(32, 64)
+    ours.load_state_dict(theirs.state_dict())
+    _same(ours, theirs, torch.randn(4, 9, 32))
