@@ -8,8 +8,21 @@ import sys
 from .check import choices
 
 
+def version() -> str:
+    """The installed distribution's version (pyproject.toml's), or "unknown" for a source tree
+    that was never installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("ato")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="ato", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"ato {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="run every op in both frameworks against the reference and each other")
     c.add_argument("--quick", action="store_true", help="fewer cases")
