@@ -59,6 +59,11 @@ class Op:
       cost a device synchronisation or the values are traced).
     reference: the float64-capable reference math, with the public signature.
     family: the op family (its folder under ato_core/ops), for ``ato check`` and ``ato bench``.
+    batch: the inputs whose leading axis is a batch of independent problems, flattened
+      batch-major into every result that has it (q, k, v of attention; x of a norm): ato_jax
+      folds a ``jax.vmap``-ped axis into it (one launch). Empty: vmap runs slice by slice.
+    batch_min_rank: the least rank at which those inputs' leading axis is a batch (2 for an op
+      over the last axis of [..., N], whose 1-D input has no batch axis).
     """
 
     signature: Callable
@@ -77,6 +82,8 @@ class Op:
     check_values: Optional[Callable] = None
     reference: Optional[Callable] = None
     family: str = ""
+    batch: Tuple[str, ...] = ()
+    batch_min_rank: int = 1
 
     def __post_init__(self):
         # the forward plan cache, keyed by (specs, static, target, grad)

@@ -152,9 +152,8 @@ def run_plan(plan: Plan, arrays: Mapping[str, jax.Array | None], target: Target)
 
     Under ``jax.vmap`` the plan (built for the unbatched shapes, which is what a vmapped
     function sees) runs once per mapped slice, in a loop (jax.custom_batching.sequential_vmap):
-    jax-triton has no batching rule, and a per-slice plan keeps forward and backward
-    residuals consistent whichever arguments are mapped. One launch over a folded batch
-    axis is faster: fold the mapped axis into B where you can.
+    jax-triton has no batching rule. ato_jax.folding calls this only where it cannot fold the
+    mapped axis into the op's batch (one launch).
     """
     env = {name: x for name, x in arrays.items() if x is not None}
     names = tuple(env)
@@ -166,4 +165,32 @@ def run_plan(plan: Plan, arrays: Mapping[str, jax.Array | None], target: Target)
             return _run_interpreted(plan, inner, target)
         return _run_compiled(plan, inner)
 
-    return run(*[env[n] for n in names])
+    return _varying_as(run(*[env[n] for n in names]), env.values())
+
+
+def varying(x) -> frozenset:
+    """The shard_map mesh axes along which x varies (its type's; empty outside shard_map)."""
+    aval = jax.typeof(x)
+    mat = getattr(aval, "mat", None)  # JAX 0.10; later versions: aval.vma
+    return frozenset(mat.varying) if mat is not None else frozenset(getattr(aval, "vma", ()))
+
+
+def _varying_as(outs: tuple, inputs) -> tuple:
+    """The results typed as varying along every mesh axis an input varies along: a kernel's
+    results (a callback's, a triton_call's) come back typed invariant, which shard_map's type
+    check refuses as a custom_vjp's gradient of a varying input."""
+    want = frozenset().union(*[varying(x) for x in inputs])
+    return outs if not want else tuple(typed_varying(o, want | varying(o)) for o in outs)
+
+
+def typed_varying(x, axes: frozenset):
+    """x typed as varying along exactly ``axes``: cast to varying where it is not, summed
+    (psum) over the axes it varies along beyond them (the transpose of the implicit cast of an
+    invariant input: its gradient)."""
+    have = varying(x)
+    extra, missing = tuple(have - axes), tuple(axes - have)
+    if extra:
+        x = jax.lax.psum(x, extra)
+    if missing:
+        x = jax.lax.pcast(x, missing, to="varying") if hasattr(jax.lax, "pcast") else jax.lax.pvary(x, missing)
+    return x

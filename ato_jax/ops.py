@@ -19,18 +19,32 @@ import numpy as np
 
 from ato_core.op import Op
 
-from .launcher import platform_of, run_plan, spec, target_for
+from .folding import fold_spec, results_leading, runner
+from .launcher import platform_of, spec, target_for, typed_varying, varying
 
 
 def build(op: Op):
     """The public JAX function of ``op``: the declaration's signature and docstring."""
     names = op.inputs
 
+    def kind(name):
+        return "batch" if name in op.batch else "fixed"
+
+    def folded_specs(specs, V):
+        """The forward inputs' specs with the batch V times longer."""
+        if V == 1:
+            return specs
+        return tuple(fold_spec(s, V) if s is not None and n in op.batch else s for n, s in zip(names, specs))
+
     def run(meta, arrays, grad):
-        static, specs = meta
+        static, specs, _ = meta
         target = target_for(*[a for a in arrays if a is not None])
         plan = op.forward_plan(specs, static, target, grad)
-        outs = _first_order(op.name, lambda *a: run_plan(plan, dict(zip(names, a)), target))(*arrays)
+        present = [n for n, a in zip(names, arrays) if a is not None]
+        f = runner(present, [kind(n) for n in present],
+                   lambda got, V: op.forward_plan(tuple(got.get(n) for n in names), static, target, grad), target,
+                   min_rank=op.batch_min_rank)
+        outs = _first_order(op.name, f)(*[a for a in arrays if a is not None])
         env = dict(zip(op.results, outs))
         env.update(zip(names, arrays))
         return tuple(env[n] for n in op.returned(static)), env, plan, target
@@ -43,22 +57,30 @@ def build(op: Op):
         return outs, tuple(env[n] for n in op.saved)
 
     def bwd(meta, saved, cotangents):
-        static, specs = meta
+        static, specs, vmas = meta
         target = target_for(*[a for a in saved if a is not None])
-        plan = op.forward_plan(specs, static, target, True)
         cot_names = op.cotangents(static)
         # an integer result's cotangent (float0) is absent
         cotangents = tuple(None if c.dtype == jax.dtypes.float0 else c for c in cotangents)
-        bwd_plan = op.backward_plan(plan, specs, static, tuple(None if c is None else spec(c) for c in cotangents),
-                                    target)
 
-        def backward(saved, cotangents):
-            env = dict(zip(op.saved, saved))
-            env.update(zip(cot_names, cotangents))
-            return run_plan(bwd_plan, env, target)
+        def plan_of(got, V):
+            fwd_specs = folded_specs(specs, V)
+            fwd = op.forward_plan(fwd_specs, static, target, True)
+            return op.backward_plan(fwd, fwd_specs, static, tuple(got.get(n) for n in cot_names), target)
 
-        grads = _first_order(op.name, backward)(saved, cotangents)
-        return tuple(None if g is None or specs[i] is None else grads[g] for i, g in enumerate(op.input_grads))
+        arrays = [*zip(op.saved, saved), *zip(cot_names, cotangents)]
+        present = [(n, a) for n, a in arrays if a is not None]
+        kinds = [kind(n) if n in names else "result:" + (n[1:] if n in cot_names else n) for n, _ in present]
+        # the forward's results carry the batch only where its batch inputs have one
+        foldable = all(len(sp.shape) >= op.batch_min_rank for n, sp in zip(names, specs) if sp is not None and n in op.batch)
+        f = runner([n for n, _ in present], kinds, plan_of, target, lambda V: results_leading(
+            lambda v: op.forward_plan(folded_specs(specs, v), static, target, True), op.results, V) if foldable else {},
+            op.batch_min_rank)
+        grads = _first_order(op.name, f)(*[a for _, a in present])
+        # each gradient typed as its input is under shard_map (summed over the mesh axes along
+        # which an invariant input met varying ones)
+        return tuple(None if g is None or specs[i] is None else typed_varying(grads[g], vmas[i])
+                     for i, g in enumerate(op.input_grads))
 
     fn.__name__, fwd.__name__, bwd.__name__ = op.name, op.name + "_fwd", op.name + "_bwd"  # (in jaxprs)
     fn = jax.custom_vjp(fn, nondiff_argnums=(0,))
@@ -74,7 +96,8 @@ def build(op: Op):
         if op.checks_values(target):
             op.check_values(dict(zip(names, specs)), static, functools.partial(_host, dict(zip(names, arrays))))
         try:
-            out = fn((static, specs), *arrays)
+            vmas = tuple(frozenset() if a is None else varying(a) for a in arrays)
+            out = fn((static, specs, vmas), *arrays)
         except TypeError as exc:  # raised by jax.jvp / jacfwd as they trace the custom_vjp
             if "forward-mode" not in str(exc):
                 raise

@@ -72,7 +72,8 @@ BASED_ATTENTION = Op(
     optional=("init_S", "init_z"), optional_cotangents=(("dS_final", "dz_final"),),
     saved=("q", "k", "v", "o", "rden", "S_res", "z_res"),
     differentiable=("q", "k", "v", "init_S", "init_z"), forward=_forward, backward=_backward,
-    reference=reference.based_attention, family="based")
+    reference=reference.based_attention, family="based",
+    batch=("q", "k", "v", "init_S", "init_z"))
 
 
 def based_step(q, k, v, state, *, scale=None, eps=1e-6):
@@ -103,7 +104,8 @@ BASED_STEP = Op(
     based_step, inputs=("q", "k", "v", "state_S", "state_z"), results=("o", "S1", "z1", "rden", "o32"),
     returns=("o", "S1", "z1"), pack=pack_state, saved=("q", "k", "v", "o32", "rden", "state_S", "state_z"),
     forward_takes_grad=True, differentiable=("q", "k", "v", "state_S", "state_z"), forward=_step_forward,
-    backward=_step_backward, reference=reference.based_step, family="based")
+    backward=_step_backward, reference=reference.based_step, family="based",
+    batch=("q", "k", "v", "state_S", "state_z"))
 
 
 def taylor_feature_map(x, *, scale=None):
@@ -120,6 +122,7 @@ TAYLOR_FEATURE_MAP = Op(
     taylor_feature_map, inputs=("x",), results=("y",), saved=("x",), differentiable=("x",),
     forward=lambda s, scale, target: plans.taylor_plan(s["x"], scale=scale, target=target),
     backward=lambda s, scale, target: plans.taylor_backward_plan(s["x"], s["dy"], scale=scale, target=target),
-    reference=reference.taylor_feature_map, family="based")
+    reference=reference.taylor_feature_map, family="based", batch=("x",),
+    batch_min_rank=2)
 
 OPS = (TAYLOR_FEATURE_MAP, BASED_ATTENTION, BASED_STEP)

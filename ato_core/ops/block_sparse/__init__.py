@@ -37,7 +37,7 @@ MAX_L2_COARSEN = Op(
     max_l2_coarsen, inputs=("x",), results=("x_coarse", "index"), saved=("index",), differentiable=("x",),
     optional_cotangents=(("dindex",),),
     forward=lambda s, block_size, target: plans.coarsen_plan(s["x"], block_size=block_size, target=target),
-    backward=_backward, reference=reference.max_l2_coarsen, family="block_sparse")
+    backward=_backward, reference=reference.max_l2_coarsen, family="block_sparse", batch=("x",))
 
 
 
@@ -91,7 +91,7 @@ BLOCK_SPARSE_ATTENTION = Op(
     returns=lambda st: ("o", "lse") if st.return_lse else ("o",), optional_cotangents=(("dlse",),),
     saved=("q", "k", "v", "block_mask", "o", "lse", "rows", "rows_count"), differentiable=("q", "k", "v"),
     forward=_sparse_forward, backward=_sparse_backward, reference=reference.block_sparse_attention,
-    family="block_sparse")
+    family="block_sparse", batch=("q", "k", "v", "block_mask"))
 
 
 
@@ -134,7 +134,8 @@ CURVATURE_BLOCK_MASK = Op(
     forward=lambda s, st, target: plans.curvature_plan(s["q"], s["k"], block_size=st.block_size, keep=st.keep,
                                                        lam=st.lam, causal=st.causal, local_blocks=st.local_blocks,
                                                        target=target),
-    backward=forward_only("curvature_block_mask"), reference=reference.curvature_block_mask, family="block_sparse")
+    backward=forward_only("curvature_block_mask"), reference=reference.curvature_block_mask, family="block_sparse",
+    batch=("q", "k"))
 
 
 
@@ -179,6 +180,7 @@ CAB_ATTENTION = Op(
     cab_attention, inputs=("q", "k", "v"), results=("o", "lse", "mask", "rows", "rows_count"),
     returns=lambda st: ("o", "lse") if st.sparse.return_lse else ("o",), optional_cotangents=(("dlse",),),
     saved=("q", "k", "v", "mask", "o", "lse", "rows", "rows_count"), differentiable=("q", "k", "v"),
-    forward=_cab_forward, backward=_cab_backward, reference=reference.cab_attention, family="block_sparse")
+    forward=_cab_forward, backward=_cab_backward, reference=reference.cab_attention, family="block_sparse",
+    batch=("q", "k", "v"))
 
 OPS = (MAX_L2_COARSEN, BLOCK_SPARSE_ATTENTION, CURVATURE_BLOCK_MASK, CAB_ATTENTION)

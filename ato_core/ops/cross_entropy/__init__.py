@@ -55,6 +55,6 @@ CROSS_ENTROPY = Op(
     saved=("dlogits",), differentiable=("logits",), forward=_forward,
     backward=lambda s, st, target: plans.backward_plan(s["dlogits"], s["dloss"], target=target),
     forward_takes_grad=True, single_backward=True, check_values=_check_values,
-    reference=reference.cross_entropy, family="cross_entropy")
+    reference=reference.cross_entropy, family="cross_entropy", batch=("logits", "targets"))
 
 OPS = (CROSS_ENTROPY,)

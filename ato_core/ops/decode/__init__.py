@@ -89,6 +89,7 @@ MERGE_ATTENTION_STATES = Op(
     merge_attention_states, inputs=("o_a", "lse_a", "o_b", "lse_b"), results=("o", "lse"), saved=(),
     differentiable=("o_a", "lse_a", "o_b", "lse_b"),
     forward=lambda s, st, target: plans.merge_plan(s["o_a"], s["lse_a"], s["o_b"], s["lse_b"], target=target),
-    backward=forward_only("merge_attention_states"), reference=reference.merge_attention_states, family="decode")
+    backward=forward_only("merge_attention_states"), reference=reference.merge_attention_states, family="decode",
+    batch=("o_a", "lse_a", "o_b", "lse_b"))
 
 OPS = (DECODE_ATTENTION, MERGE_ATTENTION_STATES)

@@ -52,6 +52,6 @@ FLASH_ATTENTION = Op(
     flash_attention, inputs=("q", "k", "v"), results=("o", "lse"),
     returns=lambda st: ("o", "lse") if st.return_lse else ("o",), optional_cotangents=(("dlse",),),
     saved=("q", "k", "v", "o", "lse"), differentiable=("q", "k", "v"), forward=_forward, backward=_backward,
-    reference=reference.flash_attention, family="flash_attention")
+    reference=reference.flash_attention, family="flash_attention", batch=("q", "k", "v"))
 
 OPS = (FLASH_ATTENTION,)

@@ -84,7 +84,8 @@ LINEAR_ATTENTION = Op(
     optional=("init_S", "init_z"), optional_cotangents=(("dS_final", "dz_final"),),
     saved=("q", "k", "v", "o", "rden", "S_res", "z_res"),
     differentiable=("q", "k", "v", "init_S", "init_z"), forward=_la_forward, backward=_la_backward,
-    reference=reference.linear_attention, family="linear_attention")
+    reference=reference.linear_attention, family="linear_attention",
+    batch=("q", "k", "v", "init_S", "init_z"))
 
 
 def linear_attention_step(q, k, v, state, *, feature_map=None, eps=1e-6):
@@ -117,7 +118,8 @@ LINEAR_ATTENTION_STEP = Op(
     returns=("o", "S1", "z1"), pack=pack_state, saved=("q", "k", "v", "o32", "rden", "state_S", "state_z"),
     forward_takes_grad=True,
     differentiable=("q", "k", "v", "state_S", "state_z"), forward=_step_forward, backward=_step_backward,
-    reference=reference.linear_attention_step, family="linear_attention")
+    reference=reference.linear_attention_step, family="linear_attention",
+    batch=("q", "k", "v", "state_S", "state_z"))
 
 
 def elu_plus_one(x):
@@ -129,6 +131,6 @@ ELU_PLUS_ONE = Op(
     elu_plus_one, inputs=("x",), results=("y",), saved=("x",), differentiable=("x",),
     forward=lambda s, static, target: plans.elu_plus_one_plan(s["x"], target),
     backward=lambda s, static, target: plans.elu_plus_one_backward_plan(s["x"], s["dy"], target),
-    reference=reference.elu_plus_one, family="linear_attention")
+    reference=reference.elu_plus_one, family="linear_attention", batch=("x",))
 
 OPS = (ELU_PLUS_ONE, LINEAR_ATTENTION, LINEAR_ATTENTION_STEP)

@@ -62,7 +62,8 @@ _common = dict(inputs=_INPUTS, results=_RESULTS, forward=_forward, backward=_bac
 
 _common = dict(_common, differentiable=_INPUTS)
 
-_plain = dict(_common, saved=("x", "weight", "mean", "rstd"), returns=("y",), optional=("residual", "weight", "bias"))
+_plain = dict(_common, saved=("x", "weight", "mean", "rstd"), returns=("y",), optional=("residual", "weight", "bias"),
+              batch=("x",), batch_min_rank=2)
 
 LAYER_NORM = Op(layer_norm, reference=reference.layer_norm, **_plain)
 RMS_NORM = Op(rms_norm, reference=reference.rms_norm, **_plain)

@@ -31,6 +31,6 @@ def _backward(s, interleaved, target):
 
 ROPE = Op(rope, inputs=("q", "k", "cos", "sin", "positions"), results=("q_rot", "k_rot"),
           optional=("positions",), saved=("cos", "sin", "positions"), differentiable=("q", "k"), forward=_forward,
-          backward=_backward, reference=reference.rope, family="rope")
+          backward=_backward, reference=reference.rope, family="rope", batch=("q", "k", "positions"))
 
 OPS = (ROPE,)

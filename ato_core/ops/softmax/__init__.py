@@ -17,6 +17,6 @@ SOFTMAX = Op(
     softmax, inputs=("x",), results=("y",), saved=("y",), differentiable=("x",),
     forward=lambda s, temperature, target: plans.forward_plan(s["x"], temperature=temperature, target=target),
     backward=lambda s, temperature, target: plans.backward_plan(s["y"], temperature=temperature, target=target),
-    reference=reference.softmax, family="softmax")
+    reference=reference.softmax, family="softmax", batch=("x",), batch_min_rank=2)
 
 OPS = (SOFTMAX,)

@@ -16,6 +16,6 @@ SWIGLU = Op(
     swiglu, inputs=("gate", "up"), results=("y",), saved=("gate", "up"), differentiable=("gate", "up"),
     forward=lambda s, static, target: plans.forward_plan(s["gate"], s["up"], target=target),
     backward=lambda s, static, target: plans.backward_plan(s["gate"], target=target),
-    reference=reference.swiglu, family="swiglu")
+    reference=reference.swiglu, family="swiglu", batch=("gate", "up"))
 
 OPS = (SWIGLU,)
