@@ -36,7 +36,8 @@ class Case:
     # how inputs are drawn: "scale" (logits = scale * N(0, 1)), "ignore_every" (every n-th
     # target is -100), "nonneg" (|N(0, 1)| for q and k: features without a feature map),
     # "magnitude" (see magnitude_of), "taylor_state" (S0, z0 made by a prefill: _taylor_state),
-    # "density" (the fraction of true entries of an int input named block_mask, drawn as bool)
+    # "density" (the fraction of true entries of an int input named block_mask, drawn as bool),
+    # "block_masked" (attention restricted to some key blocks: tests/helpers.causal_masked)
     options: Tuple[Tuple[str, object], ...] = ()
 
     def differentiated(self, names):

@@ -81,6 +81,23 @@ def once_differentiable(backward, name: str):
     return wrapper
 
 
+def fill_cotangents(op, plan: Plan, static, names, cotangents) -> tuple:
+    """Cotangents as the backward plan takes them: an absent one zeros, unless its whole
+    optional group is absent (then None)."""
+    present = {n: c is not None for n, c in zip(names, cotangents)}
+    if all(present.values()):
+        return cotangents
+    keep_none = op.absent_cotangents(static, present)
+    device = next(c for c in cotangents if c is not None).device
+    out = []
+    for n, c in zip(names, cotangents):
+        if c is None and n not in keep_none:
+            s = op.result_spec(plan, n[1:], str(device))  # the result's shape and dtype
+            c = torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=device)
+        out.append(c)
+    return tuple(out)
+
+
 def target_for(t: torch.Tensor) -> Target:
     if t.device.type == "cuda" and not force_interpret():
         return cuda_target(t.device.index if t.device.index is not None else torch.cuda.current_device())

@@ -26,7 +26,7 @@ import torch
 
 from ato_core.op import Op
 
-from .launcher import run_plan, spec, target_for
+from .launcher import fill_cotangents, run_plan, spec, target_for
 
 _LIB = torch.library.Library("ato", "FRAGMENT")
 
@@ -230,27 +230,12 @@ def _register_backward(op: Op, saved_from):
         if all(c is None for c in cots):
             return None, None, None, None
         saved = list(ctx.saved_tensors)
-        cots = _fill(op, value, decode(ctx.specs), ctx.grad, cots)
+        if any(c is None for c in cots):
+            like = next(c for c in cots if c is not None)
+            fwd = op.forward_plan(decode(ctx.specs), value, target_for(like), ctx.grad)
+            cots = list(fill_cotangents(op, fwd, value, op.cotangents(value), cots))
         got = iter(backward_op(*present_of(saved + cots), ctx.static, ctx.specs, ctx.grad))
         dx = [next(got) if g is not None else None for g, here in zip(op.input_grads, ctx.present) if here]
         return dx, None, None, None
 
     torch.library.register_autograd(f"ato::{name}", autograd_backward, setup_context=setup_context, lib=_LIB)
-
-
-def _fill(op: Op, value, specs, grad, cots) -> list:
-    """Absent cotangents as zeros, unless their whole optional group is absent (None)."""
-    names = op.cotangents(value)
-    present = {n: c is not None for n, c in zip(names, cots)}
-    if all(present.values()):
-        return cots
-    keep_none = op.absent_cotangents(value, present)
-    like = next(c for c in cots if c is not None)
-    plan = op.forward_plan(specs, value, target_for(like), grad)
-    out = []
-    for n, c in zip(names, cots):
-        if c is None and n not in keep_none:
-            s = op.result_spec(plan, n[1:], str(like.device))
-            c = torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=like.device)
-        out.append(c)
-    return out

@@ -19,7 +19,7 @@ from torch.autograd import forward_ad
 from ato_core.op import Op, default_pack
 
 from . import library
-from .launcher import once_differentiable, run_plan, spec, target_for
+from .launcher import fill_cotangents, once_differentiable, run_plan, spec, target_for
 
 
 def _forward_ad_open() -> bool:
@@ -62,7 +62,7 @@ def build(op: Op):
         else:
             saved = ctx.saved_tensors
         cot_names = fixed_cotangents or op.cotangents(static)
-        cots = _fill(op, plan, static, cot_names, cotangents) if True in absent else cotangents
+        cots = fill_cotangents(op, plan, static, cot_names, cotangents) if True in absent else cotangents
         # Autograd hands cotangents of the outputs' shapes and devices: the plan depends on
         # their dtypes and strides (the memo key) and on nothing else of them.
         key = ("torch backward", tuple([None if c is None else (c.dtype, c.stride()) for c in cots]))
@@ -123,23 +123,6 @@ def build(op: Op):
     call.op = op
     call.__module__ = __name__.split(".")[0]
     return call
-
-
-def _fill(op: Op, plan, static, names, cotangents) -> tuple:
-    """Cotangents as the backward plan takes them: an absent one zeros, unless its whole
-    optional group is absent (then None)."""
-    present = {n: c is not None for n, c in zip(names, cotangents)}
-    if all(present.values()):
-        return cotangents
-    keep_none = op.absent_cotangents(static, present)
-    device = next(c for c in cotangents if c is not None).device
-    out = []
-    for n, c in zip(names, cotangents):
-        if c is None and n not in keep_none:
-            s = op.result_spec(plan, n[1:], str(device))  # the result's shape and dtype
-            c = torch.zeros(s.shape, dtype=getattr(torch, s.dtype), device=device)
-        out.append(c)
-    return tuple(out)
 
 
 def _host(arrays: dict, name: str):

@@ -63,17 +63,14 @@ def raises_naming(exc, fragment, fn, *args, **kwargs):
 
 def causal_masked(case) -> bool:
     """Whether ``case`` is masked attention: causal (an op with a ``causal`` argument, called
-    with it true or defaulting to true) or restricted by a block mask (an input block_mask
-    drawn with some entries false, or one the op chooses keeping a fraction ``keep`` < 1),
-    whose kernels skip or select away masked entries that the
+    with it true or defaulting to true) or restricted to some key blocks (Case option
+    "block_masked": a block mask drawn with entries false, or one the op chooses), whose kernels skip or select away masked entries that the
     dense reference multiplies by a zero weight (``check_special``'s ``masked``)."""
     import inspect
 
     from ato_core.ops import OPS
 
-    if any(name == "block_mask" for name, *_ in case.int_inputs) and dict(case.options).get("density", 0.5) < 1:
-        return True
-    if dict(case.kwargs).get("keep", 1.0) < 1:
+    if dict(case.options).get("block_masked"):
         return True
     default = inspect.signature(OPS[case.op].signature).parameters.get("causal")
     return bool(dict(case.kwargs).get("causal", default.default if default else False))

@@ -22,20 +22,35 @@ def _cases():
 CASES = _cases()
 
 
-def _compiled(fn):
+def _compiled(fn, graphs=None):
+    """fn compiled (fullgraph: a graph break raises); the graphs Dynamo captured appended to
+    ``graphs``."""
     import torch
+    from torch._dynamo.testing import CompileCounterWithBackend
 
     torch._dynamo.reset()
-    return torch.compile(fn, backend="aot_eager", fullgraph=True)
+    counter = CompileCounterWithBackend("aot_eager")
+    if graphs is not None:
+        graphs.append(counter)
+    return torch.compile(fn, backend=counter, fullgraph=True)
+
+
+def _ato_calls(counter) -> list:
+    """The ato custom ops in the graphs a counter saw."""
+    return [str(n.target).removesuffix(".default") for g in counter.graphs for n in g.graph.nodes
+            if n.op == "call_function" and str(n.target).startswith("ato.")]
 
 
 @pytest.mark.parametrize("op", sorted(CASES))
 def test_compiled_is_eager(op):
-    """fullgraph=True fails on any graph break; outputs and gradients bitwise the eager call's."""
+    """fullgraph=True fails on any graph break; one frame compiled, holding the op's custom op;
+    outputs and gradients bitwise the eager call's."""
     case = CASES[op]
     inputs = h.make_inputs(case)
     eager = h.run_torch(case, inputs)
-    compiled = h.run_torch(case, inputs, wrap=_compiled)
+    seen = []
+    compiled = h.run_torch(case, inputs, wrap=lambda fn: _compiled(fn, seen))
+    assert seen[0].frame_count == 1 and _ato_calls(seen[0]) == [f"ato.{op}"], _ato_calls(seen[0])
     assert h.bitwise_equal(eager, compiled), f"{op}: compiled differs from eager"
 
 
@@ -49,10 +64,12 @@ def test_new_shapes_recompile():
     def f(x, w, b):
         return ato_torch.layer_norm(x, w, b)
 
-    cf = _compiled(f)
+    seen = []
+    cf = _compiled(f, seen)
     for n in (8, 12, 16):
         x, w, b = torch.randn(n, 40), torch.randn(40), torch.randn(40)
         assert torch.equal(cf(x, w, b), f(x, w, b)), n
+    assert seen[0].frame_count >= 1 and set(_ato_calls(seen[0])) == {"ato.layer_norm"}
 
 
 def test_export():

@@ -64,7 +64,8 @@ def bs_case(B, Hq, Hkv, Nq, Nk, D, block_size, causal=False, density=0.5, dtype=
     shapes = (("q", (B, Hq, Nq, D)), ("k", (B, Hkv, Nk, D)), ("v", (B, Hkv, Nk, D)))
     return Case("block_sparse_attention", shapes, dtype, (In("q"), In("k"), In("v"), In("block_mask")),
                 (("block_size", block_size), ("causal", causal), ("softmax_scale", scale), ("return_lse", True)),
-                seed, int_inputs=(("block_mask", (B, Hq, *M), 0, 2),), options=(("density", density),))
+                seed, int_inputs=(("block_mask", (B, Hq, *M), 0, 2),),
+                options=(("density", density), ("block_masked", density < 1)))
 
 
 def cab_case(B, Hq, Hkv, N, D, block_size, keep=0.1, lam=0.5, causal=True, local_blocks=1, dtype="float32", seed=0):
@@ -79,4 +80,5 @@ def cab_attention_case(B, Hq, Hkv, N, D, block_size, keep=0.1, lam=0.5, causal=T
     shapes = (("q", (B, Hq, N, D)), ("k", (B, Hkv, N, D)), ("v", (B, Hkv, N, D)))
     kwargs = (("block_size", block_size), ("keep", keep), ("lam", lam), ("causal", causal),
               ("local_blocks", local_blocks), ("softmax_scale", scale), ("return_lse", True))
-    return Case("cab_attention", shapes, dtype, (In("q"), In("k"), In("v")), kwargs, seed)
+    return Case("cab_attention", shapes, dtype, (In("q"), In("k"), In("v")), kwargs, seed,
+                options=(("block_masked", keep < 1),))

@@ -133,7 +133,7 @@ def max_l2_coarsen_bwd_kernel(
 # blocks do (keys past Nk, the causal diagonal).
 
 from ato_core.ops.flash_attention.kernels import (  # noqa: E402
-    _head_base, _load_block, _query_tile, _tile_ptrs, LN2)
+    _dq_tile, _head_base, _load_block, _query_tile, _store_dq, _tile_ptrs, LN2)
 
 
 @kernel(inputs=1, outputs=2)
@@ -313,16 +313,9 @@ def bs_bwd_dq_kernel(
 ):
     """Grid (query tiles, B*Hq). dq of BLOCK_M queries over the key tiles of the kept key
     blocks of their row (one loop)."""
-    bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
-    offs_m = first + offs_r
-    mmask = offs_m < Nq
-    q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
-    do = _load_block(DO, b, hq, sdb, sdh, sdn, sdd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
-    rows = bh.to(tl.int64) * Nq + offs_m
-    lse2 = tl.load(LSE2 + rows, mask=mmask, other=float("inf"))
-    delta = tl.load(DELTA + rows, mask=mmask, other=0.0)
-    k_ptrs = _tile_ptrs(_head_base(K, b, hk, skb, skh, ALIGN), 0, offs_n, offs_d, skn, skd, ALIGN)
-    v_ptrs = _tile_ptrs(_head_base(V, b, hk, svb, svh, ALIGN), 0, offs_n, offs_d, svn, svd, ALIGN)
+    bh, b, hq, first, offs_r, offs_n, offs_d, dmask, offs_m, mmask, q, do, lse2, delta, k_ptrs, v_ptrs = _dq_tile(
+        Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, D, sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+        sdb, sdh, sdn, sdd, BLOCK_M, BLOCK_N, BD, CAUSAL, EVEN_D, ALIGN)
     dq = tl.zeros([BLOCK_M, BD], tl.float32)
     shift = Nk - Nq
     row = bh.to(tl.int64) * Mq + first // BS
@@ -336,8 +329,7 @@ def bs_bwd_dq_kernel(
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
-    dq_ptrs = _tile_ptrs(_head_base(DQ, b, hq, sgb, sgh, ALIGN), first, offs_r, offs_d, sgn, sgd, ALIGN)
-    tl.store(dq_ptrs, (dq * softmax_scale).to(DQ.dtype.element_ty), mask=mmask[:, None] & dmask[None, :])
+    _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd, ALIGN)
 
 
 # -- curvature block mask (CAB) ---------------------------------------------------------

@@ -344,6 +344,33 @@ def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, s
     return dq
 
 
+@triton.jit
+def _dq_tile(Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, D,
+             sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
+             EVEN_D: tl.constexpr, ALIGN: tl.constexpr):
+    """A dq program's query tile (flash and block-sparse attention): its q, do, lse2 and delta
+    rows, and pointers to key and value row 0 of its kv head."""
+    bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
+    offs_m = first + offs_r
+    mmask = offs_m < Nq
+    q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
+    do = _load_block(DO, b, hq, sdb, sdh, sdn, sdd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
+    rows = bh.to(tl.int64) * Nq + offs_m
+    lse2 = tl.load(LSE2 + rows, mask=mmask, other=float("inf"))
+    delta = tl.load(DELTA + rows, mask=mmask, other=0.0)
+    k_ptrs = _tile_ptrs(_head_base(K, b, hk, skb, skh, ALIGN), 0, offs_n, offs_d, skn, skd, ALIGN)
+    v_ptrs = _tile_ptrs(_head_base(V, b, hk, svb, svh, ALIGN), 0, offs_n, offs_d, svn, svd, ALIGN)
+    return bh, b, hq, first, offs_r, offs_n, offs_d, dmask, offs_m, mmask, q, do, lse2, delta, k_ptrs, v_ptrs
+
+
+@triton.jit
+def _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd,
+              ALIGN: tl.constexpr):
+    dq_ptrs = _tile_ptrs(_head_base(DQ, b, hq, sgb, sgh, ALIGN), first, offs_r, offs_d, sgn, sgd, ALIGN)
+    tl.store(dq_ptrs, (dq * softmax_scale).to(DQ.dtype.element_ty), mask=mmask[:, None] & dmask[None, :])
+
+
 @kernel(inputs=6, outputs=1)
 def fa_bwd_dq_kernel(
     Q, K, V, DO, LSE2, DELTA,
@@ -355,16 +382,9 @@ def fa_bwd_dq_kernel(
 ):
     """Grid (query blocks, B*Hq). dq of one query block, over the keys it sees (causal: the
     last blocks first)."""
-    bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
-    offs_m = first + offs_r
-    mmask = offs_m < Nq
-    q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
-    do = _load_block(DO, b, hq, sdb, sdh, sdn, sdd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
-    rows = bh.to(tl.int64) * Nq + offs_m
-    lse2 = tl.load(LSE2 + rows, mask=mmask, other=float("inf"))
-    delta = tl.load(DELTA + rows, mask=mmask, other=0.0)
-    k_ptrs = _tile_ptrs(_head_base(K, b, hk, skb, skh, ALIGN), 0, offs_n, offs_d, skn, skd, ALIGN)
-    v_ptrs = _tile_ptrs(_head_base(V, b, hk, svb, svh, ALIGN), 0, offs_n, offs_d, svn, svd, ALIGN)
+    bh, b, hq, first, offs_r, offs_n, offs_d, dmask, offs_m, mmask, q, do, lse2, delta, k_ptrs, v_ptrs = _dq_tile(
+        Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, D, sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+        sdb, sdh, sdn, sdd, BLOCK_M, BLOCK_N, BD, CAUSAL, EVEN_D, ALIGN)
     dq = tl.zeros([BLOCK_M, BD], tl.float32)
     shift = Nk - Nq
     full_end, end = _key_ranges(first, BLOCK_M, Nk, shift, BLOCK_N, CAUSAL)
@@ -372,5 +392,4 @@ def fa_bwd_dq_kernel(
                     BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN)
     dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, shift, dmask, qk_scale, skn,
                     svn, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN)
-    dq_ptrs = _tile_ptrs(_head_base(DQ, b, hq, sgb, sgh, ALIGN), first, offs_r, offs_d, sgn, sgd, ALIGN)
-    tl.store(dq_ptrs, (dq * softmax_scale).to(DQ.dtype.element_ty), mask=mmask[:, None] & dmask[None, :])
+    _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd, ALIGN)
