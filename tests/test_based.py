@@ -123,6 +123,43 @@ def test_prefill_split_and_steps(framework, dtype):
     assert h.rel_err(f(st[0]), f(S)) < 1e-5 and h.rel_err(f(st[1]), f(z)) < 1e-5
 
 
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_asymmetric_initial_state(framework):
+    """Inside, states keep one row per pair (a, b) and (b, a) (phi(x) x^T is symmetric), so an
+    initial state's antisymmetric part meets no query: o is what it is without the state. The
+    final state keeps it: each of the pair's rows is its own S0 entry (+-1e6) plus the
+    prefill's sum, to fp32's rounding of the 1e6 (nothing of the other row leaks in)."""
+    d, Dv, F = 16, 8, based_core.features(16)
+    ops, arr = frontend(framework)
+    rng = np.random.default_rng(11)
+    q, k = (rng.standard_normal((1, 2, 70, d)).astype(np.float32) for _ in range(2))
+    v = rng.standard_normal((1, 2, 70, Dv)).astype(np.float32)
+    S0 = np.zeros((1, 2, F, Dv), np.float32)
+    ab, ba = 1 + d + 2 * d + 9, 1 + d + 9 * d + 2  # (a, b) = (2, 9) and (9, 2)
+    S0[:, :, ab], S0[:, :, ba] = 1e6, -1e6
+    z0 = np.zeros((1, 2, F), np.float32)
+    o, (S, _) = ops.based_attention(arr(q), arr(k), arr(v), output_final_state=True)
+    o0, (S_0, _) = ops.based_attention(arr(q), arr(k), arr(v), initial_state=(arr(S0), arr(z0)),
+                                       output_final_state=True)
+    o, S, o0, S_0 = (np.asarray(t, np.float64) for t in (o, S, o0, S_0))
+    np.testing.assert_array_equal(o0, o)
+    rows = [r for r in range(F) if r not in (ab, ba)]
+    np.testing.assert_array_equal(S_0[:, :, rows], S[:, :, rows])
+    # a few roundings at 1e6 (ulp 0.0625) and S's own fp32 error
+    np.testing.assert_allclose(S_0[:, :, ab], 1e6 + S[:, :, ab], rtol=0, atol=0.5)
+    np.testing.assert_allclose(S_0[:, :, ba], -1e6 + S[:, :, ba], rtol=0, atol=0.5)
+    assert np.abs(S[:, :, ab]).max() > 2  # the sums are not lost in the tolerance
+
+
+def test_packed_layout():
+    """Fp = 1 + d + d (d // 2 + 1) rows (one per unordered pair): d 16 -> 161 (F 273); in
+    tiles of 64 (the block kernels' at d 16) two and one of 16 for the rest."""
+    for d, fp in ((1, 3), (2, 7), (5, 21), (16, 161), (17, 171), (32, 577)):
+        assert based_core.packed_features(d) == fp and fp <= based_core.features(d), d
+    assert based_core.quad_tiles(16, 64) == (2, 16) and based_core.quad_tiles(32, 32) == (17, 0)
+    assert based_core.quad_tiles(5, 16) == (0, 16) and based_core.quad_tiles(1, 16) == (0, 16)
+
+
 def test_fp16_large_scores_do_not_overflow():
     """fp16 inputs whose w = 1 + s + s^2/2 and normaliser pass fp16's 65504 many times over:
     everything past the inputs is fp32, so o is finite and right."""
@@ -187,8 +224,8 @@ def test_step_and_feature_map_bad_inputs(framework):
 
 
 def test_state_memory():
-    """Causal: one fp32 [F, Dv] state per segment of BLOCKS.seg_len rows, at d 16 and Dv 64
-    less than the bytes of bf16 q, k and v. Bidirectional: linear_attention's split, O(B*H*F*Dv)
+    """Causal: one fp32 packed [Fp, Dv] state per segment of BLOCKS.seg_len rows, at d 16 and Dv
+    64 less than the bytes of bf16 q, k and v. Bidirectional: linear_attention's split, O(B*H*F*Dv)
     whatever N."""
     from ato_core.target import Target
 
@@ -199,7 +236,7 @@ def test_state_memory():
     for N in (4096, 65536, 1 << 20):
         cfg = based_core.config(B, H, N, d, Dv, "bfloat16", True, gpu)
         assert cfg.seg_len == based_core.BLOCKS.seg_len and cfg.nseg == -(-N // cfg.seg_len)
-        assert cfg.nseg * cfg.F * Dv * 4 < N * (2 * d + Dv) * 2
+        assert cfg.nseg * cfg.Fp * Dv * 4 < N * (2 * d + Dv) * 2
         cfg = based_core.config(B, H, N, d, Dv, "bfloat16", False, gpu)
         assert cfg.nseg <= -(-SETTINGS.waves * 132 // (B * H)) and cfg.nseg * cfg.seg_len >= N
 

@@ -1,12 +1,14 @@
 """Based attention's launch settings swept at B8 H16 N4096 d16 Dv64 bf16, causal: forward and
 forward+backward, torch side, one process (not a test). Each setting: "BLOCKS/STATE", the
 block kernels' plans.BLOCKS (rows,seg_len,features,warps,stages) and the state passes'
-plans.STATE (features,chunk,warps,stages), either part empty for the default. The first also
-gets a per-kernel breakdown, and every other's o and dq are compared with the first's.
+plans.STATE (features,chunk,warps,stages), either part empty for the default. The first (with
+BREAKDOWN=all in the environment: every one) also gets a per-kernel breakdown, and every
+other's o and dq are compared with the first's.
 
 On the GPU machine, after ``source benchmarks/tools/gpu_env.sh``, from the repository root:
     python benchmarks/experiments/2026-11-24_based_block_sweep.py 64,512,64,4,2/128,64,8,2 ...
 """
+import os
 import sys
 
 import torch
@@ -43,7 +45,7 @@ for setting in sys.argv[1:]:
         eq = float((dq - first[1]).norm() / first[1].norm())
         print(f"{setting:20s} | fwd {fwd * 1e3:8.1f} | fwd+bwd {fb * 1e3:8.1f} | vs the first: o {eo:.1e} dq {eq:.1e}",
               flush=True)
-        if setting == sys.argv[1]:
+        if setting == sys.argv[1] or os.environ.get("BREAKDOWN") == "all":
             from ato_cli.bench import device_kernels
             per = device_kernels(lambda: torch.autograd.grad(ato_torch.based_attention(*leaves), leaves, do),
                                  lambda out: torch.cuda.synchronize())

@@ -11,6 +11,11 @@ import sys
 
 
 def load(path, *modules):
+    lib = sys.modules.get("ato_torch.library")
+    if lib is not None:
+        # the loaded version's torch.ops.ato registrations, which the next one makes again
+        # (its eager calls, which these comparisons time, do not use them)
+        lib._LIB._destroy()
     for m in [m for m in sys.modules if m.split(".")[0] in ("ato_core", "ato_torch", "ato_jax", "ato_cli")]:
         del sys.modules[m]
     sys.path.insert(0, path)

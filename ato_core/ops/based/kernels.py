@@ -9,10 +9,11 @@ so that phi(q) . phi(k) = 1 + s + s^2 / 2 with s = scale q . k.
 
 The passes are those of linear_attention (ato_core/ops/linear_attention/kernels.py, which
 derives the backward): per segment partial states, a scan over segments, then the output
-(or gradient) passes from each segment's start state. States are the public [F, Dv] (and
-[F]) fp32 layout, so linear_attention's scan (la_scan_kernel, la_sum_kernel over F rows)
-combines the segments' partial states. Quadratic feature j = a*DP + b of a tile (DP: d
-padded to a power of two >= 16) is state row 1 + d + a*d + b.
+(or gradient) passes from each segment's start state. Inside them states are packed
+(_pair_weight): x_a x_b = x_b x_a, so one row per unordered pair, [Fp, Dv] with Fp = 1 + d
++ d (d // 2 + 1) (161 for d 16, not F = 273), which linear_attention's scan (la_scan_kernel, la_sum_kernel over Fp rows) combines.
+based_pack_kernel and based_unpack_kernel convert from and to the public [F, Dv] (and [F])
+fp32 layout, row 1 + d + a*d + b for the pair (a, b).
 
 State passes: one program per (segment, tile of FT quadratic features, Dv tile); the
 products x_a x_b come from two exact selector dots, already in the layout of the dot with
@@ -117,12 +118,24 @@ def _tile_t(base, rows, cols, stride_n, stride_d, ALIGN: tl.constexpr):
 
 @triton.jit
 def _quad_features(t, d, DP: tl.constexpr, FT: tl.constexpr):
-    """Quadratic feature tile t, features j = t*FT + [0, FT): (a = j // DP, b = j % DP, their
-    rows in the [F, ...] layout, their mask)."""
+    """Quadratic feature tile t of the packed layout (_pair_weight), features j = t*FT + [0,
+    FT): (a, b, their rows in the packed [Fp, ...] layout, their mask j < d (d // 2 + 1))."""
     j = t * FT + tl.arange(0, FT)
-    a = j // DP
-    b = j % DP
-    return a, b, 1 + d + a * d + b, (a < d) & (b < d)
+    o = j // d
+    a = j % d
+    b = (a + o) % d
+    return a, b, 1 + d + j, j < d * (d // 2 + 1)
+
+
+@triton.jit
+def _pair_weight(t, d, FT: tl.constexpr):
+    """The packed layout's weights of tile t [FT]. x_a x_b is symmetric in (a, b), so the
+    chunked passes keep one row per unordered pair: feature j = o*d + a pairs a with b = (a
+    + o) % d for the offsets o in [0, d // 2] (d (d // 2 + 1) rows, not d^2); offset d - o
+    mirrors o, so its pairs are folded in with weight 2 (offset 0, and d/2 for an even d, hold
+    each of theirs once: weight 1). A packed row is the weight times the public row (a, b)."""
+    o = (t * FT + tl.arange(0, FT)) // d
+    return tl.where((o == 0) | (2 * o == d), 1.0, 2.0)
 
 
 @triton.jit
@@ -235,20 +248,12 @@ def _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, 
 
 
 @triton.jit
-def _state_pass(x_base, y_base, rh, gh, SS, ZS, H, N, seg_len, d, Dv, F, nvt, c, sxn, sxd, syn, syd,
-                DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, CHUNK: tl.constexpr, EXACT: tl.constexpr,
-                BWD: tl.constexpr, ALIGN: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
-    """A state-pass program (see _state_program): the segment's sum phi(x) y^T and sum phi(x) w
-    (_state_rows) on its quadratic tile and Dv tile, and on quadratic tile 0 the constant and
-    linear rows too, into SS [.., F, Dv] and ZS [.., F] (z on Dv tile 0). phi's scales (c,
-    c^2 / sqrt(2)) are applied to the sums."""
-    bh, s, t, vb, b, h, d, Dv = _state_program(H, d, Dv, nvt, ALIGN)
-    offs_d = tl.arange(0, DP)
-    offs_v = vb * BV + tl.arange(0, BV)
-    dmask = offs_d < d
-    vmask = offs_v < Dv
-    start = s * seg_len
-    end = tl.minimum(start + seg_len, N)
+def _quad_pass(x_base, y_base, rh, gh, base, zb, start, end, t, d, Dv, F, q2, offs_d, offs_v, dmask, vmask, write_z,
+               sxn, sxd, syn, syd, DP: tl.constexpr, FT: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr,
+               EXACT: tl.constexpr, BWD: tl.constexpr, ALIGN: tl.constexpr, DOT_BF16: tl.constexpr,
+               PRECISION: tl.constexpr):
+    """Quadratic tile t of FT features over the rows [start, end) (_quad_sums), times q2 and
+    the packed weights, stored (every row of the tile below F: zeros past d)."""
     # one branch per program, outside the loops (a branch inside keeps them from pipelining);
     # fp32 x gathered: a tf32 selector dot would round it
     if x_base.dtype.element_ty == tl.float32:
@@ -260,13 +265,39 @@ def _state_pass(x_base, y_base, rh, gh, SS, ZS, H, N, seg_len, d, Dv, F, nvt, c,
     else:
         s2, z2 = _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, vmask, sxn, sxd, syn,
                             syd, DP, FT, BV, CHUNK, True, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
+    w = _pair_weight(t, d, FT) * q2
+    _, _, r2, _ = _quad_features(t, d, DP, FT)
+    _store_rows(base, zb, r2, r2 < F, offs_v, vmask, Dv, s2 * w[:, None], z2 * w, write_z)
+
+
+@triton.jit
+def _state_pass(x_base, y_base, rh, gh, SS, ZS, H, N, seg_len, d, Dv, F, nvt, nmain, c, sxn, sxd, syn, syd,
+                DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, TT: tl.constexpr, CHUNK: tl.constexpr, EXACT: tl.constexpr,
+                BWD: tl.constexpr, ALIGN: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """A state-pass program (see _state_program): the segment's sum phi(x) y^T and sum phi(x) w
+    (_state_rows) on one Dv tile and one quadratic tile of the packed layout (_pair_weight):
+    tiles [0, nmain) of FT features, then one of TT (the rest; none when TT is 0). The last
+    tile's program also adds the constant and linear rows.
+    Into SS [.., F, Dv] and ZS [.., F] (F packed; z on Dv tile 0). phi's scales (c, c^2 /
+    sqrt(2)) are applied to the sums."""
+    bh, s, t, vb, b, h, d, Dv = _state_program(H, d, Dv, nvt, ALIGN)
+    offs_d = tl.arange(0, DP)
+    offs_v = vb * BV + tl.arange(0, BV)
+    dmask = offs_d < d
+    vmask = offs_v < Dv
+    start = s * seg_len
+    end = tl.minimum(start + seg_len, N)
     sidx = (bh * tl.num_programs(1) + s).to(tl.int64)
     base = SS + sidx * F * Dv
     zb = ZS + sidx * F
     q2 = c * c * RSQRT2
-    _, _, r2, m2 = _quad_features(t, d, DP, FT)
-    _store_rows(base, zb, r2, m2, offs_v, vmask, Dv, s2 * q2, z2 * q2, vb == 0)
-    if t == 0:
+    if t < nmain:
+        _quad_pass(x_base, y_base, rh, gh, base, zb, start, end, t, d, Dv, F, q2, offs_d, offs_v, dmask, vmask, vb == 0,
+                   sxn, sxd, syn, syd, DP, FT, BV, CHUNK, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
+    elif TT > 0:
+        _quad_pass(x_base, y_base, rh, gh, base, zb, start, end, nmain * (FT // TT), d, Dv, F, q2, offs_d, offs_v,
+                   dmask, vmask, vb == 0, sxn, sxd, syn, syd, DP, TT, BV, CHUNK, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
+    if t == tl.num_programs(0) // nvt - 1:
         s0 = tl.zeros([BV], dtype=tl.float32)
         s1 = tl.zeros([DP, BV], dtype=tl.float32)
         z0 = tl.zeros([CHUNK], dtype=tl.float32)
@@ -290,11 +321,11 @@ def _state_pass(x_base, y_base, rh, gh, SS, ZS, H, N, seg_len, d, Dv, F, nvt, c,
 @kernel(inputs=2, outputs=2)
 def based_state_kernel(
     K, V,
-    H, N, seg_len, d, Dv, F, nvt, c,
+    H, N, seg_len, d, Dv, F, nvt, nmain, c,
     skb, skh, skn, skd, svb, svh, svn, svd,
     DS, DZ,
-    DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr, EXACT: tl.constexpr,
+    DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, TT: tl.constexpr, CHUNK: tl.constexpr,
+    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, EXACT: tl.constexpr,
 ):
     """Grid (quadratic tiles * Dv tiles, segments, B*H). The segment's partial state sum
     phi(k) v^T and sum phi(k) on one tile of FT quadratic features and one Dv tile (z on Dv
@@ -305,7 +336,7 @@ def based_state_kernel(
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
     _state_pass(_head(K, b, h, skb, skh, ALIGN), _head(V, b, h, svb, svh, ALIGN), K, K, DS, DZ, H, N, seg_len, d,
-                Dv, F, nvt, c, skn, skd, svn, svd, DP, BV, FT, CHUNK, EXACT, False, ALIGN, DOT_BF16, PRECISION)
+                Dv, F, nvt, nmain, c, skn, skd, svn, svd, DP, BV, FT, TT, CHUNK, EXACT, False, ALIGN, DOT_BF16, PRECISION)
 
 
 @kernel(inputs=3, outputs=1)
@@ -338,11 +369,11 @@ def based_bwd_g_kernel(
 @kernel(inputs=4, outputs=2)
 def based_bwd_state_kernel(
     Q, DO, RDEN, G,
-    H, N, seg_len, d, Dv, F, nvt, c,
+    H, N, seg_len, d, Dv, F, nvt, nmain, c,
     sqb, sqh, sqn, sqd, sdb, sdh, sdn, sdd,
     DR, DRZ,
-    DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, CHUNK: tl.constexpr, DOT_BF16: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+    DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, TT: tl.constexpr, CHUNK: tl.constexpr,
+    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (quadratic tiles * Dv tiles, segments, B*H), as based_state_kernel. The segment's
     partial reverse state R = sum phi(q) u^T and r = sum phi(q) g (Dv tile 0), u = do / den."""
@@ -350,8 +381,8 @@ def based_bwd_state_kernel(
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
     _state_pass(_head(Q, b, h, sqb, sqh, ALIGN), _head(DO, b, h, sdb, sdh, ALIGN), RDEN + bh.to(tl.int64) * N,
-                G + bh.to(tl.int64) * N, DR, DRZ, H, N, seg_len, d, Dv, F, nvt, c, sqn, sqd, sdn, sdd, DP, BV, FT,
-                CHUNK, False, True, ALIGN, DOT_BF16, PRECISION)
+                G + bh.to(tl.int64) * N, DR, DRZ, H, N, seg_len, d, Dv, F, nvt, nmain, c, sqn, sqd, sdn, sdd, DP, BV, FT,
+                TT, CHUNK, False, True, ALIGN, DOT_BF16, PRECISION)
 
 
 # Block kernels: one program per (b*h, block of BM rows, Dv tile), no walk. A causal block
@@ -362,8 +393,8 @@ def based_bwd_state_kernel(
 
 @triton.jit
 def _state_terms(x, y, gcol, rmask, SS, S0R, ZS, sidx, row0_stride, F, Dv, d, c, offs_v, vmask,
-                 DP: tl.constexpr, FT: tl.constexpr, FWD: tl.constexpr, GRAD: tl.constexpr,
-                 DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+                 DP: tl.constexpr, FT: tl.constexpr, NMAIN: tl.constexpr, TT: tl.constexpr, FWD: tl.constexpr,
+                 GRAD: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
     """Rows x [BM, DP] (raw q or k) against state sidx of SS [.., F, Dv] and ZS [.., F], one
     Dv tile. Returns (num, den, dx): with FWD num = phi(x) S [BM, BV] and den = phi(x) . z;
     with GRAD dx [BM, DP], the chain rule through phi of dphi(x) = S y + z gcol (y [BM, BV],
@@ -392,16 +423,19 @@ def _state_terms(x, y, gcol, rmask, SS, S0R, ZS, sidx, row0_stride, F, Dv, d, c,
                       other=0.0)
         dx = c * (_mm(y, s1t, DOT_BF16, PRECISION) + gcol[:, None] * z1[None, :])
     c2 = c * c * RSQRT2
+    # the packed layout (_pair_weight): NMAIN tiles of FT features, then one of TT (if any)
     if PRECISION == "ieee":
-        # FMA dots (fp32 inputs, one row): a runtime loop over the tiles that hold features
-        # (a < d), which unrolled take minutes to compile
-        for t in range(0, tl.cdiv(d * DP, FT)):
+        # FMA dots (fp32 inputs, one row): a runtime loop, which unrolled takes minutes to compile
+        for t in range(0, NMAIN):
             num, den, dx = _state_tile(t, x, y, gcol, base, zb, Dv, d, c2, offs_v, vmask, num, den, dx, DP, FT, FWD,
                                        GRAD, DOT_BF16, PRECISION)
     else:
-        for t in tl.static_range(DP * DP // FT):  # unrolled: see _quad_tile
+        for t in tl.static_range(NMAIN):  # unrolled: see _quad_tile
             num, den, dx = _state_tile(t, x, y, gcol, base, zb, Dv, d, c2, offs_v, vmask, num, den, dx, DP, FT, FWD,
                                        GRAD, DOT_BF16, PRECISION)
+    if TT > 0:
+        num, den, dx = _state_tile(NMAIN * (FT // TT), x, y, gcol, base, zb, Dv, d, c2, offs_v, vmask, num, den, dx,
+                                   DP, TT, FWD, GRAD, DOT_BF16, PRECISION)
     return num, den, dx
 
 
@@ -449,6 +483,7 @@ def based_fwd_kernel(
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod,
     O, RDEN,
     CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr, FT: tl.constexpr,
+    NMAIN: tl.constexpr, TT: tl.constexpr,
     DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, row blocks, Dv tiles). o = (phi(q) S + A v) / (phi(q) . z + rowsum A + eps)
@@ -463,7 +498,7 @@ def based_fwd_kernel(
     v_base = _head(V, b, h, svb, svh, ALIGN)
     q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=rmask[:, None] & dmask[None, :], other=0.0)
     num, den, _ = _state_terms(q, q, rows, rmask, SS, S0R, ZS, sidx, row0_stride, F, Dv, d, c, offs_v,
-                               vmask, DP, FT, True, False, DOT_BF16, PRECISION)
+                               vmask, DP, FT, NMAIN, TT, True, False, DOT_BF16, PRECISION)
     if CAUSAL:
         for k0 in range(seg0, r0, BM):
             cols = k0 + tl.arange(0, BM)
@@ -492,6 +527,7 @@ def based_bwd_dq_kernel(
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd, sgb, sgh, sgn, sgd,
     DQ,
     CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr, FT: tl.constexpr,
+    NMAIN: tl.constexpr, TT: tl.constexpr,
     DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, row blocks, Dv tiles). This tile's part of dq (at DQ + tile * tile_stride):
@@ -510,7 +546,7 @@ def based_bwd_dq_kernel(
     u = tl.load(_tile(do_base, rows, offs_v, sdn, sdd, ALIGN), mask=vm, other=0.0).to(tl.float32) * rden[:, None]
     q = tl.load(_tile(q_base, rows, offs_d, sqn, sqd, ALIGN), mask=dm, other=0.0)
     _, _, dq = _state_terms(q, u, g, rmask, SS, SS, ZS, sidx, 0, F, Dv, d, c, offs_v,
-                            vmask, DP, FT, False, True, DOT_BF16, PRECISION)
+                            vmask, DP, FT, NMAIN, TT, False, True, DOT_BF16, PRECISION)
     if CAUSAL:
         for k0 in range(seg0, r0, BM):
             cols = k0 + tl.arange(0, BM)
@@ -560,6 +596,7 @@ def based_bwd_dkdv_kernel(
     sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd,
     DK, DV,
     CAUSAL: tl.constexpr, DP: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr, FT: tl.constexpr,
+    NMAIN: tl.constexpr, TT: tl.constexpr,
     DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (B*H, row blocks, Dv tiles), rows of k and v. From the reverse state at the
@@ -579,7 +616,7 @@ def based_bwd_dkdv_kernel(
     k = tl.load(_tile(k_base, rows, offs_d, skn, skd, ALIGN), mask=dm, other=0.0)
     v = tl.load(_tile(v_base, rows, offs_v, svn, svd, ALIGN), mask=vm, other=0.0)
     dv, _, dk = _state_terms(k, v, tl.zeros([BM], dtype=tl.float32) + g_on, rmask, RS, R0R, RZS,
-                             sidx, row0_stride, F, Dv, d, c, offs_v, vmask, DP, FT, True, True,
+                             sidx, row0_stride, F, Dv, d, c, offs_v, vmask, DP, FT, NMAIN, TT, True, True,
                              DOT_BF16, PRECISION)
     if CAUSAL:
         # the diagonal block, then the segment's later blocks (rows past N load as zeros: u
@@ -597,6 +634,77 @@ def based_bwd_dkdv_kernel(
     dv_base = _head(DV, b, h, sgvb, sgvh, ALIGN)
     tl.store(_tile(dk_base, rows, offs_d, sgkn, sgkd, ALIGN), dk.to(DK.dtype.element_ty), mask=dm)
     tl.store(_tile(dv_base, rows, offs_v, sgvn, sgvd, ALIGN), dv.to(DV.dtype.element_ty), mask=vm)
+
+@triton.jit
+def _state_rows_tile(rows, Dv, d, R: tl.constexpr, BV: tl.constexpr):
+    """A [R, BV] tile of a state of ``rows`` rows, program grid (B*H, row tiles, Dv tiles):
+    (bh, its rows r, Dv offsets, the row mask, the tile mask, whether a row is quadratic (r >
+    d), its quadratic index r - 1 - d (0 where not))."""
+    bh = tl.program_id(0).to(tl.int64)
+    r = tl.program_id(1) * R + tl.arange(0, R)
+    offs_v = tl.program_id(2) * BV + tl.arange(0, BV)
+    rmask = r < rows
+    quad = r > d
+    return bh, r, offs_v, rmask, rmask[:, None] & (offs_v < Dv)[None, :], quad, tl.where(quad, r - 1 - d, 0)
+
+
+@kernel(inputs=2, outputs=2)
+def based_pack_kernel(S, Z, d, Dv, F, Fp, SP, ZP, R: tl.constexpr, BV: tl.constexpr):
+    """Grid (B*H, packed row tiles, Dv tiles). A public state S [.., F, Dv], z [.., F] (fp32,
+    row-major) in the packed layout (_pair_weight) [.., Fp, Dv], [.., Fp]: a packed row of
+    weight 2 is the sum of the pair's two public rows. Only the symmetric part of a state
+    meets phi(x) x^T, so the packed state gives what the public one gives (z on Dv tile 0)."""
+    bh, r, offs_v, rmask, m, quad, j = _state_rows_tile(Fp, Dv, d, R, BV)
+    o = j // d
+    a = j % d
+    b = (a + o) % d
+    two = quad & (o != 0) & (2 * o != d)
+    src1 = tl.where(quad, 1 + d + a * d + b, r)
+    src2 = 1 + d + b * d + a
+    Sb = S + bh * F * Dv + offs_v[None, :]
+    val = tl.load(Sb + src1[:, None] * Dv, mask=m, other=0.0)
+    val += tl.load(Sb + src2[:, None] * Dv, mask=m & two[:, None], other=0.0)
+    tl.store(SP + bh * Fp * Dv + r[:, None] * Dv + offs_v[None, :], val, mask=m)
+    if tl.program_id(2) == 0:
+        z = tl.load(Z + bh * F + src1, mask=rmask, other=0.0)
+        z += tl.load(Z + bh * F + src2, mask=rmask & two, other=0.0)
+        tl.store(ZP + bh * Fp + r, z, mask=rmask)
+
+
+@kernel(inputs=6, outputs=2)
+def based_unpack_kernel(C, CZ, P, PZ, S0, Z0, nseg, d, Dv, F, Fp, SF, ZF, HAS_INIT: tl.constexpr,
+                        REVERSE: tl.constexpr, R: tl.constexpr, BV: tl.constexpr):
+    """Grid (B*H, public row tiles, Dv tiles). The public state [.., F, Dv], z [.., F] of a
+    packed one: row (a, b) is its pair's packed row over the weight (_pair_weight). Without
+    HAS_INIT from the packed total C, CZ; with it S0, Z0 (public) plus the segments' packed
+    partials P [.., nseg, Fp, Dv], PZ over their weights, in the scan's order (REVERSE: last
+    first), which is what the scan sums, so a pair's two rows keep S0's asymmetric part."""
+    bh, r, offs_v, rmask, m, quad, j = _state_rows_tile(F, Dv, d, R, BV)
+    a = j // d
+    b = j % d
+    o = (b - a + d) % d
+    mirror = 2 * o > d
+    o = tl.where(mirror, d - o, o)
+    src = tl.where(quad, 1 + d + o * d + tl.where(mirror, b, a), r)
+    w = tl.where(quad & (o != 0) & (2 * o != d), 2.0, 1.0)
+    if HAS_INIT:
+        S = tl.load(S0 + bh * F * Dv + r[:, None] * Dv + offs_v[None, :], mask=m, other=0.0)
+        z = tl.load(Z0 + bh * F + r, mask=rmask, other=0.0)
+        for i in range(0, nseg):
+            if REVERSE:
+                seg = nseg - 1 - i
+            else:
+                seg = i
+            idx = bh * nseg + seg
+            S += tl.load(P + idx * Fp * Dv + src[:, None] * Dv + offs_v[None, :], mask=m, other=0.0) / w[:, None]
+            z += tl.load(PZ + idx * Fp + src, mask=rmask, other=0.0) / w
+    else:
+        S = tl.load(C + bh * Fp * Dv + src[:, None] * Dv + offs_v[None, :], mask=m, other=0.0) / w[:, None]
+        z = tl.load(CZ + bh * Fp + src, mask=rmask, other=0.0) / w
+    tl.store(SF + bh * F * Dv + r[:, None] * Dv + offs_v[None, :], S, mask=m)
+    if tl.program_id(2) == 0:
+        tl.store(ZF + bh * F + r, z, mask=rmask)
+
 
 @kernel(inputs=1, outputs=1)
 def based_sum_tiles_kernel(P, n, ntiles, Y, BLOCK: tl.constexpr):

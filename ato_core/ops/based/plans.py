@@ -49,7 +49,7 @@ class BlockSettings(NamedTuple):
     before it), quadratic features per state tile (FT), warps, pipelining stages."""
 
     rows: int = 64
-    seg_len: int = 512
+    seg_len: int = 256
     features: int = 64
     num_warps: int = 4
     num_stages: int = 2
@@ -72,6 +72,23 @@ def features(d: int) -> int:
     return 1 + d + d * d
 
 
+def pairs(d: int) -> int:
+    """The packed layout's quadratic rows (kernels._pair_weight): d (d // 2 + 1)."""
+    return d * (d // 2 + 1)
+
+
+def packed_features(d: int) -> int:
+    """Fp, the rows of a packed state: 1 + d + pairs(d) (161 for d 16: F is 273)."""
+    return 1 + d + pairs(d)
+
+
+def quad_tiles(d: int, ft: int) -> Tuple[int, int]:
+    """The packed quadratic rows in tiles: (tiles of ft, the size of one more tile for the
+    rest: a power of two >= 16, at most ft; 0 when none is left)."""
+    n, rest = divmod(pairs(d), ft)
+    return n, (max(16, next_pow2(rest)) if rest else 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     B: int
@@ -80,6 +97,7 @@ class Config:
     d: int
     Dv: int
     F: int
+    Fp: int          # rows of the packed states the chunked passes use (kernels._pair_weight)
     DP: int          # d padded to a power of two >= 16 (the dot's smallest K)
     BV: int          # Dv tile of the block kernels
     nvt: int         # their Dv tiles
@@ -92,9 +110,12 @@ class Config:
 
     @property
     def state_ft(self) -> int:
-        """Quadratic features per state-pass program: the settings', at most the features
-        that the d real rows a (a < d) span."""
-        return min(self.state.features, max(16, next_pow2(self.d * self.DP)))
+        """Quadratic features per state-pass program: the settings', at most the packed rows."""
+        return min(self.state.features, max(16, next_pow2(pairs(self.d))))
+
+    @property
+    def state_tiles(self) -> Tuple[int, int]:
+        return quad_tiles(self.d, self.state_ft)
 
     @property
     def state_bv(self) -> int:
@@ -103,22 +124,26 @@ class Config:
     @property
     def state_grid(self) -> Tuple[int, int, int]:
         """(quadratic tiles * Dv tiles, segments, B*H): see kernels._state_program."""
-        tiles = cdiv(self.d * self.DP, self.state_ft) * cdiv(self.Dv, self.state_bv)
+        n, tt = self.state_tiles
+        tiles = (n + (tt > 0)) * cdiv(self.Dv, self.state_bv)
         return tiles, self.nseg, self.B * self.H
 
     @property
     def state_args(self) -> Tuple[int, ...]:
-        """The state passes' scalars before c and the strides: H, N, seg_len, d, Dv, F, nvt."""
-        return self.H, self.N, self.seg_len, self.d, self.Dv, self.F, cdiv(self.Dv, self.state_bv)
+        """The state passes' scalars before c and the strides: H, N, seg_len, d, Dv, Fp, nvt,
+        nmain."""
+        return self.H, self.N, self.seg_len, self.d, self.Dv, self.Fp, cdiv(self.Dv, self.state_bv), self.state_tiles[0]
 
     @property
     def state_constexprs(self) -> dict:
-        return {"DP": self.DP, "BV": self.state_bv, "FT": self.state_ft, "CHUNK": self.state.chunk,
+        return {"DP": self.DP, "BV": self.state_bv, "FT": self.state_ft, "TT": self.state_tiles[1], "CHUNK": self.state.chunk,
                 "DOT_BF16": self.dot_bf16, "PRECISION": self.precision}
 
     @property
     def block_constexprs(self) -> dict:
-        return {"DP": self.DP, "BV": self.BV, "BM": self.blocks.rows, "FT": feature_tile(self.blocks.features, self.DP),
+        ft = feature_tile(self.blocks.features, self.DP)
+        n, tt = quad_tiles(self.d, ft)
+        return {"DP": self.DP, "BV": self.BV, "BM": self.blocks.rows, "FT": ft, "NMAIN": n, "TT": tt,
                 "DOT_BF16": self.dot_bf16, "PRECISION": self.precision}
 
     @property
@@ -135,7 +160,7 @@ class Config:
         """(array, elements between states) where the block kernels read row 0 of ``states``."""
         if causal and self.dot_bf16:
             return row0, self.Dv
-        return states, self.F * self.Dv
+        return states, self.Fp * self.Dv
 
 
 def config(B: int, H: int, N: int, d: int, Dv: int, dtype: str, causal: bool, target: Target,
@@ -151,7 +176,7 @@ def config(B: int, H: int, N: int, d: int, Dv: int, dtype: str, causal: bool, ta
         nseg = cdiv(N, seg_len)
     else:
         nseg, seg_len, _, _ = segments(B * H, N, state.chunk, causal, target)
-    return Config(B, H, N, d, Dv, features(d), DP, BV, cdiv(Dv, BV), nseg, seg_len, state, blocks, bf16, precision)
+    return Config(B, H, N, d, Dv, features(d), packed_features(d), DP, BV, cdiv(Dv, BV), nseg, seg_len, state, blocks, bf16, precision)
 
 
 def resolve_scale(scale, d: int) -> float:
@@ -195,35 +220,66 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scal
 
     Results: o [B,H,N,Dv] (q's dtype); S_final [B,H,F,Dv], z_final [B,H,F] (fp32); the
     backward's residuals rden [B,H,N] (1/den), S_res, z_res (each segment's start state when
-    causal, the total otherwise).
+    causal, the total otherwise; packed, [B,H,nseg,Fp,Dv], kernels._pair_weight).
     """
     B, H, N, d, Dv = check_based(q, k, v, causal=causal, scale=scale, eps=eps, initial_state=initial_state)
     cfg = config(B, H, N, d, Dv, q.dtype, causal, target)
     c, s = _scalars(cfg, scale)
-    BH, F = B * H, cfg.F
+    BH, Fp = B * H, cfg.Fp
     align = _align(d, Dv, q, k, v)
     state = Launch(
         kern.based_state_kernel, cfg.state_grid, ("k", "v"), (*cfg.state_args, c, *k.strides, *v.strides),
-        (f32("part_S", B, H, cfg.nseg, F, Dv), f32("part_z", B, H, cfg.nseg, F)),
+        (f32("part_S", B, H, cfg.nseg, Fp, Dv), f32("part_z", B, H, cfg.nseg, Fp)),
         {"ALIGN": align, "EXACT": exact_state, **cfg.state_constexprs}, num_warps=cfg.state.num_warps,
         num_stages=cfg.state.num_stages,
     )
-    scan_ = scan(B, H, F, Dv, cfg.nseg, "part", "init" if initial_state is not None else None,
-                 ("S_start", "z_start", "S_final", "z_final"), reverse=False, causal=causal,
+    init = "init" if initial_state is not None else None
+    pack = (_pack(cfg, ("init_S", "init_z"), ("initp_S", "initp_z")),) if init else ()
+    scan_ = scan(B, H, Fp, Dv, cfg.nseg, "part", "initp" if init else None,
+                 ("S_start", "z_start", "Sp_final", "zp_final"), reverse=False, causal=causal,
                  **cfg.start_states("s0_start"))
-    res_S, res_z = ("S_start", "z_start") if causal else ("S_final", "z_final")
+    res_S, res_z = ("S_start", "z_start") if causal else ("Sp_final", "zp_final")
     row0, row0_stride = cfg.row0(causal, res_S, "s0_start")
     o_shape = (B, H, N, Dv)
     out = Launch(
         kern.based_fwd_kernel, (BH, cfg.nblocks, cfg.nvt), ("q", "k", "v", res_S, row0, res_z),
-        (H, N, cfg.seg_len, d, Dv, F, *state_addressing(cfg, causal), row0_stride, c, s, float(eps),
+        (H, N, cfg.seg_len, d, Dv, Fp, *state_addressing(cfg, causal), row0_stride, c, s, float(eps),
          *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
         (Buffer("o", o_shape, q.dtype), f32("rden", B, H, N)),
         {"CAUSAL": causal, "ALIGN": align, **cfg.block_constexprs}, num_warps=cfg.blocks.num_warps,
         num_stages=cfg.blocks.num_stages,
     )
-    plan = Plan((state, scan_, out), ("o", "S_final", "z_final", "rden", res_S, res_z), dense=("init_S", "init_z"))
+    final = _unpack(cfg, "Sp_final", "zp_final", "part", init, ("S_final", "z_final"), reverse=False)
+    plan = Plan((state, *pack, scan_, out, final), ("o", "S_final", "z_final", "rden", res_S, res_z),
+                dense=("init_S", "init_z"))
     return plan, cfg
+
+
+PACK_ROWS = 32
+
+
+def _pack(cfg: Config, public: Tuple[str, str], packed: Tuple[str, str]) -> Launch:
+    """The public state (S [B,H,F,Dv], z [B,H,F]) named ``public`` in the packed layout
+    (kernels._pair_weight), fp32, named ``packed``."""
+    B, H, Dv = cfg.B, cfg.H, cfg.Dv
+    bv = min(max(16, next_pow2(Dv)), 64)
+    return Launch(kern.based_pack_kernel, (B * H, cdiv(cfg.Fp, PACK_ROWS), cdiv(Dv, bv)), public,
+                  (cfg.d, Dv, cfg.F, cfg.Fp), (f32(packed[0], B, H, cfg.Fp, Dv), f32(packed[1], B, H, cfg.Fp)),
+                  {"R": PACK_ROWS, "BV": bv}, num_warps=4)
+
+
+def _unpack(cfg: Config, total_S: str, total_z: str, partial: str, init: Optional[str], out: Tuple[str, str],
+            reverse: bool) -> Launch:
+    """The public state ``out`` [B,H,F,Dv], [B,H,F] of the scan's packed total; with ``init``
+    (public) summed again from the partials ({partial}_S, _z), in the scan's order."""
+    B, H, Dv = cfg.B, cfg.H, cfg.Dv
+    bv = min(max(16, next_pow2(Dv)), 64)
+    inputs = (total_S, total_z, f"{partial}_S", f"{partial}_z", f"{init}_S" if init else total_S,
+              f"{init}_z" if init else total_z)
+    return Launch(kern.based_unpack_kernel, (B * H, cdiv(cfg.F, PACK_ROWS), cdiv(Dv, bv)), inputs,
+                  (cfg.nseg, cfg.d, Dv, cfg.F, cfg.Fp), (f32(out[0], B, H, cfg.F, Dv), f32(out[1], B, H, cfg.F)),
+                  {"HAS_INIT": init is not None, "REVERSE": reverse, "R": PACK_ROWS, "BV": bv},
+                  num_warps=4)
 
 
 def _tiled(name: str, spec: ArraySpec, cfg: Config) -> Tuple[Buffer, Tuple[Launch, ...], int]:
@@ -242,15 +298,16 @@ def _tiled(name: str, spec: ArraySpec, cfg: Config) -> Tuple[Buffer, Tuple[Launc
 
 @cached_plan
 def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, causal: bool, scale, eps: float,
-                  has_dfinal: bool, target: Target) -> Plan:
-    """Inputs: q, k, v, o, do, the forward's rden, S_res, z_res; with has_dfinal the
-    cotangents dfinal_S, dfinal_z of the final state. Results: dq, dk, dv (input dtype) and
-    dS0 [B,H,F,Dv], dz0 [B,H,F] (fp32), the gradient of the initial state."""
+                  has_dfinal: bool, target: Target, public_res: bool = False) -> Plan:
+    """Inputs: q, k, v, o, do, the forward's rden, S_res, z_res (packed; with ``public_res``
+    a public state, packed here); with has_dfinal the cotangents dfinal_S, dfinal_z of the
+    final state. Results: dq, dk, dv (input dtype) and dS0 [B,H,F,Dv], dz0 [B,H,F] (fp32),
+    the gradient of the initial state."""
     B, H, N, d, Dv = check_based(q, k, v, causal=causal, scale=scale, eps=eps)
     checks.check_shape("do", do, (B, H, N, Dv), "[B, H, N, Dv], the shape of the output")
     cfg = config(B, H, N, d, Dv, q.dtype, causal, target)
     c, s = _scalars(cfg, scale)
-    BH, F = B * H, cfg.F
+    BH, Fp = B * H, cfg.Fp
     align = _align(d, Dv, q, k, v, do)
     o_strides = row_major_strides((B, H, N, Dv))
     rows = 64
@@ -262,21 +319,26 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
     state = Launch(
         kern.based_bwd_state_kernel, cfg.state_grid, ("q", "do", "rden", "g"),
         (*cfg.state_args, c, *q.strides, *do.strides),
-        (f32("rpart_S", B, H, cfg.nseg, F, Dv), f32("rpart_z", B, H, cfg.nseg, F)),
+        (f32("rpart_S", B, H, cfg.nseg, Fp, Dv), f32("rpart_z", B, H, cfg.nseg, Fp)),
         {"ALIGN": align, **cfg.state_constexprs}, num_warps=cfg.state.num_warps, num_stages=cfg.state.num_stages,
     )
-    scan_ = scan(B, H, F, Dv, cfg.nseg, "rpart", "dfinal" if has_dfinal else None,
-                 ("R_start", "r_start", "dS0", "dz0"), reverse=True, causal=causal,
+    packs = (_pack(cfg, ("dfinal_S", "dfinal_z"), ("dfinalp_S", "dfinalp_z")),) if has_dfinal else ()
+    res = ("S_res", "z_res")
+    if public_res:
+        res = ("Sp_res", "zp_res")
+        packs += (_pack(cfg, ("S_res", "z_res"), res),)
+    scan_ = scan(B, H, Fp, Dv, cfg.nseg, "rpart", "dfinalp" if has_dfinal else None,
+                 ("R_start", "r_start", "dS0p", "dz0p"), reverse=True, causal=causal,
                  **cfg.start_states("r0_start"))
-    R_S, R_z = ("R_start", "r_start") if causal else ("dS0", "dz0")
+    R_S, R_z = ("R_start", "r_start") if causal else ("dS0p", "dz0p")
     row0, row0_stride = cfg.row0(causal, R_S, "r0_start")
-    common = (H, N, cfg.seg_len, d, Dv, F, *state_addressing(cfg, causal))
+    common = (H, N, cfg.seg_len, d, Dv, Fp, *state_addressing(cfg, causal))
     ce = {"CAUSAL": causal, "ALIGN": align, **cfg.block_constexprs}
     grid = (BH, cfg.nblocks, cfg.nvt)
     warps, stages = cfg.blocks.num_warps, cfg.blocks.num_stages
     dq_buf, dq_sum, dq_stride = _tiled("dq", q, cfg)
     dq = Launch(
-        kern.based_bwd_dq_kernel, grid, ("q", "k", "v", "do", "rden", "g", "S_res", "z_res"),
+        kern.based_bwd_dq_kernel, grid, ("q", "k", "v", "do", "rden", "g", *res),
         (*common, c, s, dq_stride, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(q.shape)),
         (dq_buf,), ce, num_warps=warps, num_stages=stages,
     )
@@ -287,7 +349,8 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
          *row_major_strides(v.shape)),
         (dk_buf, Buffer("dv", tuple(v.shape), v.dtype)), ce, num_warps=warps, num_stages=stages,
     )
-    return Plan((g, state, scan_, dq, *dq_sum, dkdv, *dk_sum), ("dq", "dk", "dv", "dS0", "dz0"),
+    dS0 = _unpack(cfg, "dS0p", "dz0p", "rpart", "dfinal" if has_dfinal else None, ("dS0", "dz0"), reverse=True)
+    return Plan((g, state, *packs, scan_, dq, *dq_sum, dkdv, *dk_sum, dS0), ("dq", "dk", "dv", "dS0", "dz0"),
                 dense=("rden", "S_res", "z_res", "dfinal_S", "dfinal_z"))
 
 
@@ -329,7 +392,7 @@ def step_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, 
     (as linear_attention_step's). Inputs: q, k, v, o (the forward's o32), do, rden, S_res,
     z_res, dfinal_S, dfinal_z. Results: dq, dk, dv ([B,H,d] / [B,H,Dv]), dS0, dz0."""
     plan = backward_plan(as_one_row(q), as_one_row(k), as_one_row(v), as_one_row(do), causal=True, scale=scale,
-                         eps=eps, has_dfinal=True, target=target)
+                         eps=eps, has_dfinal=True, target=target, public_res=True)
     return step_shaped(plan, q, k, v)
 
 

@@ -203,22 +203,41 @@ def la_scan_kernel(
     bh, Dk, Dv, offs_k, offs_v, kmask, m2 = _state_tile(Dk, Dv, BK, BV, ALIGN)
     zmask = kmask & (tl.full([BK], 0, tl.int32) == tl.program_id(2))  # z: Dv tile 0 only
     S, z = _scan_tile_init(S0, Z0, bh, offs_k, offs_v, Dk, Dv, m2, kmask, HAS_INIT, BK, BV)
+    dS, dz = _segment_partial(DS, DZ, bh, 0, nseg, offs_k, offs_v, Dk, Dv, m2, kmask, REVERSE)
     for i in range(0, nseg):
-        if REVERSE:
-            seg = nseg - 1 - i
-        else:
-            seg = i
-        idx = bh * nseg + seg
+        idx = bh * nseg + _walk_segment(i, nseg, REVERSE)
+        # the next segment's partial is loaded before this one's stores, so that the walk's
+        # loads overlap
+        dS_next, dz_next = _segment_partial(DS, DZ, bh, i + 1, nseg, offs_k, offs_v, Dk, Dv, m2, kmask, REVERSE)
         tl.store(_state_ptrs(SS, idx, offs_k, offs_v, Dk, Dv), S, mask=m2)
         if ROW0:
             tl.store(R0 + idx.to(tl.int64) * Dv + offs_k[:, None] * 0 + offs_v[None, :], S,
                      mask=m2 & (offs_k == 0)[:, None])
-        S += tl.load(_state_ptrs(DS, idx, offs_k, offs_v, Dk, Dv), mask=m2, other=0.0)
-        zoffs = idx.to(tl.int64) * Dk + offs_k
-        tl.store(ZS + zoffs, z, mask=zmask)
-        z += tl.load(DZ + zoffs, mask=kmask, other=0.0)
+        S += dS
+        tl.store(ZS + idx.to(tl.int64) * Dk + offs_k, z, mask=zmask)
+        z += dz
+        dS, dz = dS_next, dz_next
     tl.store(_state_ptrs(SF, bh, offs_k, offs_v, Dk, Dv), S, mask=m2)
     tl.store(ZF + bh.to(tl.int64) * Dk + offs_k, z, mask=zmask)
+
+
+@triton.jit
+def _walk_segment(i, nseg, REVERSE: tl.constexpr):
+    """The i-th segment of the walk (REVERSE: from the last)."""
+    if REVERSE:
+        return nseg - 1 - i
+    else:
+        return i
+
+
+@triton.jit
+def _segment_partial(DS, DZ, bh, i, nseg, offs_k, offs_v, Dk, Dv, m2, kmask, REVERSE: tl.constexpr):
+    """The partial state of the walk's i-th segment (zeros once i reaches nseg)."""
+    on = i < nseg
+    idx = bh * nseg + _walk_segment(tl.minimum(i, nseg - 1), nseg, REVERSE)
+    dS = tl.load(_state_ptrs(DS, idx, offs_k, offs_v, Dk, Dv), mask=m2 & on, other=0.0)
+    dz = tl.load(DZ + idx.to(tl.int64) * Dk + offs_k, mask=kmask & on, other=0.0)
+    return dS, dz
 
 
 @kernel(inputs=2, outputs=2)
@@ -234,14 +253,12 @@ def la_sum_kernel(
     bh, Dk, Dv, offs_k, offs_v, kmask, m2 = _state_tile(Dk, Dv, BK, BV, ALIGN)
     S = tl.zeros([BK, BV], dtype=tl.float32)
     z = tl.zeros([BK], dtype=tl.float32)
+    dS, dz = _segment_partial(DS, DZ, bh, 0, nseg, offs_k, offs_v, Dk, Dv, m2, kmask, REVERSE)
     for i in range(0, nseg):
-        if REVERSE:
-            seg = nseg - 1 - i
-        else:
-            seg = i
-        idx = bh * nseg + seg
-        S += tl.load(_state_ptrs(DS, idx, offs_k, offs_v, Dk, Dv), mask=m2, other=0.0)
-        z += tl.load(DZ + idx.to(tl.int64) * Dk + offs_k, mask=kmask, other=0.0)
+        dS_next, dz_next = _segment_partial(DS, DZ, bh, i + 1, nseg, offs_k, offs_v, Dk, Dv, m2, kmask, REVERSE)
+        S += dS
+        z += dz
+        dS, dz = dS_next, dz_next
     tl.store(_state_ptrs(SF, bh, offs_k, offs_v, Dk, Dv), S, mask=m2)
     if tl.program_id(2) == 0:
         tl.store(ZF + bh.to(tl.int64) * Dk + offs_k, z, mask=kmask)
