@@ -99,4 +99,6 @@ def run(quick: bool = False, ops=None) -> int:
     n_ok = sum(r[-1] == "ok" for r in rows)
     print(f"\n{n_ok} passed, {failures} failed  ({device}, {time.perf_counter() - start:.0f} s; "
           "max error: relative to the float64 reference, outputs and gradients)")
+    if not gpu:
+        print("No GPU: the kernels ran under Triton's interpreter, which checks them, not their speed.")
     return 1 if failures else 0

@@ -38,3 +38,28 @@ def test_every_family_has_a_bench_table():
         assert bench.table_of(family) in bench.TABLES
     assert bench.tables(["norms", "rope", "flash_attention"]) == ["transformer_ops", "flash_attention"]
     assert bench.tables() == list(bench.TABLES)
+
+
+def test_help_without_a_command(capsys):
+    """``ato`` alone prints its help (exit 0); the help says what each command needs, with no
+    reStructuredText markup."""
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "ato check" in out and "needs a CUDA GPU" in out and "interpreter" in out
+    for argv in (["--help"], ["bench", "--help"], ["check", "--help"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        text = capsys.readouterr().out
+        assert exit_.value.code == 0 and "``" not in text
+        if argv[0] == "bench":
+            assert "Needs a CUDA GPU" in text
+        if argv[0] == "check":
+            assert "interpreter" in text
+
+
+def test_bench_without_a_gpu_says_so(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", "--op", "rope"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
