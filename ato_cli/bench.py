@@ -497,6 +497,7 @@ def transformer_ops_rows(quick: bool):
     c_rope = compiled(lambda a, c2, s2: (rot_half(a[0], c2, s2), rot_half(a[1], c2, s2)))
     emit("rope fwd", f"B{B} N{Nr} Hq{Hq} Hkv{Hkv} D{D} bf16", 2 * (q.numel() + k.numel()) * 2, {
         "ato_torch": lambda: ato_torch.rope(q, k, cos, sin),
+        "ato_torch, [N, D] tables": lambda: ato_torch.rope(q, k, cfull, sfull),
         "torch eager": lambda: (rot_half(q, cos, sin), rot_half(k, cos, sin)),
         "torch.compile": (lambda: c_rope((q, k), cos, sin)) if c_rope else None,
         "Liger": (lambda: LigerRope.apply(qb, kb, cfull, sfull)) if LigerRope else None},
@@ -964,7 +965,8 @@ def run(out: str = "benchmarks/results", quick: bool = False, ops=None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("ato bench needs a CUDA GPU", file=sys.stderr)
+        print("ato bench needs a CUDA GPU (none found: torch.cuda.is_available() is False); on a CPU, "
+              "`ato check` runs every op under Triton's interpreter", file=sys.stderr)
         return 2
     gpu = torch.cuda.get_device_name()
     versions = _versions()

@@ -136,7 +136,7 @@ def make_inputs(case: Case) -> Dict[str, np.ndarray]:
     for name, shape, low, high in case.int_inputs:
         a = rng.integers(low, high, size=shape).astype(np.int64)
         if name == "targets" and opt.get("ignore_every"):
-            a[:: opt["ignore_every"]] = -100
+            a.reshape(-1)[:: opt["ignore_every"]] = -100
         if name == "block_mask":  # bool, each entry true with probability "density"
             a = rng.random(shape) < opt.get("density", 0.5)
         out[name] = a

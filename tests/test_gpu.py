@@ -266,8 +266,11 @@ OPS_GPU_CASES = [
     lambda dt: rope_case(2, 16, 4, 1024, 128, dtype=dt, positions=True, max_pos=4096, seed=8),
     lambda dt: rope_case(2, 8, 8, 512, 64, dtype=dt, interleaved=True, seed=9),
     lambda dt: rope_case(3, 5, 3, 37, 128, dtype=dt, seed=12),  # head tiles and position blocks cut short
+    lambda dt: rope_case(2, 16, 4, 1024, 128, dtype=dt, positions=True, max_pos=4096, seed=13, full=True),  # [P, D]
+    lambda dt: rope_case(2, 8, 8, 512, 64, dtype=dt, interleaved=True, seed=14, full=True),
     lambda dt: ce_case(1024, 32000, dtype=dt, label_smoothing=0.1, seed=10),
     lambda dt: ce_case(512, 128256, dtype=dt, reduction="none", scale=30.0, seed=11),
+    lambda dt: ce_case((4, 256), 32000, dtype=dt, reduction="none", seed=15),  # [B, T, V]
 ]
 
 

@@ -18,8 +18,10 @@ import ato_jax
 import ato_torch
 from ato_cli import harness as h
 from ato_core.ops.cross_entropy.cases import ce_case
+from ato_core.ops.cross_entropy.reference import cross_entropy as ce_reference
 from ato_core.ops.norms.cases import drln_case, norm_case
 from ato_core.ops.rope.cases import rope_case
+from ato_core.ops.rope.reference import rope as rope_reference
 from ato_core.ops.softmax.cases import softmax_case
 from ato_core.ops.swiglu.cases import swiglu_case
 from helpers import check, frontend
@@ -82,6 +84,33 @@ def test_rope(interleaved, positions):
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
 def test_cross_entropy(reduction, label_smoothing):
     check(ce_case(9, 1000, reduction=reduction, label_smoothing=label_smoothing, seed=4))
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_cross_entropy_leading_shapes(reduction):
+    """logits [..., V] against targets [...] (class axis last, as optax): [B, T, V] and [A, B,
+    T, V] against the reference, "none" in the targets' shape."""
+    check(ce_case((2, 5), 300, reduction=reduction, label_smoothing=0.1, seed=8))
+    check(ce_case((2, 1, 3), 40, reduction=reduction, seed=9))
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_cross_entropy_of_one_row_of_logits(framework):
+    """logits [V] and a 0-d target (optax takes them): the loss and gradient of one row."""
+    mod, arr = frontend(framework)
+    x = np.random.default_rng(3).standard_normal(50).astype(np.float32)
+    for reduction in ("none", "mean"):
+        got = np.asarray(mod.cross_entropy(arr(x), arr(np.array(7)), reduction=reduction))
+        want = ce_reference(x[None].astype(np.float64), np.array([7]), reduction="none")[0]
+        assert got.shape == () and abs(float(got) - want) < 1e-5 * abs(want)
+    if framework == "jax":
+        g = np.asarray(jax.grad(lambda a: mod.cross_entropy(a, jnp.asarray(7)))(arr(x)))
+    else:
+        xt = torch.from_numpy(x).requires_grad_()
+        mod.cross_entropy(xt, torch.tensor(7)).backward()
+        g = xt.grad.numpy()
+    p = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
+    np.testing.assert_allclose(g, p - (np.arange(50) == 7), atol=1e-6)
 
 
 def test_cross_entropy_odd_vocabularies_and_large_logits():
@@ -365,7 +394,7 @@ BAD = [
     ("swiglu shapes", lambda m, a: m.swiglu(a["x"], a["x"][:1]), ValueError, "up: expected shape (3, 4)"),
     ("rope odd D", lambda m, a: m.rope(a["q5"], a["q5"], a["cs"], a["cs"]), ValueError, "q: expected an even head"),
     ("rope cos shape", lambda m, a: m.rope(a["q4"], a["q4"], a["cs"], a["cs"]), ValueError,
-     "cos: expected size 4 on axis 1 (D/2)"),
+     "cos: expected [max_positions, D/2] or [max_positions, D] with D=8, got shape (3, 2)"),
     ("rope positions dtype", lambda m, a: m.rope(a["q4"], a["q4"], a["cs4"], a["cs4"], positions=a["posf"]),
      TypeError, "positions: expected an integer dtype"),
     ("non-float logits", lambda m, a: m.cross_entropy(a["xi"], a["t"]), TypeError, "logits: expected a floating"),
@@ -398,6 +427,44 @@ def test_rope_positions_on_another_device():
     pos = torch.zeros(1, 3, dtype=torch.int64, device="meta")
     with pytest.raises(ValueError, match="positions: expected device cpu"):
         ato_torch.rope(q, q, cs, cs, positions=pos)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["halves", "interleaved"])
+def test_rope_full_width_tables(framework, interleaved):
+    """[P, D] tables as Hugging Face builds them (cat(c, c); interleaved: c repeated element-wise)
+    give, bit for bit, what the [P, D/2] table gives, and so do their gradients; the other
+    copy is not read (NaN there changes nothing)."""
+    rng = np.random.default_rng(5)
+    B, H, N, D, P = 2, 3, 7, 12, 9
+    q, k = (rng.standard_normal((B, H, N, D)).astype(np.float32) for _ in range(2))
+    angles = rng.uniform(-3, 3, (P, D // 2))
+    half = [np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)]
+    if interleaved:
+        full = [np.repeat(t, 2, axis=1) for t in half]
+        for t in full:
+            t[:, 1::2] = np.nan
+    else:
+        full = [np.concatenate([t, np.full_like(t, np.nan)], axis=1) for t in half]
+    pos = rng.integers(0, P, (B, N))
+    mod, arr = frontend(framework)
+    outs = []
+    for cos, sin in (half, full):
+        if framework == "torch":
+            qt, kt = (torch.from_numpy(x).requires_grad_() for x in (q, k))
+            qr, kr = mod.rope(qt, kt, torch.from_numpy(cos), torch.from_numpy(sin), positions=torch.from_numpy(pos),
+                              interleaved=interleaved)
+            (qr.square().sum() + kr.sum()).backward()
+            outs.append([t.detach().numpy() for t in (qr, kr, qt.grad, kt.grad)])
+        else:
+            f = lambda a, b: mod.rope(a, b, arr(cos), arr(sin), positions=arr(pos), interleaved=interleaved)  # noqa: E731
+            (qr, kr), back = jax.vjp(f, arr(q), arr(k))
+            outs.append([np.asarray(t) for t in (qr, kr, *back((2 * qr, np.ones_like(kr))))])
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
+    ref_q, _ = rope_reference(q.astype(np.float64), k.astype(np.float64), np.asarray(full[0], np.float64),
+                        np.asarray(full[1], np.float64), positions=pos, interleaved=interleaved)
+    assert h.rel_err(outs[1][0], ref_q) < 1e-6
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])

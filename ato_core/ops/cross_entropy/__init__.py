@@ -21,10 +21,12 @@ class CE(NamedTuple):
 
 
 def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    """Cross-entropy of logits [T, V] (V up to 262144) against integer targets [T].
+    """Cross-entropy of logits [..., V] (class axis last, V up to 262144, as optax) against
+    integer targets [...] (logits' shape without its last axis; e.g. [T, V] and [T], or
+    [B, T, V] and [B, T]).
 
     Online log-sum-exp over the vocabulary (no fp32 copy of the logits). reduction: "none"
-    ([T] fp32), "sum" or "mean" (a scalar, fp32); targets equal to ignore_index contribute
+    (the targets' shape, fp32), "sum" or "mean" (a scalar, fp32); targets equal to ignore_index contribute
     nothing, and "mean" divides by the count of the others. Targets outside [0, V) that are
     not ignored raise ValueError where their values are on the host (CPU arrays, outside
     jax.jit); on a GPU (where checking would cost a synchronisation every call) and under
@@ -32,7 +34,7 @@ def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label
 
     When a gradient will be wanted, it is computed in the forward (one more read of each
     row) and held until the backward, which scales it by dloss in place (nothing to do
-    when dloss is 1): [T, V] in the logits' dtype, the memory the backward would allocate
+    when dloss is 1): logits' shape and dtype, the memory the backward would allocate
     anyway. It is rounded to the logits' dtype before that scaling (once more when
     dloss != 1). In torch the graph allows one backward: a second (retain_graph) raises
     RuntimeError."""
@@ -47,7 +49,7 @@ def _forward(s, st: CE, target, grad):
 def _check_values(s, st: CE, host):
     values = host("targets")
     if values is not None:
-        plans.check_target_values(values, s["logits"].shape[1], st.ignore_index)
+        plans.check_target_values(values, s["logits"].shape[-1], st.ignore_index)
 
 
 CROSS_ENTROPY = Op(

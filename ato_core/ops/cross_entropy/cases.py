@@ -4,10 +4,12 @@ from ato_core.testing import HALF_MAX, Case, In, gpu_spec
 
 
 def ce_case(T, V, dtype="float32", reduction="mean", label_smoothing=0.0, ignore_every=5, scale=1.0, seed=0):
-    """Every ``ignore_every``-th target is ignore_index (-100); logits are scale * N(0, 1)."""
+    """T: the rows, or the leading shape of the logits (a tuple: [*T, V]). Every
+    ``ignore_every``-th target is ignore_index (-100); logits are scale * N(0, 1)."""
+    lead = tuple(T) if isinstance(T, tuple) else (T,)
     kwargs = (("reduction", reduction), ("label_smoothing", label_smoothing))
-    return Case("cross_entropy", (("logits", (T, V)),), dtype, (In("logits"), In("targets")), kwargs, seed, (),
-                (("targets", (T,), 0, V),), options=(("ignore_every", ignore_every), ("scale", scale)))
+    return Case("cross_entropy", (("logits", (*lead, V)),), dtype, (In("logits"), In("targets")), kwargs, seed, (),
+                (("targets", lead, 0, V),), options=(("ignore_every", ignore_every), ("scale", scale)))
 
 
 def check_cases(gpu: bool, dtype: str, quick: bool):
@@ -25,8 +27,9 @@ COMPILE = [("cross_entropy", "cross_entropy", _LOGITS, {"label_smoothing": 0.1})
 
 def fuzz(pick):
     """A random case of each op (the fuzzing tier, tests/test_fuzz.py): {op name: Case}."""
+    lead = pick.choice(((pick.int(1, 20),), (pick.int(1, 4), pick.int(1, 6))))
     return {"cross_entropy": ce_case(
-        pick.int(1, 20), pick.int(1, 600), pick.choice(("float32", "bfloat16")),
+        lead, pick.int(1, 600), pick.choice(("float32", "bfloat16")),
         reduction=pick.choice(("mean", "sum", "none")), label_smoothing=pick.choice((0.0, 0.1)),
         ignore_every=pick.choice((0, 3)), scale=pick.choice((1.0, 10.0)), seed=pick.int(0, 99))}
 

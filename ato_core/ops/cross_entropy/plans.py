@@ -1,4 +1,5 @@
-"""cross_entropy: argument checks and launch plans (kernels.py beside it). logits row-major [T, V]."""
+"""cross_entropy: argument checks and launch plans (kernels.py beside it). logits row-major
+[..., V], seen as [T, V] with T the product of the leading dims (targets [...], as [T])."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import NamedTuple, Optional
 
 from ato_core import checks
 from . import kernels as kern
-from ato_core.launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, next_pow2, optional_output
+from ato_core.launch import ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, next_pow2, numel, optional_output
 from ato_core.target import Target
 
 MAX_V = 262144
@@ -36,15 +37,15 @@ def _block_v(V: int, target: Target, settings: Settings) -> int:
 
 
 def check_cross_entropy(logits: ArraySpec, targets: ArraySpec, ignore_index, reduction, label_smoothing) -> None:
-    checks.check_rank("logits", logits, 2, "[T, V]")
+    if logits.ndim < 1:
+        raise ValueError("logits: expected at least 1 dimension [..., V], got a scalar")
     checks.check_float("logits", logits)
-    checks.check_rank("targets", targets, 1, "[T]")
     checks.check_int("targets", targets)
     checks.check_same_device(("logits", "targets"), (logits, targets))
-    T, V = logits.shape
-    checks.check_dim("targets", targets, 0, T, "T, the rows of logits")
-    checks.check_range("logits.shape[0] (T)", T, 1)
-    checks.check_range("logits.shape[1] (V)", V, 1, MAX_V)
+    checks.check_shape("targets", targets, tuple(logits.shape[:-1]), "logits' shape without its last (class) axis")
+    T, V = rows(logits)
+    checks.check_range("T (the rows: the product of logits' leading dims)", T, 1)
+    checks.check_range(f"logits.shape[{logits.ndim - 1}] (V)", V, 1, MAX_V)
     if not (isinstance(ignore_index, int) and not isinstance(ignore_index, bool)):
         raise TypeError(f"ignore_index: expected an int, got {type(ignore_index).__name__}")
     checks.check_choice("reduction", reduction, REDUCTIONS)
@@ -67,6 +68,11 @@ def check_target_values(targets, V: int, ignore_index: int) -> None:
         raise ValueError(f"targets: expected values in [0, {V}) or ignore_index={ignore_index}, got {int(t[bad][0])}")
 
 
+def rows(logits: ArraySpec):
+    """(T, V): logits [..., V] as T rows of V."""
+    return numel(logits.shape[:-1]), logits.shape[-1]
+
+
 def _programs(T: int, grad: bool, target: Target, settings: Settings) -> int:
     """Persistent grid of the forward (with the gradient: few rows in flight, one per SM, so
     that most of a row is still in L2 when its program reads it the second time; see
@@ -78,12 +84,12 @@ def _programs(T: int, grad: bool, target: Target, settings: Settings) -> int:
 @cached_plan
 def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, reduction: str,
                  label_smoothing: float, grad: bool, target: Target, settings: Optional[Settings] = None) -> Plan:
-    """Inputs: logits, targets. Results: loss ([T] fp32 for "none", else a scalar), dlogits
+    """Inputs: logits, targets. Results: loss (targets' shape, fp32, for "none", else a scalar), dlogits
     (with ``grad``: the gradient for dloss = 1, logits' shape and dtype; else a dummy).
     ``settings``: default SETTINGS."""
     settings = settings or SETTINGS
     check_cross_entropy(logits, targets, ignore_index, reduction, label_smoothing)
-    T, V = logits.shape
+    T, V = rows(logits)
     mean = reduction == "mean"
     launches = []
     if mean:
@@ -93,7 +99,8 @@ def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, re
     launches.append(Launch(
         kern.ce_fwd_kernel, (_programs(T, grad, target, settings),), ("logits", "targets", "count" if mean else "targets"),
         (T, V, int(ignore_index), float(label_smoothing)),
-        (Buffer("row_loss", (T,), "float32"), optional_output("dlogits", (T, V), logits.dtype, grad)),
+        (Buffer("row_loss", tuple(targets.shape), "float32"),
+         optional_output("dlogits", tuple(logits.shape), logits.dtype, grad)),
         {"BLOCK_V": block_v, "VEC": min(settings.vec, block_v), "SMOOTH": label_smoothing > 0, "MEAN": mean,
          "GRAD": grad, "ALIGN": alignment(V)},
         num_warps=settings.warps))
@@ -106,13 +113,13 @@ def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, re
 
 @cached_plan
 def backward_plan(dlogits: ArraySpec, dloss: ArraySpec, *, target: Target, settings: Optional[Settings] = None) -> Plan:
-    """Inputs: dlogits (the forward's gradient for dloss = 1), dloss ([T] for reduction
-    "none", else a scalar). Result: dlogits * dloss, written in place over dlogits.
+    """Inputs: dlogits (the forward's gradient for dloss = 1), dloss (the targets' shape for
+    reduction "none", else a scalar). Result: dlogits * dloss, written in place over dlogits.
     ``settings``: default SETTINGS."""
     settings = settings or SETTINGS
-    T, V = dlogits.shape
+    T, V = rows(dlogits)
     launch = Launch(kern.ce_bwd_kernel, (T,), ("dlogits", "dloss"), (V,),
-                    (Buffer("scaled", (T, V), dlogits.dtype, alias="dlogits"),),
-                    {"BLOCK_V": _block_v(V, target, settings), "PER_ROW": dloss.ndim == 1, "ALIGN": alignment(V)},
+                    (Buffer("scaled", tuple(dlogits.shape), dlogits.dtype, alias="dlogits"),),
+                    {"BLOCK_V": _block_v(V, target, settings), "PER_ROW": dloss.ndim >= 1, "ALIGN": alignment(V)},
                     num_warps=settings.warps)
     return Plan((launch,), ("scaled",), dense=("dloss",))

@@ -3,9 +3,12 @@
 from ato_core.testing import Case, In, gpu_spec
 
 
-def rope_case(B, Hq, Hkv, N, D, dtype="float32", interleaved=False, positions=False, max_pos=None, seed=0):
+def rope_case(B, Hq, Hkv, N, D, dtype="float32", interleaved=False, positions=False, max_pos=None, seed=0,
+              full=False):
+    """``full``: [max_pos, D] tables (plans.table), else [max_pos, D/2]."""
     max_pos = max_pos or N
-    shapes = (("q", (B, Hq, N, D)), ("k", (B, Hkv, N, D)), ("cos", (max_pos, D // 2)), ("sin", (max_pos, D // 2)))
+    W = D if full else D // 2
+    shapes = (("q", (B, Hq, N, D)), ("k", (B, Hkv, N, D)), ("cos", (max_pos, W)), ("sin", (max_pos, W)))
     ints = (("positions", (B, N), 0, max_pos),) if positions else ()
     kwargs = (("positions", In("positions") if positions else None), ("interleaved", interleaved))
     return Case("rope", shapes, dtype, (In("q"), In("k"), In("cos"), In("sin")), kwargs, seed, ("cos", "sin"), ints,
@@ -27,7 +30,8 @@ def fuzz(pick):
     N = pick.int(1, 40)
     return {"rope": rope_case(pick.int(1, 2), pick.int(1, 5), pick.int(1, 3), N, 2 * pick.int(1, 40),
                               pick.choice(("float32", "bfloat16")), interleaved=pick.choice((False, True)),
-                              positions=pick.choice((False, True)), max_pos=N + pick.int(0, 20), seed=pick.int(0, 99))}
+                              positions=pick.choice((False, True)), max_pos=N + pick.int(0, 20), seed=pick.int(0, 99),
+                              full=pick.choice((False, True)))}
 
 
 # Magnitudes (Case option "magnitude") at which each op must match the reference (the

@@ -1,6 +1,7 @@
 """Rotary position embedding of q and k, and its backward (the inverse rotation).
 
-q [B, Hq, N, D] and k [B, Hkv, N, D], row-major; cos, sin [max_positions, D/2]; position
+q [B, Hq, N, D] and k [B, Hkv, N, D], row-major; cos, sin [max_positions, W] row-major (W =
+D/2, or D with each value at its pair's first element: see plans.table); position
 of (b, n) = positions[b, n] (or n). Pair i of a head row, (x1, x2), is rotated by angle_i:
 (x1 cos - x2 sin, x2 cos + x1 sin). INTERLEAVED: pairs are (x[2i], x[2i+1]) (GPT-J);
 otherwise (x[i], x[i + D/2]) (LLaMA). SIGN = -1 rotates back (the backward). A position
@@ -46,14 +47,16 @@ def _rotate(X, OUT, b, h0, H, N, D, offs_n, nmask, c, s, offs_i, HALF,
 @kernel(inputs=5, outputs=2)
 def rope_kernel(
     Q, K, COS, SIN, POS,
-    N, Hq, Hkv, D, max_pos, tiles_per_program,
+    N, Hq, Hkv, D, max_pos, table_width, tiles_per_program,
     QO, KO,
     BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, HEADS: tl.constexpr, HAS_POS: tl.constexpr,
-    INTERLEAVED: tl.constexpr, SIGN: tl.constexpr, ALIGN: tl.constexpr,
+    INTERLEAVED: tl.constexpr, SIGN: tl.constexpr, ALIGN: tl.constexpr, TABLE_STEP: tl.constexpr,
+    TABLE_ALIGN: tl.constexpr,
 ):
     """Grid (B * cdiv(N, BLOCK_N), cdiv(tiles, tiles_per_program)), tiles = cdiv(Hq, HEADS)
     + cdiv(Hkv, HEADS): positions [n0, n0 + BLOCK_N) of batch row b, tiles [t0, t0 +
-    tiles_per_program)."""
+    tiles_per_program). Pair i's cos and sin: column i * TABLE_STEP of a table row of
+    table_width (a multiple of TABLE_ALIGN)."""
     blocks_n = tl.cdiv(N, BLOCK_N)
     b = (tl.program_id(0) // blocks_n).to(tl.int64)
     offs_n = (tl.program_id(0) % blocks_n) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -67,7 +70,7 @@ def rope_kernel(
     ok = nmask & (pos >= 0) & (pos < max_pos)
     pos = tl.where(ok, pos, 0)  # an out-of-range position reads nothing and is zeroed
     offs_i = tl.arange(0, BLOCK_I)
-    cs = pos[:, None] * HALF + offs_i[None, :]
+    cs = pos[:, None] * aligned(table_width, TABLE_ALIGN) + offs_i[None, :] * TABLE_STEP
     cm = ok[:, None] & (offs_i < HALF)[None, :]
     c = tl.load(COS + cs, mask=cm, other=0.0).to(tl.float32)[None, :, :]
     s = (tl.load(SIN + cs, mask=cm, other=0.0).to(tl.float32) * SIGN)[None, :, :]

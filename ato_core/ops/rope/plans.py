@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 from ato_core import checks
 from . import kernels as kern
@@ -39,8 +39,10 @@ def check_rope(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, posit
     checks.check_dim("k", k, 3, D, "D, as in q")
     if D % 2:
         raise ValueError(f"q: expected an even head size D (pairs are rotated), got D={D}")
-    checks.check_rank("cos", cos, 2, "[max_positions, D/2]")
-    checks.check_dim("cos", cos, 1, D // 2, "D/2")
+    checks.check_rank("cos", cos, 2, "[max_positions, D/2] or [max_positions, D]")
+    if cos.shape[1] not in (D // 2, D):
+        raise ValueError(f"cos: expected [max_positions, D/2] or [max_positions, D] with D={D}, got shape "
+                         f"{tuple(cos.shape)}")
     checks.check_shape("sin", sin, tuple(cos.shape), "the shape of cos")
     if positions is not None:
         checks.check_int("positions", positions)
@@ -49,6 +51,16 @@ def check_rope(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, posit
     elif N > cos.shape[0]:
         raise ValueError(f"cos: expected at least N={N} positions (rows) when positions is None, got {cos.shape[0]}")
     checks.check_bool("interleaved", interleaved)
+
+
+def table(cos: ArraySpec, D: int, interleaved: bool) -> Tuple[int, int]:
+    """(row width, column step) where pair i reads its cos and sin. A [P, D/2] table holds
+    pair i at column i. A [P, D] table holds each pair's value at the pair's first element,
+    as the full-width tables are built: column i for (x[i], x[i + D/2]) (cat(c, c), Hugging
+    Face's LLaMA), column 2i when interleaved (c repeated element-wise, GPT-J's). The other
+    half is not read (nor checked)."""
+    full = cos.shape[1] == D and D > 0
+    return cos.shape[1], (2 if full and interleaved else 1)
 
 
 @cached_plan
@@ -61,6 +73,7 @@ def plan(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, positions: 
     B, Hq, N, D = q.shape
     Hkv = k.shape[1]
     half = D // 2
+    width, step = table(cos, D, interleaved)
     block_i = max(next_pow2(half), 16)
     # The interpreter takes 4 positions and tiles of 4 heads, two tiles per program: several
     # position blocks, heads masked off in a tile (Hkv < 4), the loop over tiles and q and k
@@ -76,10 +89,11 @@ def plan(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, positions: 
     launch = Launch(
         kern.rope_kernel, (B * cdiv(N, block_n), cdiv(tiles, per_program)),
         ("q", "k", "cos", "sin", "positions" if positions is not None else "cos"),
-        (N, Hq, Hkv, D, cos.shape[0], per_program),
+        (N, Hq, Hkv, D, cos.shape[0], width, per_program),
         (Buffer("q_rot", tuple(q.shape), q.dtype), Buffer("k_rot", tuple(k.shape), k.dtype)),
         {"BLOCK_N": block_n, "BLOCK_I": block_i, "HEADS": heads, "HAS_POS": positions is not None,
-         "INTERLEAVED": interleaved, "SIGN": -1.0 if inverse else 1.0, "ALIGN": alignment(D)},
+         "INTERLEAVED": interleaved, "SIGN": -1.0 if inverse else 1.0, "ALIGN": alignment(D), "TABLE_STEP": step,
+         "TABLE_ALIGN": alignment(width)},
         num_warps=settings.warps,
     )
     return Plan((launch,), ("q_rot", "k_rot"), dense=("q", "k", "cos", "sin", "positions"))

@@ -1,4 +1,5 @@
-"""Reference rotary embedding. q [B, Hq, N, D], k [B, Hkv, N, D]; cos, sin [P, D/2];
+"""Reference rotary embedding. q [B, Hq, N, D], k [B, Hkv, N, D]; cos, sin [P, D/2] (or [P,
+D], each pair's value at its first element: plans.table);
 positions [B, N] (default 0..N-1). Pairs (x[i], x[i + D/2]) (LLaMA) or, interleaved,
 (x[2i], x[2i+1]) (GPT-J), rotated: (x1 cos - x2 sin, x2 cos + x1 sin)."""
 
@@ -20,6 +21,8 @@ def _rotate(x, c, s, interleaved, xp):
 def rope(q, k, cos, sin, *, positions=None, interleaved=False):
     xp = array_namespace(q, k, cos, sin)
     B, _, N, D = q.shape
+    if cos.shape[-1] == D:
+        cos, sin = (t[:, 0::2] if interleaved else t[:, : D // 2] for t in (cos, sin))
     if positions is None:
         positions = xp.broadcast_to(xp.arange(N, device=device(q))[None, :], (B, N))
     idx = xp.reshape(positions, (B * N,))
