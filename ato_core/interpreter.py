@@ -13,7 +13,8 @@ widen bf16 operands to fp32 first (exact), which is what the tensor cores comput
 products accumulated in fp32. Its fp32 -> bf16 conversion truncates (Triton 3.9 even with
 ``fp_downcast_rounding="rtne"``), where the GPU rounds to nearest even: every such
 conversion (a cast, a store to bf16) rounds to nearest even here too, as the GPU does
-(an explicit ``"rtz"`` still truncates). The patches are idempotent and only touch the
+(an explicit ``"rtz"`` still truncates). Load and store masks are made bool (3.9 types
+a block mask & a scalar condition as int32). The patches are idempotent and only touch the
 interpreter.
 
 Subnormal numbers: a plan runs with the thread's floating-point environment reset to IEEE
@@ -49,6 +50,32 @@ def _patch_bf16_dot() -> None:
 
     create_dot._ato_bf16_fix = True
     builder.create_dot = create_dot
+
+
+def _patch_int_masks() -> None:
+    """Triton 3.9's interpreter types ``i1 block & i1 scalar`` (a mask and a loop condition)
+    as int32, whose data ``tl.load`` / ``tl.store`` then refuse as a mask: masks are made
+    bool (nonzero: true), as the compiled kernel reads them."""
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    if getattr(builder.create_masked_load, "_ato_mask_fix", False):
+        return
+    load, store = builder.create_masked_load, builder.create_masked_store
+
+    def as_bool(mask):
+        if mask.data.dtype == np.bool_:
+            return mask
+        return interp.TensorHandle(mask.data != 0, mask.dtype.scalar)
+
+    def create_masked_load(self, ptrs, mask, *args, **kwargs):
+        return load(self, ptrs, as_bool(mask), *args, **kwargs)
+
+    def create_masked_store(self, ptrs, value, mask, *args, **kwargs):
+        return store(self, ptrs, value, as_bool(mask), *args, **kwargs)
+
+    create_masked_load._ato_mask_fix = True
+    builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
 
 
 def round_to_bf16(bits32: np.ndarray) -> np.ndarray:
@@ -250,6 +277,7 @@ def interpreted(kernel) -> _Interpreted:
     interpreter, on CPU torch tensors (or CUDA ones, copied through the host)."""
     _patch_bf16_dot()
     _patch_bf16_rounding()
+    _patch_int_masks()
     _patch_scalar_index()
     return _Interpreted(kernel)
 
