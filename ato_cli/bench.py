@@ -522,6 +522,13 @@ def transformer_ops_rows(quick: bool):
         "Liger": ce_fb(lambda a, t: lig_ce(a, t)) if lig_ce else None},
         {"ato_jax": (jax.grad(lambda a, t: ato_jax.cross_entropy(a, t)), (lj, tj)),
          "jax jit (XLA)": (jax.grad(xla_cross_entropy), (lj, tj))})
+    # with PaLM's z-loss and Gemma 2's soft-capping (against the rows above: the options' cost)
+    opts = {"z_loss": 1e-4, "softcap": 30.0}
+    lig_opt = LigerCE(lse_square_scale=opts["z_loss"], softcap=opts["softcap"]) if LigerCE else None
+    emit("cross_entropy loss+grad, z_loss + softcap", f"T{T} V{V} bf16", None, {
+        "ato_torch": ce_fb(lambda a, t: ato_torch.cross_entropy(a, t, **opts)),
+        "Liger": ce_fb(lambda a, t: lig_opt(a, t)) if lig_opt else None},
+        {"ato_jax": (jax.grad(lambda a, t: ato_jax.cross_entropy(a, t, **opts)), (lj, tj))})
     return rows
 
 

@@ -53,6 +53,9 @@ class Op:
       the op returns`` (default: the array, or a tuple of them).
     optional_cotangents: groups of cotangent names the backward plan can do without: a group
       whose cotangents are all absent is passed as None; any other absent cotangent is zeros.
+    nondifferentiable: returned results that carry no gradient (a value for logging): torch
+      marks them non-differentiable, JAX stops their gradient, and the backward plan gets
+      their cotangents as None.
     single_backward: the backward overwrites a saved result in place, so it may run once.
     check_values: ``(specs, static, host) -> None``, checks on input values where they are
       on the host already (``host(name)``: a NumPy array, or None where fetching it would
@@ -77,6 +80,7 @@ class Op:
     pack: Callable = default_pack
     optional: Tuple[str, ...] = ()
     optional_cotangents: Tuple[Tuple[str, ...], ...] = ()
+    nondifferentiable: Tuple[str, ...] = ()
     forward_takes_grad: bool = False
     single_backward: bool = False
     check_values: Optional[Callable] = None
@@ -176,7 +180,7 @@ class Op:
     def absent_cotangents(self, static, present: Mapping[str, bool]) -> Tuple[str, ...]:
         """Of the absent cotangents, those the backward plan takes as None (whole optional
         groups); every other absent one must be zeros."""
-        out = []
+        out = ["d" + n for n in self.nondifferentiable]
         for group in self.optional_cotangents:
             if not any(present.get(n, False) for n in group):
                 out.extend(group)

@@ -61,7 +61,8 @@ def build(op: Op):
         target = target_for(*[a for a in saved if a is not None])
         cot_names = op.cotangents(static)
         # an integer result's cotangent (float0) is absent
-        cotangents = tuple(None if c.dtype == jax.dtypes.float0 else c for c in cotangents)
+        cotangents = tuple(None if c.dtype == jax.dtypes.float0 or n in op.nondifferentiable else c
+                           for n, c in zip(op.returned(static), cotangents))
 
         def plan_of(got, V):
             fwd_specs = folded_specs(specs, V)
@@ -104,6 +105,9 @@ def build(op: Op):
             raise NotImplementedError(
                 f"ato_jax.{op.name}: forward-mode differentiation (jax.jvp, jax.jacfwd) is not supported; "
                 "use reverse mode (jax.grad, jax.vjp, jax.jacrev)") from exc
+        if op.nondifferentiable:
+            out = tuple(jax.lax.stop_gradient(o) if n in op.nondifferentiable else o
+                        for n, o in zip(op.returned(static), out))
         return op.pack(static, out)
 
     call.op = op

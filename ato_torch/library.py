@@ -226,7 +226,7 @@ def _register_backward(op: Op, saved_from):
     def autograd_backward(ctx, grads):
         value = decode(ctx.static)
         returned = [op.results.index(n) for n in op.returned(value)]
-        cots = [grads[i] for i in returned]
+        cots = [None if op.results[i] in op.nondifferentiable else grads[i] for i in returned]
         if all(c is None for c in cots):
             return None, None, None, None
         saved = list(ctx.saved_tensors)

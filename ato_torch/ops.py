@@ -46,10 +46,14 @@ def build(op: Op):
         ctx.meta = meta
         ctx.set_materialize_grads(False)
         index = fixed if fixed is not None else [op.results.index(n) for n in op.returned(static)]
+        if op.nondifferentiable:
+            ctx.mark_non_differentiable(*[outs[i] for i in index if op.results[i] in op.nondifferentiable])
         return tuple([outs[i] for i in index]) if len(index) > 1 else outs[index[0]]
 
     def backward(ctx, *cotangents):
         plan, target, static, specs, grad = ctx.meta
+        if op.nondifferentiable:
+            cotangents = _without_nondifferentiable(op, static, cotangents)
         absent = [c is None for c in cotangents]
         if all(absent):
             return (None,) * (n_inputs + 1)
@@ -87,7 +91,8 @@ def build(op: Op):
         """Under torch.compile: one opaque custom-op node (ato_torch.library)."""
         grad = torch.is_grad_enabled() and any(arrays[i] is not None and arrays[i].requires_grad for i in diff)
         outs = traced(*library.present_of(arrays), library.encode(static), grad)
-        return pack(static, tuple([outs[op.results.index(n)] for n in op.returned(static)]))
+        return pack(static, tuple([outs[op.results.index(n)].detach() if n in op.nondifferentiable else
+                                   outs[op.results.index(n)] for n in op.returned(static)]))
 
     @functools.wraps(op.signature)
     def call(*args, **kwargs):
@@ -123,6 +128,11 @@ def build(op: Op):
     call.op = op
     call.__module__ = __name__.split(".")[0]
     return call
+
+
+def _without_nondifferentiable(op: Op, static, cotangents) -> tuple:
+    """The cotangents of the returned results, None for those that carry no gradient."""
+    return tuple([None if n in op.nondifferentiable else c for n, c in zip(op.returned(static), cotangents)])
 
 
 def _host(arrays: dict, name: str):

@@ -271,6 +271,9 @@ OPS_GPU_CASES = [
     lambda dt: ce_case(1024, 32000, dtype=dt, label_smoothing=0.1, seed=10),
     lambda dt: ce_case(512, 128256, dtype=dt, reduction="none", scale=30.0, seed=11),
     lambda dt: ce_case((4, 256), 32000, dtype=dt, reduction="none", seed=15),  # [B, T, V]
+    lambda dt: ce_case(1024, 128256, dtype=dt, label_smoothing=0.1, scale=20.0, z_loss=1e-4, softcap=30.0, seed=16),
+    lambda dt: ce_case((2, 256), 32000, dtype=dt, reduction="none", scale=20.0, z_loss=1e-2, seed=17),
+    lambda dt: ce_case(512, 50000, dtype=dt, scale=30.0, softcap=5.0, seed=18),
 ]
 
 

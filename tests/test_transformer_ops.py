@@ -113,6 +113,47 @@ def test_cross_entropy_of_one_row_of_logits(framework):
     np.testing.assert_allclose(g, p - (np.arange(50) == 7), atol=1e-6)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("options", [{"z_loss": 1e-2}, {"softcap": 5.0}, {"z_loss": 1e-3, "softcap": 30.0}])
+def test_cross_entropy_z_loss_and_softcap(reduction, options):
+    """z_loss and softcap, alone and together, with label smoothing and a [B, T] leading
+    shape, logits of scale 10 (softcap 5 saturates tanh; lse^2 weighs in the loss)."""
+    check(ce_case((2, 5), 300, reduction=reduction, label_smoothing=0.1, scale=10.0, seed=12, **options))
+    check(ce_case(4, 3, dtype="bfloat16", reduction=reduction, scale=10.0, seed=13, **options))
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_returns_z_loss(framework, reduction):
+    """return_z_loss: (loss, z), z the z-loss term reduced as the loss (against the float64
+    reference), carrying no gradient: the logits' gradient is the loss's alone, bit for bit
+    the same as without return_z_loss, in both frameworks."""
+    rng = np.random.default_rng(14)
+    logits = (rng.standard_normal((6, 70)) * 8).astype(np.float32)
+    targets = np.array([3, -100, 69, 0, 7, 12])
+    kw = dict(reduction=reduction, z_loss=1e-2, softcap=20.0)
+    want_loss, want_z = ce_reference(torch.from_numpy(logits).double(), torch.from_numpy(targets), return_z_loss=True,
+                                     **kw)
+    assert float(want_z.abs().sum()) > 0
+    mod, arr = frontend(framework)
+    loss, z = mod.cross_entropy(arr(logits), arr(targets), return_z_loss=True, **kw)
+    np.testing.assert_allclose(np.asarray(loss), want_loss.numpy(), rtol=1e-5, atol=0)
+    np.testing.assert_allclose(np.asarray(z), want_z.numpy(), rtol=1e-5, atol=0)
+    if framework == "jax":
+        grad_with = jax.grad(lambda a: sum(jnp.sum(o) for o in mod.cross_entropy(a, arr(targets), return_z_loss=True,
+                                                                                  **kw)))(arr(logits))
+        grad_without = jax.grad(lambda a: jnp.sum(mod.cross_entropy(a, arr(targets), **kw)))(arr(logits))
+    else:
+        x = arr(logits).requires_grad_()
+        loss, z = mod.cross_entropy(x, arr(targets), return_z_loss=True, **kw)
+        assert loss.requires_grad and not z.requires_grad
+        loss.sum().backward()
+        grad_with, x.grad = x.grad, None
+        mod.cross_entropy(x, arr(targets), **kw).sum().backward()
+        grad_without = x.grad
+    np.testing.assert_array_equal(np.asarray(grad_with), np.asarray(grad_without))
+
+
 def test_cross_entropy_odd_vocabularies_and_large_logits():
     """V = 1, 3, 4097, and logits of magnitude 1e4 (exp would overflow without the online
     maximum): finite and right."""
@@ -403,6 +444,12 @@ BAD = [
     ("float targets", lambda m, a: m.cross_entropy(a["x"], a["x"][:, 0]), TypeError, "targets: expected an integer"),
     ("reduction", lambda m, a: m.cross_entropy(a["x"], a["t"], reduction="avg"), ValueError,
      "reduction: expected one of"),
+    ("z_loss < 0", lambda m, a: m.cross_entropy(a["x"], a["t"], z_loss=-1e-4), ValueError,
+     "z_loss: expected a finite float >= 0, got -0.0001"),
+    ("softcap 0", lambda m, a: m.cross_entropy(a["x"], a["t"], softcap=0.0), ValueError,
+     "softcap: expected None or a finite float > 0, got 0.0"),
+    ("return_z_loss", lambda m, a: m.cross_entropy(a["x"], a["t"], return_z_loss=1), TypeError,
+     "return_z_loss: expected a bool"),
 ]
 
 

@@ -6,6 +6,12 @@ loss = lse - (1 - eps) x_target - eps * mean_j x_j. A target equal to ignore_ind
 loss 0 and gradient 0; a target outside [0, V) otherwise gives NaN (the adapters reject
 such targets where the values are on the host; a kernel never reads out of bounds).
 
+Options, each a constexpr so the plain path keeps its instructions: SOFTCAP replaces every
+logit x by cap * tanh(x / cap) (Gemma 2) as it is read, in the log-sum-exp pass, the target's
+logit and the gradient pass (which multiplies by tanh's derivative 1 - tanh^2); ZLOSS adds
+z_loss * lse^2 (PaLM) to each row's loss, which scales the softmax part of the gradient by
+1 + 2 z_loss lse; ZOUT also stores each row's z_loss * lse^2.
+
 The gradient is computed in the forward, as Liger-Kernel does, when the caller will need it:
 right after a row's log-sum-exp the same program reads the row again and writes
 dlogits = (softmax(x) - eps / V - (1 - eps) onehot(target)) * s, with s = 1 / count for
@@ -38,7 +44,7 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned
+from ato_core.triton_helpers import aligned, tanh
 
 
 @kernel(inputs=1, outputs=1)
@@ -58,19 +64,35 @@ def ce_count_kernel(
     tl.store(COUNT, tl.sum(cnt, 0))
 
 
-@kernel(inputs=3, outputs=2)
+@triton.jit
+def _capped(x, cap, inv_cap, SOFTCAP: tl.constexpr):
+    """(cap tanh(x / cap), tanh(x / cap)) with SOFTCAP, else (x, 0)."""
+    if SOFTCAP:
+        th = tanh(x * inv_cap)
+        return cap * th, th
+    else:
+        return x, 0.0
+
+
+@kernel(inputs=3, outputs=3)
 def ce_fwd_kernel(
     LOGITS, TARGETS, COUNT,
-    T, V, ignore_index, smoothing,
-    LOSS, DLOGITS,
+    T, V, ignore_index, smoothing, z_loss, cap, inv_cap,
+    LOSS, DLOGITS, ZROW,
     BLOCK_V: tl.constexpr, VEC: tl.constexpr, SMOOTH: tl.constexpr, MEAN: tl.constexpr,
-    GRAD: tl.constexpr, ALIGN: tl.constexpr,
+    GRAD: tl.constexpr, ALIGN: tl.constexpr, ZLOSS: tl.constexpr = False, ZOUT: tl.constexpr = False,
+    SOFTCAP: tl.constexpr = False,
 ):
     """Grid (G,): program p takes rows p, p + G, ... LOSS [T]: each row's loss (fp32; 0 if
     ignored). With GRAD, DLOGITS [T, V]: the row's gradient for dloss = 1 (see the module
     docstring), scaled by 1 / COUNT when MEAN. ALIGN divides V: row starts are ALIGN-element
     aligned, so the loads and stores are vectors. VEC divides BLOCK_V: a thread's run of
-    contiguous elements in the log-sum-exp (see there)."""
+    contiguous elements in the log-sum-exp (see there).
+
+    SOFTCAP: every logit x is first cap tanh(x / cap) (inv_cap = 1 / cap), the gradient
+    multiplied by its derivative 1 - tanh^2. ZLOSS: each row's loss gains z_loss lse^2 and
+    its gradient the factor 1 + 2 z_loss lse on the softmax; ZOUT: ZROW [T] holds that term
+    (0 if ignored)."""
     LOG2E: tl.constexpr = 1.4426950408889634
     LN2: tl.constexpr = 0.6931471805599453
     V = aligned(V, ALIGN)
@@ -100,6 +122,8 @@ def ce_fwd_kernel(
             else:
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=float("-inf"))
             x = x.to(tl.float32)
+            if SOFTCAP:  # (padding stays -inf, not -cap)
+                x = tl.where(cmask, _capped(x, cap, inv_cap, SOFTCAP)[0], float("-inf"))
             m_new = tl.maximum(m, tl.max(x, 1))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
             e = tl.exp2((x - m_use[:, None]) * LOG2E)
@@ -117,11 +141,20 @@ def ce_fwd_kernel(
         t = tl.load(TARGETS + row).to(tl.int64)
         valid = t != ignore_index
         in_range = (t >= 0) & (t < V)
-        xt = tl.load(LOGITS + base + tl.where(in_range, t, 0)).to(tl.float32)
+        xt, tht = _capped(tl.load(LOGITS + base + tl.where(in_range, t, 0)).to(tl.float32), cap, inv_cap, SOFTCAP)
         # loss = lse - (1 - eps) xt - eps mean(x) = (lse - xt) + eps (xt - mean(x))
         loss = (m_row - xt) + lo * LN2
         if SMOOTH:
             loss += smoothing * xt - smoothing * tl.sum(sx, 0)
+        zfac = 1.0  # d(loss)/d(lse) on the softmax: 1, or 1 + 2 z_loss lse
+        if ZLOSS or ZOUT:
+            lse = m_row + lo * LN2
+            zrow = z_loss * lse * lse
+            if ZLOSS:
+                loss += zrow
+                zfac = 1.0 + 2.0 * z_loss * lse
+            if ZOUT:
+                tl.store(ZROW + row, tl.where(valid, tl.where(in_range, zrow, float("nan")), 0.0))
         loss = tl.where(in_range, loss, float("nan"))
         tl.store(LOSS + row, tl.where(valid, loss, 0.0))
         if GRAD:
@@ -139,16 +172,24 @@ def ce_fwd_kernel(
                 cmask = cols < V
                 # not needed again, and the gradient never read here: both first out of L2
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=0.0, eviction_policy="evict_first")
-                g = tl.exp2(tl.fma(x.to(tl.float32) - m_row, LOG2E, -c))
+                x, th = _capped(x.to(tl.float32), cap, inv_cap, SOFTCAP)
+                if ZLOSS:  # (the factor may be 0 or negative: not folded into c)
+                    g = tl.exp2(tl.fma(x - m_row, LOG2E, -lo)) * (zfac * scale)
+                else:
+                    g = tl.exp2(tl.fma(x - m_row, LOG2E, -c))
                 if SMOOTH:
                     g -= smoothing * scale / V
+                if SOFTCAP:
+                    g *= 1.0 - th * th
                 tl.store(DLOGITS + base + cols, g.to(DLOGITS.dtype.element_ty), mask=cmask,
                          eviction_policy="evict_first")
             # Every thread's stores above are visible to the whole program after the barrier,
             # so the target's element below is written last.
             tl.debug_barrier()
             p_t = tl.exp2(tl.fma(xt - m_row, LOG2E, -lo))
-            gt = (p_t - smoothing / V - (1.0 - smoothing)) * scale
+            gt = (p_t * zfac - smoothing / V - (1.0 - smoothing)) * scale
+            if SOFTCAP:
+                gt *= 1.0 - tht * tht
             tl.store(DLOGITS + base + t, gt.to(DLOGITS.dtype.element_ty), mask=in_range)
 
 

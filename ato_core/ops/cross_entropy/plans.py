@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Optional
 
 from ato_core import checks
@@ -36,7 +37,8 @@ def _block_v(V: int, target: Target, settings: Settings) -> int:
     return min(max(next_pow2(V), 16), 64 if target.interpret else settings.block_v)
 
 
-def check_cross_entropy(logits: ArraySpec, targets: ArraySpec, ignore_index, reduction, label_smoothing) -> None:
+def check_cross_entropy(logits: ArraySpec, targets: ArraySpec, ignore_index, reduction, label_smoothing,
+                        z_loss=0.0, softcap=None, return_z_loss=False) -> None:
     if logits.ndim < 1:
         raise ValueError("logits: expected at least 1 dimension [..., V], got a scalar")
     checks.check_float("logits", logits)
@@ -52,6 +54,12 @@ def check_cross_entropy(logits: ArraySpec, targets: ArraySpec, ignore_index, red
     if not (isinstance(label_smoothing, (int, float)) and not isinstance(label_smoothing, bool)
             and 0.0 <= label_smoothing <= 1.0):
         raise ValueError(f"label_smoothing: expected a float in [0, 1], got {label_smoothing!r}")
+    if not (isinstance(z_loss, (int, float)) and not isinstance(z_loss, bool) and 0.0 <= z_loss < math.inf):
+        raise ValueError(f"z_loss: expected a finite float >= 0, got {z_loss!r}")
+    if softcap is not None and not (isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
+                                    and 0.0 < softcap < math.inf):
+        raise ValueError(f"softcap: expected None or a finite float > 0, got {softcap!r}")
+    checks.check_bool("return_z_loss", return_z_loss)
 
 
 def check_target_values(targets, V: int, ignore_index: int) -> None:
@@ -83,12 +91,16 @@ def _programs(T: int, grad: bool, target: Target, settings: Settings) -> int:
 
 @cached_plan
 def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, reduction: str,
-                 label_smoothing: float, grad: bool, target: Target, settings: Optional[Settings] = None) -> Plan:
+                 label_smoothing: float, grad: bool, target: Target, z_loss: float = 0.0,
+                 softcap: Optional[float] = None, return_z_loss: bool = False,
+                 settings: Optional[Settings] = None) -> Plan:
     """Inputs: logits, targets. Results: loss (targets' shape, fp32, for "none", else a scalar), dlogits
-    (with ``grad``: the gradient for dloss = 1, logits' shape and dtype; else a dummy).
+    (with ``grad``: the gradient for dloss = 1, logits' shape and dtype; else a dummy), z_loss
+    (with ``return_z_loss``: the z-loss term, reduced as the loss; else a dummy).
     ``settings``: default SETTINGS."""
     settings = settings or SETTINGS
-    check_cross_entropy(logits, targets, ignore_index, reduction, label_smoothing)
+    check_cross_entropy(logits, targets, ignore_index, reduction, label_smoothing, z_loss, softcap, return_z_loss)
+    zout = return_z_loss
     T, V = rows(logits)
     mean = reduction == "mean"
     launches = []
@@ -98,17 +110,24 @@ def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, re
     block_v = _block_v(V, target, settings)
     launches.append(Launch(
         kern.ce_fwd_kernel, (_programs(T, grad, target, settings),), ("logits", "targets", "count" if mean else "targets"),
-        (T, V, int(ignore_index), float(label_smoothing)),
+        (T, V, int(ignore_index), float(label_smoothing), float(z_loss), float(softcap or 1.0),
+         1.0 / float(softcap or 1.0)),
         (Buffer("row_loss", tuple(targets.shape), "float32"),
-         optional_output("dlogits", tuple(logits.shape), logits.dtype, grad)),
+         optional_output("dlogits", tuple(logits.shape), logits.dtype, grad),
+         optional_output("row_z", tuple(targets.shape), "float32", zout)),
         {"BLOCK_V": block_v, "VEC": min(settings.vec, block_v), "SMOOTH": label_smoothing > 0, "MEAN": mean,
-         "GRAD": grad, "ALIGN": alignment(V)},
+         "GRAD": grad, "ALIGN": alignment(V), "ZLOSS": z_loss > 0, "ZOUT": zout, "SOFTCAP": softcap is not None},
         num_warps=settings.warps))
+    results = ["row_loss", "dlogits", "row_z" if zout else None]
     if reduction != "none":
-        launches.append(Launch(kern.ce_reduce_kernel, (1,), ("row_loss", "count" if mean else "row_loss"), (T,),
-                               (Buffer("total", (), "float32"),), {"BLOCK": 1024, "MEAN": mean}, num_warps=4))
-    loss = "row_loss" if reduction == "none" else "total"
-    return Plan(tuple(launches), (loss, "dlogits"), dense=("logits", "targets"))
+        for i in (0, 2) if zout else (0,):
+            out = ("total", None, "z_total")[i]
+            launches.append(Launch(kern.ce_reduce_kernel, (1,), (results[i], "count" if mean else results[i]), (T,),
+                                   (Buffer(out, (), "float32"),), {"BLOCK": 1024, "MEAN": mean}, num_warps=4))
+            results[i] = out
+    if results[2] is None:
+        results[2] = "dlogits"  # (not returned)
+    return Plan(tuple(launches), tuple(results), dense=("logits", "targets"))
 
 
 @cached_plan
