@@ -95,7 +95,7 @@ def round_to(a: np.ndarray, dtype: str) -> np.ndarray:
 HALF_MAX = "half-max"
 
 
-_UNSCALED = ("cos", "sin", "weight", "bias")
+_UNSCALED = ("cos", "sin", "weight", "bias", "temperature")
 
 
 def magnitude_of(case: Case) -> float:
@@ -128,6 +128,8 @@ def make_inputs(case: Case) -> Dict[str, np.ndarray]:
             pos = np.arange(shape[0])[:, None]
             angle = pos * (10000.0 ** (-np.arange(shape[1]) / shape[1]))[None, :]
             a = (np.cos(angle) if name == "cos" else np.sin(angle)).astype(np.float32)
+        if name == "temperature":  # a traced softmax temperature: positive, in [0.5, 2]
+            a = np.float32(0.5) + np.float32(1.5) * np.abs(np.tanh(a))
         if name in ("q", "k") and opt.get("nonneg"):
             a = np.abs(a)
         if name in ("S0", "z0"):

@@ -262,6 +262,8 @@ OPS_GPU_CASES = [
     lambda dt: drln_case((2048, 4096), dtype=dt, p=0.1, dseed=5, seed=4),
     lambda dt: softmax_case((4096, 4096), dtype=dt, seed=5),
     lambda dt: softmax_case((16, 50000), dtype=dt, temperature=0.7, seed=6),  # online
+    lambda dt: softmax_case((4096, 4096), dtype=dt, temperature="traced", seed=19),
+    lambda dt: softmax_case((16, 50000), dtype=dt, temperature="traced", seed=20),
     lambda dt: swiglu_case((4096, 7168), dtype=dt, seed=7),
     lambda dt: rope_case(2, 16, 4, 1024, 128, dtype=dt, positions=True, max_pos=4096, seed=8),
     lambda dt: rope_case(2, 8, 8, 512, 64, dtype=dt, interleaved=True, seed=9),

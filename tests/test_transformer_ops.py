@@ -67,6 +67,21 @@ def test_dropout_residual_layer_norm(N, p):
 def test_softmax(N):
     check(softmax_case((2, 2, N), seed=N))
     check(softmax_case((3, N), temperature=0.5, seed=N + 1))
+    check(softmax_case((3, N), temperature="traced", seed=N + 2))
+
+
+def test_softmax_traced_temperature_one_trace():
+    """A 0-d temperature is read by the kernel: under jax.jit, three values compile once and
+    give what three fixed temperatures give (to an ulp: 1/t is taken in the kernel, not on
+    the host); in torch a temperature tensor gives the same bits as in JAX."""
+    x = np.random.default_rng(3).standard_normal((4, 100)).astype(np.float32)
+    f = jax.jit(lambda a, t: ato_jax.softmax(a, temperature=t))
+    for t in (0.6, 1.3, 2.5):
+        y = np.asarray(f(jnp.asarray(x), jnp.float32(t)))
+        np.testing.assert_allclose(y, np.asarray(ato_jax.softmax(jnp.asarray(x), temperature=t)), rtol=1e-6,
+                                   atol=0)
+        np.testing.assert_array_equal(y, ato_torch.softmax(torch.from_numpy(x), temperature=torch.tensor(t)).numpy())
+    assert f._cache_size() == 1
 
 
 @pytest.mark.parametrize("shape", [(1,), (3, 1000), (4097,), (2, 3, 7)])
@@ -432,6 +447,10 @@ BAD = [
     ("residual shape", lambda m, a: m.dropout_residual_layer_norm(a["x"], a["x"][:1], None, None), ValueError,
      "residual: expected shape (3, 4)"),
     ("temperature", lambda m, a: m.softmax(a["x"], temperature=0), ValueError, "temperature: expected a positive"),
+    ("temperature array", lambda m, a: m.softmax(a["x"], temperature=a["x"][0]), ValueError,
+     "temperature: expected a float or a 0-d array, got an array of shape (4,)"),
+    ("temperature int array", lambda m, a: m.softmax(a["x"], temperature=a["xi"][0, 0]), TypeError,
+     "temperature: expected a floating dtype"),
     ("swiglu shapes", lambda m, a: m.swiglu(a["x"], a["x"][:1]), ValueError, "up: expected shape (3, 4)"),
     ("rope odd D", lambda m, a: m.rope(a["q5"], a["q5"], a["cs"], a["cs"]), ValueError, "q: expected an even head"),
     ("rope cos shape", lambda m, a: m.rope(a["q4"], a["q4"], a["cs"], a["cs"]), ValueError,

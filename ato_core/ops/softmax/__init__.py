@@ -8,15 +8,29 @@ from . import plans, reference
 
 
 def softmax(x, *, temperature=1.0):
-    """softmax(x / temperature) over the last axis, any width (online past 8192). The
-    backward uses the output alone."""
-    return (x,), temperature
+    """softmax(x / temperature) over the last axis, any width (online past 8192).
+
+    x: [..., N], fp32/fp16/bf16; returns y of x's shape and dtype. temperature: a positive
+    Python float (fixed: one compiled kernel per value), or a 0-d float array / tensor on x's
+    device, which may be traced under jit (read by the kernel: no retrace) and takes the
+    gradient of softmax(x / t) (its value is not checked: 0 gives inf / NaN). The backward
+    uses the output alone."""
+    if isinstance(temperature, (int, float)):
+        return (x, None), temperature
+    return (x, temperature), None
+
+
+def _forward(s, temperature, target):
+    return plans.forward_plan(s["x"], s["temperature"], temperature=temperature, target=target)
+
+
+def _backward(s, temperature, target):
+    return plans.backward_plan(s["y"], s["temperature"], temperature=temperature, target=target)
 
 
 SOFTMAX = Op(
-    softmax, inputs=("x",), results=("y",), saved=("y",), differentiable=("x",),
-    forward=lambda s, temperature, target: plans.forward_plan(s["x"], temperature=temperature, target=target),
-    backward=lambda s, temperature, target: plans.backward_plan(s["y"], temperature=temperature, target=target),
+    softmax, inputs=("x", "temperature"), results=("y",), saved=("y", "temperature"),
+    differentiable=("x", "temperature"), optional=("temperature",), forward=_forward, backward=_backward,
     reference=reference.softmax, family="softmax", batch=("x",), batch_min_rank=2)
 
 OPS = (SOFTMAX,)

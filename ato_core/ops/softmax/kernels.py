@@ -4,6 +4,12 @@ Rows of N elements (row-major [M, N]). SINGLE (N <= BLOCK_N): the row in registe
 pass. Otherwise an online pass keeps, per lane, the running maximum and the running sum of
 exp(x - max), rescaled as the maximum grows, then combines the lanes; a second pass writes
 y. Backward: dx = y * (dy - sum(dy * y)) / temperature (one or two passes likewise).
+
+A traced temperature (TRACED) is read from memory, so one compiled kernel serves every
+value. Its gradient, from y alone: with g = y * (dy - sum(dy * y)) = dL/d(x / t),
+dL/dt = -(1/t) sum_j g_j x_j / t = -(1/t) sum_j g_j log y_j, since log y_j = x_j / t - lse
+and sum_j g_j = 0 (an underflowed y_j = 0 adds its limit, 0). Each row's term goes to DT_ROW;
+``softmax_sum_kernel`` adds them in a fixed order.
 """
 
 import triton
@@ -21,15 +27,25 @@ def _row(N, BLOCK_N: tl.constexpr, ALIGN: tl.constexpr):
     return N, row * N, tl.arange(0, BLOCK_N)
 
 
-@kernel(inputs=1, outputs=1)
+@triton.jit
+def _inv_temp(TEMP, inv_temp, TRACED: tl.constexpr):
+    """1 / temperature: read from TEMP (a 0-d array) when TRACED, else the scalar argument."""
+    if TRACED:
+        return 1.0 / tl.load(TEMP).to(tl.float32)
+    else:
+        return inv_temp
+
+
+@kernel(inputs=2, outputs=1)
 def softmax_fwd_kernel(
-    X,
+    X, TEMP,
     M, N, inv_temp,
     Y,
-    BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, ALIGN: tl.constexpr,
+    BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, ALIGN: tl.constexpr, TRACED: tl.constexpr,
 ):
-    """Grid (M,). One row."""
+    """Grid (M,). One row. TEMP: the temperature when TRACED (else a dummy)."""
     N, base, offs = _row(N, BLOCK_N, ALIGN)
+    inv_temp = _inv_temp(TEMP, inv_temp, TRACED)
     if SINGLE:
         cmask = offs < N
         s = tl.load(X + base + offs, mask=cmask, other=float("-inf")).to(tl.float32) * inv_temp
@@ -54,21 +70,31 @@ def softmax_fwd_kernel(
             tl.store(Y + base + cols, (tl.exp(s - m_row) / l_row).to(Y.dtype.element_ty), mask=cmask)
 
 
-@kernel(inputs=2, outputs=1)
+@triton.jit
+def _g_log_y(g, y):
+    """g * log(y), 0 where y = 0 (its limit: g has the factor y)."""
+    return tl.where(y > 0.0, g * tl.log(tl.where(y > 0.0, y, 1.0)), 0.0)
+
+
+@kernel(inputs=3, outputs=2)
 def softmax_bwd_kernel(
-    Y, DY,
+    Y, DY, TEMP,
     M, N, inv_temp,
-    DX,
-    BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, ALIGN: tl.constexpr,
+    DX, DT_ROW,
+    BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, ALIGN: tl.constexpr, TRACED: tl.constexpr,
 ):
-    """Grid (M,). dx = y * (dy - sum(dy * y)) * inv_temp for one row."""
+    """Grid (M,). dx = y * (dy - sum(dy * y)) * inv_temp for one row; when TRACED, DT_ROW [M]
+    (fp32) gets the row's part of dL/dt (else TEMP and DT_ROW are dummies)."""
     N, base, offs = _row(N, BLOCK_N, ALIGN)
+    inv_temp = _inv_temp(TEMP, inv_temp, TRACED)
     if SINGLE:
         cmask = offs < N
         y = tl.load(Y + base + offs, mask=cmask, other=0.0).to(tl.float32)
         dy = tl.load(DY + base + offs, mask=cmask, other=0.0).to(tl.float32)
-        dx = y * (dy - tl.sum(y * dy, 0)) * inv_temp
-        tl.store(DX + base + offs, dx.to(DX.dtype.element_ty), mask=cmask)
+        g = y * (dy - tl.sum(y * dy, 0))
+        tl.store(DX + base + offs, (g * inv_temp).to(DX.dtype.element_ty), mask=cmask)
+        if TRACED:
+            tl.store(DT_ROW + tl.program_id(0), -inv_temp * tl.sum(_g_log_y(g, y), 0))
     else:
         acc = tl.zeros([BLOCK_N], tl.float32)
         for c0 in range(0, N, BLOCK_N):
@@ -77,9 +103,31 @@ def softmax_bwd_kernel(
             y = tl.load(Y + base + cols, mask=cmask, other=0.0).to(tl.float32)
             acc += y * tl.load(DY + base + cols, mask=cmask, other=0.0).to(tl.float32)
         dot = tl.sum(acc, 0)
+        dt = tl.zeros([BLOCK_N], tl.float32)
         for c0 in range(0, N, BLOCK_N):
             cols = c0 + offs
             cmask = cols < N
             y = tl.load(Y + base + cols, mask=cmask, other=0.0).to(tl.float32)
             dy = tl.load(DY + base + cols, mask=cmask, other=0.0).to(tl.float32)
-            tl.store(DX + base + cols, (y * (dy - dot) * inv_temp).to(DX.dtype.element_ty), mask=cmask)
+            g = y * (dy - dot)
+            tl.store(DX + base + cols, (g * inv_temp).to(DX.dtype.element_ty), mask=cmask)
+            if TRACED:
+                dt += _g_log_y(g, y)
+        if TRACED:
+            tl.store(DT_ROW + tl.program_id(0), -inv_temp * tl.sum(dt, 0))
+
+
+@kernel(inputs=1, outputs=1)
+def softmax_sum_kernel(
+    DT_ROW,
+    M,
+    DT,
+    BLOCK: tl.constexpr,
+):
+    """Grid (1,). DT (0-d, the temperature's dtype) = the sum of DT_ROW [M], in a fixed order."""
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.float32)
+    for r0 in range(0, M, BLOCK):
+        rows = r0 + offs
+        acc += tl.load(DT_ROW + rows, mask=rows < M, other=0.0)
+    tl.store(DT, tl.sum(acc, 0).to(DT.dtype.element_ty))
