@@ -28,7 +28,7 @@ import math
 from typing import Any, Mapping, NamedTuple, Sequence
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8}
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "uint32": 4}
 
 
 def itemsize(dtype: str) -> int:

@@ -56,6 +56,9 @@ class Op:
     nondifferentiable: returned results that carry no gradient (a value for logging): torch
       marks them non-differentiable, JAX stops their gradient, and the backward plan gets
       their cotangents as None.
+    random: inputs that carry a random seed (an integer array the kernel reads): ato_torch
+      also takes a ``torch.Generator`` there (draws a seed from it on the first input's
+      device), ato_jax a typed ``jax.random`` key (passed as its key data).
     single_backward: the backward overwrites a saved result in place, so it may run once.
     check_values: ``(specs, static, host) -> None``, checks on input values where they are
       on the host already (``host(name)``: a NumPy array, or None where fetching it would
@@ -81,6 +84,7 @@ class Op:
     optional: Tuple[str, ...] = ()
     optional_cotangents: Tuple[Tuple[str, ...], ...] = ()
     nondifferentiable: Tuple[str, ...] = ()
+    random: Tuple[str, ...] = ()
     forward_takes_grad: bool = False
     single_backward: bool = False
     check_values: Optional[Callable] = None

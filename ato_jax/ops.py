@@ -91,6 +91,8 @@ def build(op: Op):
     def call(*args, **kwargs):
         arrays, static = op.signature(*args, **kwargs)
         arrays = tuple(None if a is None and n in op.optional else _array(n, a) for n, a in zip(names, arrays))
+        if op.random:
+            arrays = tuple(_key_data(a) if n in op.random else a for n, a in zip(names, arrays))
         specs = tuple(None if a is None else spec(a) for a in arrays)
         target = target_for(*[a for a in arrays if a is not None])
         op.forward_plan(specs, static, target)
@@ -136,6 +138,13 @@ def _array(name: str, x):
     if not isinstance(x, (jax.Array, np.ndarray, np.generic)) and not hasattr(x, "__jax_array__"):
         raise TypeError(f"{name}: expected an array, got {type(x).__name__}")
     return jnp.asarray(x)
+
+
+def _key_data(x):
+    """A typed jax.random key as its raw data (uint32 [2] for threefry); anything else as it is."""
+    if x is not None and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(x)
+    return x
 
 
 def _host(arrays: dict, name: str):

@@ -86,6 +86,7 @@ def build(op: Op):
     single = fixed[0] if fixed is not None and len(fixed) == 1 and op.pack is default_pack else None
 
     traced = library.register(op)
+    random = tuple(i for i, n in enumerate(names) if n in op.random)
 
     def compiled(arrays, static):
         """Under torch.compile: one opaque custom-op node (ato_torch.library)."""
@@ -97,6 +98,8 @@ def build(op: Op):
     @functools.wraps(op.signature)
     def call(*args, **kwargs):
         arrays, static = signature(*args, **kwargs)
+        if random:
+            arrays = _drawn(arrays, random)
         if torch.compiler.is_compiling():
             return compiled(arrays, static)
         if torch._C._are_functorch_transforms_active():
@@ -128,6 +131,18 @@ def build(op: Op):
     call.op = op
     call.__module__ = __name__.split(".")[0]
     return call
+
+
+def _drawn(arrays: tuple, random: tuple) -> tuple:
+    """The arrays, a torch.Generator at a random input replaced by a seed drawn from it (an
+    int64 tensor on the first input's device; the generator advances)."""
+    out = list(arrays)
+    for i in random:
+        g = out[i]
+        if isinstance(g, torch.Generator):
+            seed = torch.empty((), dtype=torch.int64, device=g.device).random_(2 ** 31, generator=g)
+            out[i] = seed.to(arrays[0].device) if isinstance(arrays[0], torch.Tensor) else seed
+    return tuple(out)
 
 
 def _without_nondifferentiable(op: Op, static, cotangents) -> tuple:

@@ -289,6 +289,36 @@ def test_transformer_ops_gpu(i, dtype):
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
 
 
+def test_dropout_seed_tensor_under_cuda_graph():
+    """A seed tensor updated in place draws a new mask each replay of a CUDA graph, the mask
+    that its value draws as an int; a CUDA torch.Generator draws a seed per call."""
+    import torch
+
+    import ato_torch
+
+    x, r = torch.ones(64, 1000, device="cuda"), torch.zeros(64, 1000, device="cuda")
+    seed = torch.tensor(3, device="cuda")
+
+    def h():
+        return ato_torch.dropout_residual_layer_norm(x, r, None, None, p=0.4, seed=seed)[1]
+    h()  # compiled before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = h()
+    masks = []
+    for s in (3, 4, 5):
+        seed.fill_(s)
+        graph.replay()
+        masks.append(out != 0)
+        want = ato_torch.dropout_residual_layer_norm(x, r, None, None, p=0.4, seed=s)[1] != 0
+        assert torch.equal(masks[-1], want), s
+    assert (masks[0] != masks[1]).float().mean() > 0.3
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = ato_torch.dropout_residual_layer_norm(x, r, None, None, p=0.4, seed=g)[1] != 0
+    b = ato_torch.dropout_residual_layer_norm(x, r, None, None, p=0.4, seed=g)[1] != 0
+    assert (a != b).float().mean() > 0.3
+
+
 def test_dropout_mask_same_on_cpu_and_gpu():
     """The same seed draws the same mask compiled on the GPU as interpreted on the CPU."""
     import torch
@@ -299,6 +329,15 @@ def test_dropout_mask_same_on_cpu_and_gpu():
     cpu = ato_torch.dropout_residual_layer_norm(x, x * 0, None, None, p=0.4, seed=9)[1]
     gpu = ato_torch.dropout_residual_layer_norm(x.cuda(), x.cuda() * 0, None, None, p=0.4, seed=9)[1]
     assert torch.equal(cpu != 0, (gpu != 0).cpu())
+    import jax
+    import jax.numpy as jnp
+
+    import ato_jax
+
+    xj = jnp.ones((64, 1000))
+    for seed in (jax.random.key(9), jnp.int32(9)):
+        hj = jax.jit(lambda a, s: ato_jax.dropout_residual_layer_norm(a, a * 0, None, None, p=0.4, seed=s)[1])(xj, seed)
+        assert np.array_equal(np.asarray(hj) != 0, (cpu != 0).numpy())
 
 
 def test_run_after_run_bitwise_gpu():

@@ -409,9 +409,10 @@ from triton.compiler import ASTSource
 from ato_core.ops.norms import kernels as norms
 ato_torch.layer_norm(torch.randn(3, 100))
 ato_torch.dropout_residual_layer_norm(torch.ones(2, 40), torch.zeros(2, 40), None, None, p=0.5, seed=1)
-sig = dict.fromkeys(["X", "R", "W", "B", "Y", "H", "MEAN", "RSTD"], "*fp32")
+sig = dict.fromkeys(["X", "R", "W", "B", "SEED", "Y", "H", "MEAN", "RSTD"], "*fp32")
 sig.update(M="i32", N="i32", eps="fp32", p="fp32", seed="i32")
-ce = dict(BLOCK_N=128, SINGLE=True, RMS=False, HAS_W=False, HAS_B=False, HAS_RES=True, DROPOUT=True, ALIGN=4)
+ce = dict(BLOCK_N=128, SINGLE=True, RMS=False, HAS_W=False, HAS_B=False, HAS_RES=True, DROPOUT=True, ALIGN=4,
+          SEED_WORDS=0)
 sig.update(dict.fromkeys(ce, "constexpr"))
 assert triton.compile(ASTSource(fn=norms.norm_fwd_kernel, signature=sig, constexprs=ce),
                       target=GPUTarget("cuda", 90, 32)).asm["ptx"]

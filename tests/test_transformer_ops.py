@@ -61,6 +61,37 @@ def test_rms_norm_width_one():
 @pytest.mark.parametrize("p", [0.0, 0.3])
 def test_dropout_residual_layer_norm(N, p):
     check(drln_case((4, N), p=p, dseed=7, seed=N))
+    check(drln_case((4, N), p=p, dseed=8, seed=N + 1, seed_array=True))
+
+
+def test_dropout_seed_the_frameworks_way():
+    """A seed as an int, a 0-d int32 / int64 array, a raw or typed jax.random key: seed s draws
+    one mask in both frameworks (key(s)'s data is [0, s]); under jax.jit, new keys (split
+    every step) reuse one compiled kernel (trace count 1) and draw new masks; the backward
+    redraws the forward's mask. A torch.Generator advances: two calls draw two masks, and a
+    generator seeded again draws them again."""
+    p, shape = 0.4, (32, 100)
+    want = _dropout_h("torch", shape, p, 5) != 0
+    for seed in (torch.tensor(5), torch.tensor(5, dtype=torch.int32)):
+        np.testing.assert_array_equal(_dropout_h("torch", shape, p, seed) != 0, want)
+    x, r = jnp.ones(shape), jnp.zeros(shape)
+    f = jax.jit(lambda s: ato_jax.dropout_residual_layer_norm(x, r, None, None, p=p, seed=s)[1])
+    for seed in (jnp.int32(5), jax.random.PRNGKey(5), jax.random.key(5)):
+        np.testing.assert_array_equal(np.asarray(f(seed)) != 0, want)
+    key, masks = jax.random.key(0), []
+    for _ in range(3):
+        key, sub = jax.random.split(key)
+        masks.append(np.asarray(f(sub)) != 0)
+    assert f._cache_size() == 3  # int32, raw key, typed key: one trace each
+    assert (masks[0] != masks[1]).mean() > 0.3 and (masks[1] != masks[2]).mean() > 0.3
+    dx = jax.grad(lambda a: ato_jax.dropout_residual_layer_norm(a, r, None, None, p=p, seed=jax.random.key(5))[1]
+                  .sum())(x)
+    np.testing.assert_array_equal(np.asarray(dx) != 0, want)
+    g = torch.Generator().manual_seed(3)
+    a, b = _dropout_h("torch", shape, p, g) != 0, _dropout_h("torch", shape, p, g) != 0
+    assert (a != b).mean() > 0.3
+    g.manual_seed(3)
+    np.testing.assert_array_equal(_dropout_h("torch", shape, p, g) != 0, a)
 
 
 @pytest.mark.parametrize("N", WIDTHS)
@@ -444,6 +475,10 @@ BAD = [
      "p: expected a float in [0, 1)"),
     ("p < 0", lambda m, a: m.dropout_residual_layer_norm(a["x"], a["x"], None, None, p=-0.1), ValueError,
      "p: expected a float in [0, 1)"),
+    ("float seed", lambda m, a: m.dropout_residual_layer_norm(a["x"], a["x"], None, None, p=0.1, seed=a["x"][0, 0]),
+     TypeError, "seed: expected an int, or an array of dtype int32, int64 or uint32, got float32"),
+    ("seed shape", lambda m, a: m.dropout_residual_layer_norm(a["x"], a["x"], None, None, p=0.1, seed=a["xi"][0]),
+     ValueError, "seed: expected a 0-d integer array or a random key's data (uint32 [2]), got shape (4,)"),
     ("residual shape", lambda m, a: m.dropout_residual_layer_norm(a["x"], a["x"][:1], None, None), ValueError,
      "residual: expected shape (3, 4)"),
     ("temperature", lambda m, a: m.softmax(a["x"], temperature=0), ValueError, "temperature: expected a positive"),

@@ -11,18 +11,23 @@ def norm_case(op, shape, dtype="float32", weight=True, bias=True, seed=0):
     return Case(op, tuple(shapes), dtype, (In("x"),), kwargs, seed)
 
 
-def drln_case(shape, dtype="float32", p=0.0, dseed=0, seed=0):
+def drln_case(shape, dtype="float32", p=0.0, dseed=0, seed=0, seed_array=False):
+    """dseed: the dropout seed, an int, or with ``seed_array`` a 0-d integer input of that value."""
     N = shape[-1]
     shapes = (("x", tuple(shape)), ("residual", tuple(shape)), ("weight", (N,)), ("bias", (N,)))
-    return Case("dropout_residual_layer_norm", shapes, dtype, (In("x"), In("residual"), In("weight"), In("bias")),
-                (("p", p), ("seed", dseed)), seed)
+    args = (In("x"), In("residual"), In("weight"), In("bias"))
+    if seed_array:
+        return Case("dropout_residual_layer_norm", shapes, dtype, args, (("p", p), ("seed", In("seed"))), seed,
+                    int_inputs=(("seed", (), dseed, dseed + 1),))
+    return Case("dropout_residual_layer_norm", shapes, dtype, args, (("p", p), ("seed", dseed)), seed)
 
 
 def check_cases(gpu: bool, dtype: str, quick: bool):
     M, N = (2048, 4096) if gpu else (6, 300)
     return [norm_case("layer_norm", (M, N), dtype=dtype, seed=1),
             norm_case("rms_norm", (M, N + 1), dtype=dtype, bias=False, seed=2),
-            drln_case((M, N), dtype=dtype, p=0.1, dseed=3, seed=3)]
+            drln_case((M, N), dtype=dtype, p=0.1, dseed=3, seed=3),
+            drln_case((M, N), dtype=dtype, p=0.1, dseed=4, seed=4, seed_array=True)]
 
 
 def _x(M, N):
@@ -35,7 +40,9 @@ COMPILE = [(f"{name}{N}", op, args(*_x(64 if N < 65536 else 4, N)), kw)
            for N in (4096, 1000, 65536) for name, op, args, kw in (
     ("layer_norm", "layer_norm", lambda x, w: (x, w, w), {}),
     ("rms_norm", "rms_norm", lambda x, w: (x, w), {}),
-    ("drln", "dropout_residual_layer_norm", lambda x, w: (x, x, w, w if N < 65536 else None), {"p": 0.1, "seed": 1}))]
+    ("drln", "dropout_residual_layer_norm", lambda x, w: (x, x, w, w if N < 65536 else None), {"p": 0.1, "seed": 1}),
+    ("drln seed array", "dropout_residual_layer_norm", lambda x, w: (x, x, w, w),
+     {"p": 0.1, "seed": gpu_spec((), "int64")}))]
 
 
 def fuzz(pick):
@@ -48,7 +55,7 @@ def fuzz(pick):
         "rms_norm": norm_case("rms_norm", shape, dtype, weight=pick.choice((True, False)), bias=False,
                               seed=pick.int(0, 99)),
         "dropout_residual_layer_norm": drln_case(shape, dtype, p=pick.choice((0.0, 0.1, 0.5)), dseed=pick.int(0, 999),
-                                                 seed=pick.int(0, 99)),
+                                                 seed=pick.int(0, 99), seed_array=pick.choice((False, True))),
     }
 
 

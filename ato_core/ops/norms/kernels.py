@@ -4,7 +4,10 @@ Rows of N elements (the last axis; inputs are row-major [M, N]). Statistics in f
 LayerNorm y = (h - mean) * rstd * w + b, rstd = 1/sqrt(var + eps); RMSNorm y = h * rstd * w,
 rstd = 1/sqrt(mean(h^2) + eps). With a residual, h = dropout(x) + residual, the dropout mask
 drawn from Philox on (seed, row * N + col): keep iff U(0,1) >= p, kept values scaled by
-1/(1-p). No mask is stored; the backward draws it again.
+1/(1-p). No mask is stored; the backward draws it again. The seed is a scalar argument, or
+read from memory (SEED_WORDS 1: a 0-d integer array; 2: two uint32 words, high first, a JAX
+key's data), so that one compiled kernel serves every seed; a seed s gives the same mask
+whichever way it comes (a key's data [0, s] too).
 
 SINGLE (N <= BLOCK_N): a program holds its row in registers, one pass over memory. Otherwise
 the row is walked in BLOCK_N pieces: pass 1 h (written out when there is a residual) and its
@@ -31,6 +34,19 @@ def _dropout_keep(seed, row, cols, N, p):
     """The dropout mask of (row, cols): Philox on the element index, keep iff U >= p."""
     idx = row.to(tl.int64) * N + cols
     return tl.rand(seed, idx) >= p
+
+
+@triton.jit
+def _seed(SEED, seed, SEED_WORDS: tl.constexpr):
+    """The dropout seed: the scalar argument, or read from SEED (see the module docstring)."""
+    if SEED_WORDS == 1:
+        return tl.load(SEED)
+    elif SEED_WORDS == 2:
+        hi = tl.load(SEED).to(tl.uint32, bitcast=True).to(tl.uint64)
+        lo = tl.load(SEED + 1).to(tl.uint32, bitcast=True).to(tl.uint64)
+        return (hi << 32) | lo
+    else:
+        return seed
 
 
 @triton.jit
@@ -80,17 +96,19 @@ def _h_again(X, H, row, cols, cmask, N, HAS_RES: tl.constexpr):
     return tl.load(X + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
 
 
-@kernel(inputs=4, outputs=4)
+@kernel(inputs=5, outputs=4)
 def norm_fwd_kernel(
-    X, R, W, B,
+    X, R, W, B, SEED,
     M, N, eps, p, seed,
     Y, H, MEAN, RSTD,
     BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, RMS: tl.constexpr, HAS_W: tl.constexpr,
     HAS_B: tl.constexpr, HAS_RES: tl.constexpr, DROPOUT: tl.constexpr, ALIGN: tl.constexpr,
+    SEED_WORDS: tl.constexpr = 0,
 ):
     """Grid (M,). One row: y, and h (HAS_RES), mean (LayerNorm) and rstd, [M] fp32.
-    R, W, B, H, MEAN are dummies when unused."""
+    R, W, B, SEED, H, MEAN are dummies when unused."""
     row = tl.program_id(0).to(tl.int64)
+    seed = _seed(SEED, seed, SEED_WORDS)
     N = aligned(N, ALIGN)
     offs = tl.arange(0, BLOCK_N)
     if SINGLE:
@@ -190,18 +208,19 @@ def _store_dx(DX, DR, DH, row, cols, cmask, N, dh, p, seed, HAS_RES: tl.constexp
     tl.store(DX + row * N + cols, dh.to(DX.dtype.element_ty), mask=cmask)
 
 
-@kernel(inputs=6, outputs=4)
+@kernel(inputs=7, outputs=4)
 def norm_bwd_kernel(
-    HX, W, DY, DH, MEAN, RSTD,
+    HX, W, DY, DH, MEAN, RSTD, SEED,
     M, N, rows_per_program, p, seed,
     DX, DR, DW_PART, DB_PART,
     BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, RMS: tl.constexpr, HAS_W: tl.constexpr,
     HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_DH: tl.constexpr, DROPOUT: tl.constexpr,
-    ALIGN: tl.constexpr, STAGES: tl.constexpr = 1,
+    ALIGN: tl.constexpr, STAGES: tl.constexpr = 1, SEED_WORDS: tl.constexpr = 0,
 ):
     """Grid (P,). Rows [pid * rows_per_program, ...): dx (and dresidual), and this program's
     partial dw, db rows ([P, N] fp32, zero-initialised). HX is h (with a residual) or x."""
     pid = tl.program_id(0)
+    seed = _seed(SEED, seed, SEED_WORDS)
     N = aligned(N, ALIGN)
     offs = tl.arange(0, BLOCK_N)
     first = pid * rows_per_program

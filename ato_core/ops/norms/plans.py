@@ -84,14 +84,30 @@ def check_norm(name_x: str, x: ArraySpec, weight: Optional[ArraySpec], bias: Opt
 
 
 def check_dropout(p, seed, training) -> float:
-    """Validates the dropout arguments; returns the dropout probability that applies (0 when
-    not training)."""
+    """Validates the dropout arguments (``seed``: the int, or None when an array carries it);
+    returns the dropout probability that applies (0 when not training)."""
     if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p < 1.0):
         raise ValueError(f"p: expected a float in [0, 1), got {p!r}")
-    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2 ** 31):
-        raise ValueError(f"seed: expected an int in [0, 2**31), got {seed!r}")
+    if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2 ** 31):
+        raise ValueError(f"seed: expected an int in [0, 2**31), a 0-d integer array or a random key, got {seed!r}")
     checks.check_bool("training", training)
     return float(p) if training else 0.0
+
+
+def seed_words(seed: Optional[ArraySpec], x: ArraySpec) -> int:
+    """How the kernel reads a seed array (SEED_WORDS): 1 for a 0-d int32/int64/uint32, 2 for
+    a JAX key's data (uint32 or int32 [2]); checks it."""
+    if seed.dtype not in ("int32", "int64", "uint32"):
+        raise TypeError(f"seed: expected an int, or an array of dtype int32, int64 or uint32, got {seed.dtype}")
+    if seed.shape == ():
+        words = 1
+    elif tuple(seed.shape) == (2,) and seed.dtype != "int64":
+        words = 2
+    else:
+        raise ValueError(f"seed: expected a 0-d integer array or a random key's data (uint32 [2]), got shape "
+                         f"{tuple(seed.shape)} of {seed.dtype}")
+    checks.check_same_device(("x", "seed"), (x, seed))
+    return words
 
 
 def _dtype(spec: Optional[ArraySpec], default: str) -> str:
@@ -100,11 +116,14 @@ def _dtype(spec: Optional[ArraySpec], default: str) -> str:
 
 @cached_plan
 def forward_plan(x: ArraySpec, residual: Optional[ArraySpec], weight: Optional[ArraySpec],
-                 bias: Optional[ArraySpec], *, rms: bool, eps: float, p: float, seed: int, target: Target) -> Plan:
-    """Inputs: x, residual (dropout + residual when given), weight, bias. Results: y (x's
+                 bias: Optional[ArraySpec], seed_array: Optional[ArraySpec] = None, *, rms: bool, eps: float,
+                 p: float, seed: Optional[int], target: Target) -> Plan:
+    """Inputs: x, residual (dropout + residual when given), weight, bias, seed (the dropout
+    seed as an array, when ``seed_array`` is its spec; else ``seed``). Results: y (x's
     shape and dtype), h (with a residual: dropout(x) + residual), mean [M] (LayerNorm),
     rstd [M] (fp32)."""
     N = check_norm("x", x, weight, bias, eps)
+    words = seed_words(seed_array, x) if seed_array is not None else 0
     if residual is not None:
         checks.check_shape("residual", residual, tuple(x.shape), "the shape of x")
         checks.check_same_dtype(("x", "residual"), (x, residual))
@@ -116,19 +135,19 @@ def forward_plan(x: ArraySpec, residual: Optional[ArraySpec], weight: Optional[A
             optional_output("mean", (M,), "float32", not rms), Buffer("rstd", (M,), "float32")]
     launch = Launch(
         kern.norm_fwd_kernel, (max(M, 1),), ("x", "residual" if residual else "x", "weight" if weight else "x",
-                                            "bias" if bias else "x"),
-        (M, N, float(eps), float(p), int(seed)), tuple(outs),
+                                            "bias" if bias else "x", "seed" if words and p > 0 else "x"),
+        (M, N, float(eps), float(p), int(seed or 0)), tuple(outs),
         {"BLOCK_N": block, "SINGLE": single, "RMS": rms, "HAS_W": weight is not None, "HAS_B": bias is not None,
-         "HAS_RES": residual is not None, "DROPOUT": p > 0, "ALIGN": alignment(N)},
+         "HAS_RES": residual is not None, "DROPOUT": p > 0, "ALIGN": alignment(N), "SEED_WORDS": words if p > 0 else 0},
         num_warps=_warps(block),
     )
-    return Plan((launch,), ("y", "h", "mean", "rstd"), dense=("x", "residual", "weight", "bias"))
+    return Plan((launch,), ("y", "h", "mean", "rstd"), dense=("x", "residual", "weight", "bias", "seed"))
 
 
 @cached_plan
 def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[ArraySpec], *, rms: bool,
-                  has_residual: bool, has_dh: bool, p: float, seed: int, target: Target,
-                  settings: Optional[BwdSettings] = None) -> Plan:
+                  has_residual: bool, has_dh: bool, p: float, seed: Optional[int], target: Target,
+                  settings: Optional[BwdSettings] = None, seed_array: Optional[ArraySpec] = None) -> Plan:
     """Inputs: h (with a residual; else x), weight, dy, dh (the cotangent of h, with
     has_dh), mean, rstd. Results: dx, dresidual (with a residual), dw, db (the dtypes of
     weight and bias; dummies when absent). ``settings``: default BWD_SETTINGS."""
@@ -144,8 +163,8 @@ def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[Arra
     part = (programs, N)
     bwd = Launch(
         kern.norm_bwd_kernel, (programs,), (hx, "weight" if weight else hx, "dy", "dh" if has_dh else "dy",
-                                     "mean", "rstd"),
-        (M, N, rpp, float(p), int(seed)),
+                                     "mean", "rstd", "seed" if seed_array is not None and p > 0 else hx),
+        (M, N, rpp, float(p), int(seed or 0)),
         (Buffer("dx", tuple(x.shape), x.dtype),
          optional_output("dresidual", tuple(x.shape), x.dtype, has_residual),
          # the looped kernel adds into its partial rows; the single-piece one writes them whole
@@ -153,7 +172,7 @@ def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[Arra
          optional_output("db_part", part, "float32", bias is not None, zeroed=not single)),
         {"BLOCK_N": block, "SINGLE": single, "RMS": rms, "HAS_W": weight is not None, "HAS_B": bias is not None,
          "HAS_RES": has_residual, "HAS_DH": has_dh, "DROPOUT": p > 0, "ALIGN": alignment(N),
-         "STAGES": stages},
+         "STAGES": stages, "SEED_WORDS": seed_words(seed_array, x) if seed_array is not None and p > 0 else 0},
         num_warps=warps,
     )
     launches = [bwd]
@@ -165,4 +184,4 @@ def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[Arra
              optional_output("db", (N,), _dtype(bias, "float32"), bias is not None)),
             {"BLOCK": settings.sum_cols, "ROWS": 32, "HAS_W": weight is not None, "HAS_B": bias is not None}, num_warps=4))
     results = ("dx", "dresidual", "dw" if weight else "dw_part", "db" if bias else "db_part")
-    return Plan(tuple(launches), results, dense=(hx, "weight", "dy", "dh"))
+    return Plan(tuple(launches), results, dense=(hx, "weight", "dy", "dh", "seed"))

@@ -42,7 +42,7 @@ def dropout_residual_layer_norm_seeded(x, residual, weight, bias, *, p=0.0, seed
     return dropout_residual_layer_norm(x, residual, weight, bias, keep=keep_mask(x, p, seed), p=p, eps=eps)
 
 
-def keep_mask(like, p: float, seed: int):
+def keep_mask(like, p: float, seed):
     """The keep-mask ato's kernel draws for ``like``'s shape, ``p`` and ``seed``, read off the
     kernel itself (dropout of ones, no residual: kept iff nonzero), as a torch tensor on
     ``like``'s device or a NumPy array. The reference checks everything else (scaling,
@@ -54,6 +54,8 @@ def keep_mask(like, p: float, seed: int):
     import ato_torch
 
     device = like.device if isinstance(like, torch.Tensor) else "cpu"
+    if not isinstance(seed, int):  # an array seed (a 0-d integer, a key's data)
+        seed = torch.as_tensor(np.asarray(seed.cpu() if isinstance(seed, torch.Tensor) else seed)).to(device)
     ones = torch.ones(tuple(like.shape), dtype=torch.float32, device=device)
     _, h = ato_torch.dropout_residual_layer_norm(ones, torch.zeros_like(ones), None, None, p=p, seed=seed)
     keep = h != 0
