@@ -464,7 +464,7 @@ def transformer_ops_rows(quick: bool):
         "torch.compile": (lambda: c_sm(x)) if c_sm else None, "Liger": (lambda: LigerSM.apply(x)) if LigerSM else None},
         {"ato_jax": (lambda a: ato_jax.softmax(a), (xj,)),
          "jax jit (XLA)": (xla_softmax, (xj,))})
-    temp, tempj = torch.tensor(0.7, device=dev), jnp.float32(0.7)
+    temp, tempj = torch.tensor(0.7, device=dev), jax.device_put(jnp.float32(0.7))
     emit("softmax fwd, temperature", shape, nb, {
         "ato_torch": lambda: ato_torch.softmax(x, temperature=0.7),
         "ato_torch, 0-d temperature": lambda: ato_torch.softmax(x, temperature=temp)},
