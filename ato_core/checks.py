@@ -8,9 +8,16 @@ from typing import Sequence
 from .launch import FLOAT_DTYPES, ArraySpec
 
 
-def check_float(name: str, spec: ArraySpec) -> None:
-    if spec.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name}: expected a floating dtype in {FLOAT_DTYPES}, got {spec.dtype}")
+def check_float(name: str, spec: ArraySpec, float64: bool = False) -> None:
+    """A float dtype of FLOAT_DTYPES, or also float64 with ``float64`` (the row ops)."""
+    allowed = (*FLOAT_DTYPES, "float64") if float64 else FLOAT_DTYPES
+    if spec.dtype not in allowed:
+        raise TypeError(f"{name}: expected a floating dtype in {allowed}, got {spec.dtype}")
+
+
+def acc_dtype(dtype: str) -> str:
+    """The accumulation dtype of a row op: float64 for float64 inputs, else float32."""
+    return "float64" if dtype == "float64" else "float32"
 
 
 INT_DTYPES = ("int32", "int64")

@@ -319,7 +319,8 @@ def execute(plan, arrays, launch_fn) -> tuple:
                 out = alloc(shape, dtype=dtype, device=device)
             outs.append(out)
             env[name] = out
-        launch_fn(launch, inputs, outs, device)
+        if not launch.empty:
+            launch_fn(launch, inputs, outs, device)
     return tuple(env[name] for name in plan.results)
 
 

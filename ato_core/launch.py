@@ -122,6 +122,12 @@ class Launch:
         check_launch(self)
 
     @property
+    def empty(self) -> bool:
+        """A grid with no program (an empty input): the adapters allocate the outputs
+        (zeroed ones zeroed, others empty or zeros) and launch nothing."""
+        return 0 in self.grid
+
+    @property
     def name(self) -> str:
         fn = getattr(self.kernel, "fn", self.kernel)
         return getattr(fn, "__name__", repr(fn))

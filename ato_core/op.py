@@ -59,7 +59,8 @@ class Op:
     random: inputs that carry a random seed (an integer array the kernel reads): ato_torch
       also takes a ``torch.Generator`` there (draws a seed from it on the first input's
       device), ato_jax a typed ``jax.random`` key (passed as its key data).
-    single_backward: the backward overwrites a saved result in place, so it may run once.
+    single_backward: the backward overwrites a saved result in place, so it may run once (a
+      function of (input specs, static) where that depends on them).
     check_values: ``(specs, static, host) -> None``, checks on input values where they are
       on the host already (``host(name)``: a NumPy array, or None where fetching it would
       cost a device synchronisation or the values are traced).
@@ -86,7 +87,7 @@ class Op:
     nondifferentiable: Tuple[str, ...] = ()
     random: Tuple[str, ...] = ()
     forward_takes_grad: bool = False
-    single_backward: bool = False
+    single_backward: Any = False
     check_values: Optional[Callable] = None
     reference: Optional[Callable] = None
     family: str = ""
@@ -112,6 +113,12 @@ class Op:
         if self.returns is None:
             return self.results
         return self.returns(static) if callable(self.returns) else self.returns
+
+    def backward_once(self, specs, static) -> bool:
+        """Whether the backward of a call with these input specs may run only once
+        (``single_backward``)."""
+        sb = self.single_backward
+        return bool(sb(specs, static) if callable(sb) else sb)
 
     def checks_values(self, target) -> bool:
         """Whether a call checks input values: only where they are on the host already (the

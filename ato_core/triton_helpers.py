@@ -21,6 +21,16 @@ def aligned(x, ALIGN: tl.constexpr):
 
 
 @triton.jit
+def widen(x):
+    """x in its accumulation dtype: float64 stays float64 (the row ops' gradcheck precision);
+    every other dtype becomes float32."""
+    if x.dtype == tl.float64:
+        return x
+    else:
+        return x.to(tl.float32)
+
+
+@triton.jit
 def tanh(x):
     """tanh of fp32 ``x`` to a few ulps, NaN for NaN (Triton has no tanh the interpreter
     runs). |x| >= 0.25: (1 - t) / (1 + t) with t = e^(-2|x|), one exp2 and one division;

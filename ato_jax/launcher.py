@@ -113,6 +113,9 @@ def _run_compiled(plan: Plan, env: dict) -> tuple:
     jt = import_jax_triton()
     api_04 = _api_04(jt)
     for launch in plan.launches:
+        if launch.empty:  # nothing to launch (an empty input): zeros, or the aliased input
+            env.update((b.name, env[b.alias] if b.alias else jnp.zeros(b.shape, b.dtype)) for b in launch.outputs)
+            continue
         outs = jt.triton_call(*[env[name] for name in launch.inputs], *kernel_scalars(launch.scalars, api_04),
                               **triton_call_kwargs(launch, api_04))
         env.update((b.name, out) for b, out in zip(launch.outputs, outs))

@@ -24,6 +24,9 @@ from ato_core.ops.rope.cases import rope_case
 from ato_core.ops.softmax.cases import softmax_case
 from ato_core.ops.swiglu.cases import swiglu_case
 
+import test_empty
+import test_float64
+
 pytestmark = pytest.mark.gpu
 
 GPU_DIMS = [(2, 4, 2048, 64, 64), (1, 4, 1000, 96, 48), (1, 2, 300, 256, 256), (4, 8, 129, 16, 128)]
@@ -287,6 +290,33 @@ def test_transformer_ops_gpu(i, dtype):
     _check(case)
     t, j, _ = _run(case)
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
+@pytest.mark.parametrize("i", range(len(test_empty.CASES)), ids=lambda i: test_empty.CASES[i][0])
+def test_empty_gpu(i):
+    """Every op at zero-size shapes compiled on the GPU, both frameworks (tests/test_empty.py)."""
+    test_empty.run_case(test_empty.CASES[i], "cuda")
+
+
+@pytest.mark.parametrize("i", range(len(test_float64.CASES)), ids=lambda i: test_float64.CASES[i][0])
+def test_float64_gpu(i):
+    """The row ops in float64 compiled on the GPU: torch's own float64 op to 1e-13, the
+    gradient against torch's (tests/test_float64.py)."""
+    import torch
+
+    import ato_torch
+
+    _, call, arrays, native = test_float64.CASES[i]
+    xs = [torch.tensor(a, dtype=torch.float64, device="cuda", requires_grad=True) for a in arrays]
+    out = test_float64._tuple(call(ato_torch, *xs))
+    assert all(o.dtype == torch.float64 for o in out)
+    if native is not None:
+        want = native(*xs)
+        torch.testing.assert_close(out[0], want, rtol=1e-13, atol=1e-14)
+        g = torch.autograd.grad(out[0], xs, torch.ones_like(out[0]))
+        g_want = torch.autograd.grad(want, xs, torch.ones_like(want))
+        for a, b in zip(g, g_want):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
 
 
 def test_dropout_seed_tensor_under_cuda_graph():

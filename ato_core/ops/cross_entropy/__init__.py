@@ -30,8 +30,9 @@ def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label
     [B, T, V] and [B, T]).
 
     Online log-sum-exp over the vocabulary (no fp32 copy of the logits). reduction: "none"
-    (the targets' shape, fp32), "sum" or "mean" (a scalar, fp32); targets equal to ignore_index contribute
-    nothing, and "mean" divides by the count of the others.
+    (the targets' shape, fp32), "sum" or "mean" (a scalar, fp32); fp64 logits give fp64
+    throughout. Targets equal to ignore_index contribute nothing, and "mean" divides by the
+    count of the others (zero tokens: "mean" is NaN, "sum" 0, as torch's).
 
     softcap (Gemma 2): each logit x becomes softcap * tanh(x / softcap) before everything
     else. z_loss (PaLM; Liger's lse_square_scale): each row's loss gains z_loss * lse**2.
@@ -73,7 +74,7 @@ CROSS_ENTROPY = Op(
     returns=lambda st: ("loss", "z_loss") if st is not None and st.return_z_loss else ("loss",),
     saved=("dlogits",), differentiable=("logits",), nondifferentiable=("z_loss",), forward=_forward,
     backward=lambda s, st, target: plans.backward_plan(s["dlogits"], s["dloss"], target=target),
-    forward_takes_grad=True, single_backward=True, check_values=_check_values,
+    forward_takes_grad=True, single_backward=lambda specs, static: plans.in_place(specs[0].dtype), check_values=_check_values,
     reference=reference.cross_entropy, family="cross_entropy", batch=("logits", "targets"))
 
 OPS = (CROSS_ENTROPY,)

@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned, tanh
+from ato_core.triton_helpers import aligned, tanh, widen
 
 
 @kernel(inputs=1, outputs=1)
@@ -111,9 +111,9 @@ def ce_fwd_kernel(
         # Online log-sum-exp per vector: (m, l) with m the largest logit of the vector's
         # elements so far and l = sum of 2^((x - m) log2 e) over them. A vector that has seen
         # only -inf keeps m = -inf and l = 0 (m_use = 0 there, never -inf - -inf).
-        m = tl.full([BLOCK_V // VEC], float("-inf"), tl.float32)
-        l = tl.zeros([BLOCK_V // VEC], tl.float32)
-        sx = tl.zeros([BLOCK_V // VEC], tl.float32)
+        m = tl.full([BLOCK_V // VEC], float("-inf"), LOSS.dtype.element_ty)
+        l = tl.zeros([BLOCK_V // VEC], LOSS.dtype.element_ty)
+        sx = tl.zeros([BLOCK_V // VEC], LOSS.dtype.element_ty)
         for c0 in range(0, V, BLOCK_V):
             cols = c0 + offs2
             cmask = cols < V
@@ -121,7 +121,7 @@ def ce_fwd_kernel(
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=float("-inf"), eviction_policy="evict_last")
             else:
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=float("-inf"))
-            x = x.to(tl.float32)
+            x = widen(x)
             if SOFTCAP:  # (padding stays -inf, not -cap)
                 x = tl.where(cmask, _capped(x, cap, inv_cap, SOFTCAP)[0], float("-inf"))
             m_new = tl.maximum(m, tl.max(x, 1))
@@ -141,7 +141,7 @@ def ce_fwd_kernel(
         t = tl.load(TARGETS + row).to(tl.int64)
         valid = t != ignore_index
         in_range = (t >= 0) & (t < V)
-        xt, tht = _capped(tl.load(LOGITS + base + tl.where(in_range, t, 0)).to(tl.float32), cap, inv_cap, SOFTCAP)
+        xt, tht = _capped(widen(tl.load(LOGITS + base + tl.where(in_range, t, 0))), cap, inv_cap, SOFTCAP)
         # loss = lse - (1 - eps) xt - eps mean(x) = (lse - xt) + eps (xt - mean(x))
         loss = (m_row - xt) + lo * LN2
         if SMOOTH:
@@ -172,7 +172,7 @@ def ce_fwd_kernel(
                 cmask = cols < V
                 # not needed again, and the gradient never read here: both first out of L2
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=0.0, eviction_policy="evict_first")
-                x, th = _capped(x.to(tl.float32), cap, inv_cap, SOFTCAP)
+                x, th = _capped(widen(x), cap, inv_cap, SOFTCAP)
                 if ZLOSS:  # (the factor may be 0 or negative: not folded into c)
                     g = tl.exp2(tl.fma(x - m_row, LOG2E, -lo)) * (zfac * scale)
                 else:
@@ -204,7 +204,7 @@ def ce_reduce_kernel(
     every target is ignored). A sum that overflows (losses near the largest fp32) is summed
     again as loss / COUNT when MEAN, since the mean may still be finite."""
     offs = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], tl.float32)
+    acc = tl.zeros([BLOCK], LOSS.dtype.element_ty)
     for r0 in range(0, T, BLOCK):
         rows = r0 + offs
         acc += tl.load(LOSS + rows, mask=rows < T, other=0.0)
@@ -212,7 +212,7 @@ def ce_reduce_kernel(
     if MEAN:
         count = tl.load(COUNT)
         if total == float("inf"):
-            acc = tl.zeros([BLOCK], tl.float32)
+            acc = tl.zeros([BLOCK], LOSS.dtype.element_ty)
             for r0 in range(0, T, BLOCK):
                 rows = r0 + offs
                 acc += tl.load(LOSS + rows, mask=rows < T, other=0.0) / count
@@ -227,22 +227,22 @@ def ce_bwd_kernel(
     GRAD, DLOSS,
     V,
     DLOGITS,
-    BLOCK_V: tl.constexpr, PER_ROW: tl.constexpr, ALIGN: tl.constexpr,
+    BLOCK_V: tl.constexpr, PER_ROW: tl.constexpr, ALIGN: tl.constexpr, INPLACE: tl.constexpr = True,
 ):
-    """Grid (T,). DLOGITS (the same memory as GRAD: in place) = GRAD * dloss, dloss per row
-    (PER_ROW, reduction "none": DLOSS [T]) or one scalar. A factor of exactly 1 leaves the
-    row untouched. ALIGN divides V."""
+    """Grid (T,). DLOGITS = GRAD * dloss, dloss per row (PER_ROW, reduction "none": DLOSS
+    [T]) or one scalar. INPLACE: DLOGITS is GRAD's memory, and a factor of exactly 1 leaves
+    the row untouched. ALIGN divides V."""
     V = aligned(V, ALIGN)
     row = tl.program_id(0)
     if PER_ROW:
-        d = tl.load(DLOSS + row).to(tl.float32)
+        d = widen(tl.load(DLOSS + row))
     else:
-        d = tl.load(DLOSS).to(tl.float32)
-    if d != 1.0:
+        d = widen(tl.load(DLOSS))
+    if d != 1.0 or not INPLACE:
         base = row.to(tl.int64) * V
         offs = tl.arange(0, BLOCK_V)
         for c0 in range(0, V, BLOCK_V):
             cols = c0 + offs
             cmask = cols < V
-            g = tl.load(GRAD + base + cols, mask=cmask, other=0.0).to(tl.float32)
+            g = widen(tl.load(GRAD + base + cols, mask=cmask, other=0.0))
             tl.store(DLOGITS + base + cols, (g * d).to(DLOGITS.dtype.element_ty), mask=cmask)

@@ -41,12 +41,11 @@ def check_cross_entropy(logits: ArraySpec, targets: ArraySpec, ignore_index, red
                         z_loss=0.0, softcap=None, return_z_loss=False) -> None:
     if logits.ndim < 1:
         raise ValueError("logits: expected at least 1 dimension [..., V], got a scalar")
-    checks.check_float("logits", logits)
+    checks.check_float("logits", logits, float64=True)
     checks.check_int("targets", targets)
     checks.check_same_device(("logits", "targets"), (logits, targets))
     checks.check_shape("targets", targets, tuple(logits.shape[:-1]), "logits' shape without its last (class) axis")
     T, V = rows(logits)
-    checks.check_range("T (the rows: the product of logits' leading dims)", T, 1)
     checks.check_range(f"logits.shape[{logits.ndim - 1}] (V)", V, 1, MAX_V)
     if not (isinstance(ignore_index, int) and not isinstance(ignore_index, bool)):
         raise TypeError(f"ignore_index: expected an int, got {type(ignore_index).__name__}")
@@ -86,7 +85,7 @@ def _programs(T: int, grad: bool, target: Target, settings: Settings) -> int:
     that most of a row is still in L2 when its program reads it the second time; see
     kernels.py)."""
     per_sm = settings.programs_per_sm if grad else settings.loss_programs_per_sm
-    return max(1, min(T, round(target.num_sms * per_sm)))
+    return min(T, max(1, round(target.num_sms * per_sm)))  # (none for no rows)
 
 
 @cached_plan
@@ -101,6 +100,7 @@ def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, re
     settings = settings or SETTINGS
     check_cross_entropy(logits, targets, ignore_index, reduction, label_smoothing, z_loss, softcap, return_z_loss)
     zout = return_z_loss
+    acc = checks.acc_dtype(logits.dtype)  # the loss: float64 for float64 logits, else float32
     T, V = rows(logits)
     mean = reduction == "mean"
     launches = []
@@ -112,9 +112,9 @@ def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, re
         kern.ce_fwd_kernel, (_programs(T, grad, target, settings),), ("logits", "targets", "count" if mean else "targets"),
         (T, V, int(ignore_index), float(label_smoothing), float(z_loss), float(softcap or 1.0),
          1.0 / float(softcap or 1.0)),
-        (Buffer("row_loss", tuple(targets.shape), "float32"),
+        (Buffer("row_loss", tuple(targets.shape), acc),
          optional_output("dlogits", tuple(logits.shape), logits.dtype, grad),
-         optional_output("row_z", tuple(targets.shape), "float32", zout)),
+         optional_output("row_z", tuple(targets.shape), acc, zout)),
         {"BLOCK_V": block_v, "VEC": min(settings.vec, block_v), "SMOOTH": label_smoothing > 0, "MEAN": mean,
          "GRAD": grad, "ALIGN": alignment(V), "ZLOSS": z_loss > 0, "ZOUT": zout, "SOFTCAP": softcap is not None},
         num_warps=settings.warps))
@@ -123,22 +123,31 @@ def forward_plan(logits: ArraySpec, targets: ArraySpec, *, ignore_index: int, re
         for i in (0, 2) if zout else (0,):
             out = ("total", None, "z_total")[i]
             launches.append(Launch(kern.ce_reduce_kernel, (1,), (results[i], "count" if mean else results[i]), (T,),
-                                   (Buffer(out, (), "float32"),), {"BLOCK": 1024, "MEAN": mean}, num_warps=4))
+                                   (Buffer(out, (), acc),), {"BLOCK": 1024, "MEAN": mean}, num_warps=4))
             results[i] = out
     if results[2] is None:
         results[2] = "dlogits"  # (not returned)
     return Plan(tuple(launches), tuple(results), dense=("logits", "targets"))
 
 
+def in_place(dtype: str) -> bool:
+    """Whether the backward scales the forward's gradient in place (one backward per forward):
+    yes, but for float64 logits, where it writes a new array so that gradcheck's repeated
+    backwards see the forward's gradient each time."""
+    return dtype != "float64"
+
+
 @cached_plan
 def backward_plan(dlogits: ArraySpec, dloss: ArraySpec, *, target: Target, settings: Optional[Settings] = None) -> Plan:
     """Inputs: dlogits (the forward's gradient for dloss = 1), dloss (the targets' shape for
-    reduction "none", else a scalar). Result: dlogits * dloss, written in place over dlogits.
-    ``settings``: default SETTINGS."""
+    reduction "none", else a scalar). Result: dlogits * dloss, written in place over dlogits
+    (:func:`in_place`). ``settings``: default SETTINGS."""
     settings = settings or SETTINGS
     T, V = rows(dlogits)
+    inplace = in_place(dlogits.dtype)
     launch = Launch(kern.ce_bwd_kernel, (T,), ("dlogits", "dloss"), (V,),
-                    (Buffer("scaled", tuple(dlogits.shape), dlogits.dtype, alias="dlogits"),),
-                    {"BLOCK_V": _block_v(V, target, settings), "PER_ROW": dloss.ndim >= 1, "ALIGN": alignment(V)},
+                    (Buffer("scaled", tuple(dlogits.shape), dlogits.dtype, alias="dlogits" if inplace else None),),
+                    {"BLOCK_V": _block_v(V, target, settings), "PER_ROW": dloss.ndim >= 1, "ALIGN": alignment(V),
+                     **({} if inplace else {"INPLACE": False})},
                     num_warps=settings.warps)
     return Plan((launch,), ("scaled",), dense=("dloss",))

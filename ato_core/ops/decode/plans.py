@@ -46,7 +46,7 @@ def check_decode(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, len
     NB, BS, Hkv, Dk = k.shape
     checks.check_shape("v_cache", v, tuple(k.shape), "[num_blocks, block_size, Hkv, D], the shape of k_cache")
     checks.check_dim("k_cache", k, 3, D, "D, the head size of q")
-    checks.check_range("q.shape[0] (B)", B, 1)
+    # B may be 0 (an empty batch: empty results)
     checks.check_range("q.shape[2] (D)", D, 1, MAX_HEAD_DIM)
     checks.check_range("k_cache.shape[0] (num_blocks)", NB, 1)
     if BS not in (16, 32, 64, 128, 256):
@@ -193,7 +193,6 @@ def check_merge(o_a: ArraySpec, lse_a: ArraySpec, o_b: ArraySpec, lse_b: ArraySp
     D = o_a.shape[-1]
     checks.check_range("o_a.shape[-1] (D)", D, 1)
     rows = numel(lead)
-    checks.check_range("o_a's rows (the product of its leading axes)", rows, 1)
     return rows, D
 
 

@@ -96,13 +96,11 @@ def check_flash_attention(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal, s
     checks.check_dim("k", k, 0, B, "B, as in q")
     checks.check_dim("k", k, 3, D, "D, the head size of q")
     checks.check_shape("v", v, tuple(k.shape), "[B, Hkv, Nk, D], the shape of k")
-    checks.check_range("q.shape[0] (B)", B, 1)
-    checks.check_range("q.shape[1] (Hq)", Hq, 1)
-    checks.check_range("k.shape[1] (Hkv)", Hkv, 1)
-    checks.check_range("q.shape[2] (Nq)", Nq, 1)
-    checks.check_range("k.shape[2] (Nk)", Nk, 1)
+    # B, the heads, Nq and Nk may be 0: empty results, or (Nk = 0) queries that see no key
     checks.check_range("q.shape[3] (D)", D, 1, MAX_HEAD_DIM)
-    if Hq % Hkv:
+    if Hkv == 0 and Hq:
+        raise ValueError(f"k: expected at least one kv head for Hq={Hq} query heads, got Hkv=0")
+    if Hkv and Hq % Hkv:
         raise ValueError(f"k: expected a number of kv heads that divides Hq={Hq} (grouped-query attention), "
                          f"got Hkv={Hkv}")
     checks.check_bool("causal", causal)
@@ -147,7 +145,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     o_shape = (B, Hq, Nq, D)
     launch = Launch(
         kern.fa_fwd_kernel, (cdiv(Nq, cfg.fwd.m), B * Hq), ("q", "k", "v"),
-        (Hq, Hq // Hkv, Nq, Nk, D, scale * LOG2E, *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
+        (Hq, Hq // Hkv if Hkv else 1, Nq, Nk, D, scale * LOG2E, *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
         (Buffer("o", o_shape, q.dtype), Buffer("lse", (B, Hq, Nq), "float32")),
         _constexprs(cfg, cfg.fwd, D, causal, _align(D, q, k, v)), num_warps=cfg.fwd.warps, num_stages=cfg.fwd.stages,
     )
@@ -165,7 +163,7 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
     checks.check_same_dtype(("q", "do"), (q, do))
     cfg = config(D, q.dtype, target, settings)
     scale = resolve_scale(softmax_scale, D)
-    G = Hq // Hkv
+    G = Hq // Hkv if Hkv else 1
     o_strides = row_major_strides(q.shape)
     rows = (B, Hq, Nq)
     delta = Launch(

@@ -102,7 +102,9 @@ def segments(programs: int, N: int, chunk: int, causal: bool, target: Target,
     programs per segment (B*H times the tiles of a segment). The split fills the GPU; the
     number of segments (and so the state buffers, [B*H, segments, F, Dv]) does not grow with N."""
     settings = settings or SETTINGS
-    nseg = min(max(cdiv(settings.waves * target.num_sms, programs), 1), cdiv(N, chunk))
+    if N == 0:  # no segment: the passes over the sequence launch nothing, the scan passes the state on
+        return 0, chunk, 0, chunk
+    nseg = min(max(cdiv(settings.waves * target.num_sms, max(programs, 1)), 1), cdiv(N, chunk))
     seg_len = cdiv(cdiv(N, nseg), chunk) * chunk
     nseg = cdiv(N, seg_len)
     if causal:
@@ -131,7 +133,6 @@ def check_qkv(q: ArraySpec, k: ArraySpec, v: ArraySpec, dk: str = "Dk", max_dk: 
     for axis, what in enumerate(("B", "H", "N")[:len(lead_dims)]):
         checks.check_dim("k", k, axis, q.shape[axis], f"{what}, as in q")
         checks.check_dim("v", v, axis, q.shape[axis], f"{what}, as in q")
-        checks.check_range(f"q.shape[{axis}] ({what})", q.shape[axis], 1)
     checks.check_dim("k", k, len(lead_dims), Dk, f"{dk}, the feature size of q")
     checks.check_range(f"q.shape[{len(lead_dims)}] ({dk})", Dk, 1, max_dk)
     checks.check_range(f"v.shape[{len(lead_dims)}] (Dv)", Dv, 1, MAX_HEAD_DIM)

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned
+from ato_core.triton_helpers import aligned, widen
 
 
 @triton.jit
@@ -52,11 +52,11 @@ def _seed(SEED, seed, SEED_WORDS: tl.constexpr):
 @triton.jit
 def _h_piece(X, R, row, cols, cmask, N, p, seed, HAS_RES: tl.constexpr, DROPOUT: tl.constexpr):
     """h for one piece of a row: x, or dropout(x) + residual (fp32)."""
-    x = tl.load(X + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
+    x = widen(tl.load(X + row * N + cols, mask=cmask, other=0.0))
     if HAS_RES:
         if DROPOUT:
             x = tl.where(_dropout_keep(seed, row, cols, N, p), x / (1.0 - p), 0.0)
-        x += tl.load(R + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
+        x += widen(tl.load(R + row * N + cols, mask=cmask, other=0.0))
     return x
 
 
@@ -66,9 +66,9 @@ def _weights(W, B, cols, cmask, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
     w = 1.0
     b = 0.0
     if HAS_W:
-        w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+        w = widen(tl.load(W + cols, mask=cmask, other=0.0))
     if HAS_B:
-        b = tl.load(B + cols, mask=cmask, other=0.0).to(tl.float32)
+        b = widen(tl.load(B + cols, mask=cmask, other=0.0))
     return w, b
 
 
@@ -92,8 +92,8 @@ def _affine(xhat, W, B, cols, cmask, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
 def _h_again(X, H, row, cols, cmask, N, HAS_RES: tl.constexpr):
     """A piece of the normalised row read again (looped passes): h as stored, or x (fp32)."""
     if HAS_RES:
-        return tl.load(H + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
-    return tl.load(X + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
+        return widen(tl.load(H + row * N + cols, mask=cmask, other=0.0))
+    return widen(tl.load(X + row * N + cols, mask=cmask, other=0.0))
 
 
 @kernel(inputs=5, outputs=4)
@@ -119,7 +119,7 @@ def norm_fwd_kernel(
         if HAS_RES:  # normalise h as it is returned (rounded to its dtype)
             h = h.to(H.dtype.element_ty)
             tl.store(H + row * N + offs, h, mask=cmask)
-            h = h.to(tl.float32)
+            h = widen(h)
         if RMS:
             mean = 0.0
             hc = h
@@ -130,7 +130,7 @@ def norm_fwd_kernel(
         y = _scale_shift(hc * rstd, w, b, HAS_W, HAS_B)
         tl.store(Y + row * N + offs, y.to(Y.dtype.element_ty), mask=cmask)
     else:
-        acc = tl.zeros([BLOCK_N], tl.float32)
+        acc = tl.zeros([BLOCK_N], RSTD.dtype.element_ty)
         for c0 in range(0, N, BLOCK_N):
             cols = c0 + offs
             cmask = cols < N
@@ -138,14 +138,14 @@ def norm_fwd_kernel(
             if HAS_RES:
                 h = h.to(H.dtype.element_ty)
                 tl.store(H + row * N + cols, h, mask=cmask)
-                h = h.to(tl.float32)
+                h = widen(h)
             if not RMS:
                 acc += h
         if RMS:
             mean = 0.0
         else:
             mean = tl.sum(acc, 0) / N
-        acc = tl.zeros([BLOCK_N], tl.float32)
+        acc = tl.zeros([BLOCK_N], RSTD.dtype.element_ty)
         for c0 in range(0, N, BLOCK_N):
             cols = c0 + offs
             cmask = cols < N
@@ -178,9 +178,9 @@ def _row_stats(MEAN, RSTD, row, RMS: tl.constexpr):
 @triton.jit
 def _bwd_piece_w(HX, w, DY, row, cols, cmask, N, mean, rstd, HAS_W: tl.constexpr):
     """xhat, dy and g = dy * w of one piece of a row (fp32, 0 past N), w loaded already."""
-    h = tl.load(HX + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
+    h = widen(tl.load(HX + row * N + cols, mask=cmask, other=0.0))
     xhat = tl.where(cmask, (h - mean) * rstd, 0.0)
-    dy = tl.load(DY + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
+    dy = widen(tl.load(DY + row * N + cols, mask=cmask, other=0.0))
     g = dy
     if HAS_W:
         g = g * w
@@ -192,7 +192,7 @@ def _bwd_piece(HX, W, DY, row, cols, cmask, N, mean, rstd, RMS: tl.constexpr, HA
     """xhat, dy and g = dy * w of one piece of a row (fp32, 0 past N)."""
     w = 1.0
     if HAS_W:
-        w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+        w = widen(tl.load(W + cols, mask=cmask, other=0.0))
     return _bwd_piece_w(HX, w, DY, row, cols, cmask, N, mean, rstd, HAS_W)
 
 
@@ -200,7 +200,7 @@ def _bwd_piece(HX, W, DY, row, cols, cmask, N, mean, rstd, RMS: tl.constexpr, HA
 def _store_dx(DX, DR, DH, row, cols, cmask, N, dh, p, seed, HAS_RES: tl.constexpr, HAS_DH: tl.constexpr,
               DROPOUT: tl.constexpr):
     if HAS_DH:
-        dh += tl.load(DH + row * N + cols, mask=cmask, other=0.0).to(tl.float32)
+        dh += widen(tl.load(DH + row * N + cols, mask=cmask, other=0.0))
     if HAS_RES:
         tl.store(DR + row * N + cols, dh.to(DR.dtype.element_ty), mask=cmask)
         if DROPOUT:
@@ -228,11 +228,11 @@ def norm_bwd_kernel(
     part = pid.to(tl.int64) * N
     if SINGLE:
         cmask = offs < N
-        dw = tl.zeros([BLOCK_N], tl.float32)
-        db = tl.zeros([BLOCK_N], tl.float32)
+        dw = tl.zeros([BLOCK_N], RSTD.dtype.element_ty)
+        db = tl.zeros([BLOCK_N], RSTD.dtype.element_ty)
         w = 1.0
         if HAS_W:  # once for all the program's rows
-            w = tl.load(W + offs, mask=cmask, other=0.0).to(tl.float32)
+            w = widen(tl.load(W + offs, mask=cmask, other=0.0))
         # STAGES > 1: Triton pipelines the loop's loads through shared memory, the next rows'
         # x and dy in flight while this one is reduced (a program has nothing else to hide
         # their latency behind: two or four of them fill an SM's registers).
@@ -256,8 +256,8 @@ def norm_bwd_kernel(
         for r in range(first, last):
             row = tl.cast(r, tl.int64)
             mean, rstd = _row_stats(MEAN, RSTD, row, RMS)
-            s1 = tl.zeros([BLOCK_N], tl.float32)
-            s2 = tl.zeros([BLOCK_N], tl.float32)
+            s1 = tl.zeros([BLOCK_N], RSTD.dtype.element_ty)
+            s2 = tl.zeros([BLOCK_N], RSTD.dtype.element_ty)
             for c0 in range(0, N, BLOCK_N):
                 cols = c0 + offs
                 cmask = cols < N
@@ -305,7 +305,7 @@ def _partial_sum(PART, OUT, P, N, BLOCK: tl.constexpr, ROWS: tl.constexpr):
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     cmask = cols < N
     offs_g = tl.arange(0, ROWS)
-    acc = tl.zeros([ROWS, BLOCK], tl.float32)
+    acc = tl.zeros([ROWS, BLOCK], PART.dtype.element_ty)
     for g0 in range(0, P, ROWS):
         rows = g0 + offs_g
         acc += tl.load(PART + rows[:, None].to(tl.int64) * N + cols[None, :],

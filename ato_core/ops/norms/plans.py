@@ -67,15 +67,14 @@ def _bwd_settings(block: int, single: bool, row_bytes: int, settings: BwdSetting
 
 
 def check_norm(name_x: str, x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[ArraySpec], eps) -> int:
-    checks.check_float(name_x, x)
+    checks.check_float(name_x, x, float64=True)
     if x.ndim < 1:
         raise ValueError(f"{name_x}: expected at least 1 dimension, got shape {tuple(x.shape)}")
     N = x.shape[-1]
-    checks.check_range(f"{name_x}.shape[-1]", N, 1, MAX_N)
-    checks.check_range(f"{name_x}: rows (the product of the leading dimensions)", numel(x.shape[:-1]), 1)
+    checks.check_range(f"{name_x}.shape[-1]", N, 0, MAX_N)
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None:
-            checks.check_float(name, t)
+            checks.check_float(name, t, float64=True)
             checks.check_shape(name, t, (N,), f"[N] with N = {N}, the last axis of {name_x}")
             checks.check_same_device((name_x, name), (x, t))
     if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0 and math.isfinite(eps)):
@@ -132,9 +131,9 @@ def forward_plan(x: ArraySpec, residual: Optional[ArraySpec], weight: Optional[A
     block, single = _block(N, target)
     outs = [Buffer("y", tuple(x.shape), x.dtype),
             optional_output("h", tuple(x.shape), x.dtype, residual is not None),
-            optional_output("mean", (M,), "float32", not rms), Buffer("rstd", (M,), "float32")]
+            optional_output("mean", (M,), checks.acc_dtype(x.dtype), not rms), Buffer("rstd", (M,), checks.acc_dtype(x.dtype))]
     launch = Launch(
-        kern.norm_fwd_kernel, (max(M, 1),), ("x", "residual" if residual else "x", "weight" if weight else "x",
+        kern.norm_fwd_kernel, (M if N else 0,), ("x", "residual" if residual else "x", "weight" if weight else "x",
                                             "bias" if bias else "x", "seed" if words and p > 0 else "x"),
         (M, N, float(eps), float(p), int(seed or 0)), tuple(outs),
         {"BLOCK_N": block, "SINGLE": single, "RMS": rms, "HAS_W": weight is not None, "HAS_B": bias is not None,
@@ -157,9 +156,9 @@ def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[Arra
     block, single = _block(N, target)
     programs_per_sm, warps, stages = _bwd_settings(block, single, block * itemsize(x.dtype) * (3 if has_dh else 2),
                                                     settings)
-    programs = max(1, min(M, 4 if target.interpret else round(target.num_sms * programs_per_sm)))
-    rpp = cdiv(M, programs)
-    programs = max(cdiv(M, rpp), 1)
+    programs = min(M, 4 if target.interpret else round(target.num_sms * programs_per_sm)) if M * N else 0
+    rpp = cdiv(M, programs) if programs else 0
+    programs = cdiv(M, rpp) if programs else 0  # none for an empty x: dw and db are sums of no rows, 0
     part = (programs, N)
     bwd = Launch(
         kern.norm_bwd_kernel, (programs,), (hx, "weight" if weight else hx, "dy", "dh" if has_dh else "dy",
@@ -168,8 +167,8 @@ def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[Arra
         (Buffer("dx", tuple(x.shape), x.dtype),
          optional_output("dresidual", tuple(x.shape), x.dtype, has_residual),
          # the looped kernel adds into its partial rows; the single-piece one writes them whole
-         optional_output("dw_part", part, "float32", weight is not None, zeroed=not single),
-         optional_output("db_part", part, "float32", bias is not None, zeroed=not single)),
+         optional_output("dw_part", part, checks.acc_dtype(x.dtype), weight is not None, zeroed=not single),
+         optional_output("db_part", part, checks.acc_dtype(x.dtype), bias is not None, zeroed=not single)),
         {"BLOCK_N": block, "SINGLE": single, "RMS": rms, "HAS_W": weight is not None, "HAS_B": bias is not None,
          "HAS_RES": has_residual, "HAS_DH": has_dh, "DROPOUT": p > 0, "ALIGN": alignment(N),
          "STAGES": stages, "SEED_WORDS": seed_words(seed_array, x) if seed_array is not None and p > 0 else 0},

@@ -13,8 +13,10 @@ def rope(q, k, cos, sin, *, positions=None, interleaved=False):
     cos, sin: [max_positions, D/2], or [max_positions, D] as Hugging Face builds them (cat(c,
     c); interleaved: c repeated element-wise), whose value at each pair's first element is
     read; positions: [B, N] integer (default 0..N-1, e.g. offsets when decoding).
-    interleaved=False rotates (x[i], x[i + D/2]) (LLaMA); True rotates (x[2i], x[2i+1]) (GPT-J). Returns new (q_rot, k_rot). Differentiable in q and k; cos
-    and sin are constants (no gradient). A position outside [0, max_positions) gives zeros."""
+    interleaved=False rotates (x[i], x[i + D/2]) (LLaMA); True rotates (x[2i], x[2i+1])
+    (GPT-J). fp32/fp16/bf16 (computed in fp32) or fp64. Returns new (q_rot, k_rot).
+    Differentiable in q and k; cos and sin are constants (no gradient). A position outside
+    [0, max_positions) gives zeros."""
     return (q, k, cos, sin, positions), interleaved
 
 

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned
+from ato_core.triton_helpers import aligned, widen
 
 
 @triton.jit
@@ -36,8 +36,8 @@ def _rotate(X, OUT, b, h0, H, N, D, offs_n, nmask, c, s, offs_i, HALF,
     row = (((b * H + offs_h.to(tl.int64)) * N)[:, None] + offs_n[None, :]) * D  # [HEADS, BLOCK_N]
     p1 = X + row[:, :, None] + i1[None, None, :]
     p2 = X + row[:, :, None] + i2[None, None, :]
-    x1 = tl.load(p1, mask=m, other=0.0).to(tl.float32)
-    x2 = tl.load(p2, mask=m, other=0.0).to(tl.float32)
+    x1 = widen(tl.load(p1, mask=m, other=0.0))
+    x2 = widen(tl.load(p2, mask=m, other=0.0))
     o1 = OUT + row[:, :, None] + i1[None, None, :]
     o2 = OUT + row[:, :, None] + i2[None, None, :]
     tl.store(o1, (x1 * c - x2 * s).to(OUT.dtype.element_ty), mask=m)
@@ -72,8 +72,8 @@ def rope_kernel(
     offs_i = tl.arange(0, BLOCK_I)
     cs = pos[:, None] * aligned(table_width, TABLE_ALIGN) + offs_i[None, :] * TABLE_STEP
     cm = ok[:, None] & (offs_i < HALF)[None, :]
-    c = tl.load(COS + cs, mask=cm, other=0.0).to(tl.float32)[None, :, :]
-    s = (tl.load(SIN + cs, mask=cm, other=0.0).to(tl.float32) * SIGN)[None, :, :]
+    c = widen(tl.load(COS + cs, mask=cm, other=0.0))[None, :, :]
+    s = (widen(tl.load(SIN + cs, mask=cm, other=0.0)) * SIGN)[None, :, :]
     tiles_q = tl.cdiv(Hq, HEADS)
     tiles = tiles_q + tl.cdiv(Hkv, HEADS)
     t0 = tl.program_id(1) * tiles_per_program

@@ -30,7 +30,7 @@ def check_rope(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, posit
     checks.check_rank("q", q, 4, "[B, Hq, N, D]")
     checks.check_rank("k", k, 4, "[B, Hkv, N, D]")
     for name, spec in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
-        checks.check_float(name, spec)
+        checks.check_float(name, spec, float64=True)
     checks.check_same_dtype(("q", "k"), (q, k))
     checks.check_same_device(("q", "k", "cos", "sin"), (q, k, cos, sin))
     B, _, N, D = q.shape
@@ -87,7 +87,7 @@ def plan(q: ArraySpec, k: ArraySpec, cos: ArraySpec, sin: ArraySpec, positions: 
     # (an empty q launches no program)
     checks.check_range("B * cdiv(N, BLOCK_N) (q's position blocks, grid axis 0)", B * cdiv(N, block_n), 0, 2 ** 31 - 1)
     launch = Launch(
-        kern.rope_kernel, (B * cdiv(N, block_n), cdiv(tiles, per_program)),
+        kern.rope_kernel, (B * cdiv(N, block_n) if D else 0, cdiv(tiles, per_program)),
         ("q", "k", "cos", "sin", "positions" if positions is not None else "cos"),
         (N, Hq, Hkv, D, cos.shape[0], width, per_program),
         (Buffer("q_rot", tuple(q.shape), q.dtype), Buffer("k_rot", tuple(k.shape), k.dtype)),

@@ -10,7 +10,7 @@ from . import plans, reference
 def softmax(x, *, temperature=1.0):
     """softmax(x / temperature) over the last axis, any width (online past 8192).
 
-    x: [..., N], fp32/fp16/bf16; returns y of x's shape and dtype. temperature: a positive
+    x: [..., N], fp32/fp16/bf16/fp64; returns y of x's shape and dtype. temperature: a positive
     Python float (fixed: one compiled kernel per value), or a 0-d float array / tensor on x's
     device, which may be traced under jit (read by the kernel: no retrace) and takes the
     gradient of softmax(x / t) (its value is not checked: 0 gives inf / NaN). The backward

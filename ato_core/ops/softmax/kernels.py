@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned
+from ato_core.triton_helpers import aligned, widen
 
 
 @triton.jit
@@ -31,7 +31,7 @@ def _row(N, BLOCK_N: tl.constexpr, ALIGN: tl.constexpr):
 def _inv_temp(TEMP, inv_temp, TRACED: tl.constexpr):
     """1 / temperature: read from TEMP (a 0-d array) when TRACED, else the scalar argument."""
     if TRACED:
-        return 1.0 / tl.load(TEMP).to(tl.float32)
+        return 1.0 / widen(tl.load(TEMP))
     else:
         return inv_temp
 
@@ -42,21 +42,22 @@ def softmax_fwd_kernel(
     M, N, inv_temp,
     Y,
     BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, ALIGN: tl.constexpr, TRACED: tl.constexpr,
+    ACC: tl.constexpr = tl.float32,
 ):
     """Grid (M,). One row. TEMP: the temperature when TRACED (else a dummy)."""
     N, base, offs = _row(N, BLOCK_N, ALIGN)
     inv_temp = _inv_temp(TEMP, inv_temp, TRACED)
     if SINGLE:
         cmask = offs < N
-        s = tl.load(X + base + offs, mask=cmask, other=float("-inf")).to(tl.float32) * inv_temp
+        s = widen(tl.load(X + base + offs, mask=cmask, other=float("-inf"))) * inv_temp
         e = tl.exp(s - tl.max(s, 0))
         tl.store(Y + base + offs, (e / tl.sum(e, 0)).to(Y.dtype.element_ty), mask=cmask)
     else:
-        m = tl.full([BLOCK_N], float("-inf"), tl.float32)
-        l = tl.zeros([BLOCK_N], tl.float32)
+        m = tl.full([BLOCK_N], float("-inf"), ACC)
+        l = tl.zeros([BLOCK_N], ACC)
         for c0 in range(0, N, BLOCK_N):
             cols = c0 + offs
-            s = tl.load(X + base + cols, mask=cols < N, other=float("-inf")).to(tl.float32) * inv_temp
+            s = widen(tl.load(X + base + cols, mask=cols < N, other=float("-inf"))) * inv_temp
             m_new = tl.maximum(m, s)
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)   # lanes that saw only padding
             l = l * tl.exp(m - m_use) + tl.exp(s - m_use)
@@ -66,7 +67,7 @@ def softmax_fwd_kernel(
         for c0 in range(0, N, BLOCK_N):
             cols = c0 + offs
             cmask = cols < N
-            s = tl.load(X + base + cols, mask=cmask, other=float("-inf")).to(tl.float32) * inv_temp
+            s = widen(tl.load(X + base + cols, mask=cmask, other=float("-inf"))) * inv_temp
             tl.store(Y + base + cols, (tl.exp(s - m_row) / l_row).to(Y.dtype.element_ty), mask=cmask)
 
 
@@ -82,6 +83,7 @@ def softmax_bwd_kernel(
     M, N, inv_temp,
     DX, DT_ROW,
     BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, ALIGN: tl.constexpr, TRACED: tl.constexpr,
+    ACC: tl.constexpr = tl.float32,
 ):
     """Grid (M,). dx = y * (dy - sum(dy * y)) * inv_temp for one row; when TRACED, DT_ROW [M]
     (fp32) gets the row's part of dL/dt (else TEMP and DT_ROW are dummies)."""
@@ -89,26 +91,26 @@ def softmax_bwd_kernel(
     inv_temp = _inv_temp(TEMP, inv_temp, TRACED)
     if SINGLE:
         cmask = offs < N
-        y = tl.load(Y + base + offs, mask=cmask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + base + offs, mask=cmask, other=0.0).to(tl.float32)
+        y = widen(tl.load(Y + base + offs, mask=cmask, other=0.0))
+        dy = widen(tl.load(DY + base + offs, mask=cmask, other=0.0))
         g = y * (dy - tl.sum(y * dy, 0))
         tl.store(DX + base + offs, (g * inv_temp).to(DX.dtype.element_ty), mask=cmask)
         if TRACED:
             tl.store(DT_ROW + tl.program_id(0), -inv_temp * tl.sum(_g_log_y(g, y), 0))
     else:
-        acc = tl.zeros([BLOCK_N], tl.float32)
+        acc = tl.zeros([BLOCK_N], ACC)
         for c0 in range(0, N, BLOCK_N):
             cols = c0 + offs
             cmask = cols < N
-            y = tl.load(Y + base + cols, mask=cmask, other=0.0).to(tl.float32)
-            acc += y * tl.load(DY + base + cols, mask=cmask, other=0.0).to(tl.float32)
+            y = widen(tl.load(Y + base + cols, mask=cmask, other=0.0))
+            acc += y * widen(tl.load(DY + base + cols, mask=cmask, other=0.0))
         dot = tl.sum(acc, 0)
-        dt = tl.zeros([BLOCK_N], tl.float32)
+        dt = tl.zeros([BLOCK_N], ACC)
         for c0 in range(0, N, BLOCK_N):
             cols = c0 + offs
             cmask = cols < N
-            y = tl.load(Y + base + cols, mask=cmask, other=0.0).to(tl.float32)
-            dy = tl.load(DY + base + cols, mask=cmask, other=0.0).to(tl.float32)
+            y = widen(tl.load(Y + base + cols, mask=cmask, other=0.0))
+            dy = widen(tl.load(DY + base + cols, mask=cmask, other=0.0))
             g = y * (dy - dot)
             tl.store(DX + base + cols, (g * inv_temp).to(DX.dtype.element_ty), mask=cmask)
             if TRACED:
@@ -126,7 +128,7 @@ def softmax_sum_kernel(
 ):
     """Grid (1,). DT (0-d, the temperature's dtype) = the sum of DT_ROW [M], in a fixed order."""
     offs = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], tl.float32)
+    acc = tl.zeros([BLOCK], DT_ROW.dtype.element_ty)
     for r0 in range(0, M, BLOCK):
         rows = r0 + offs
         acc += tl.load(DT_ROW + rows, mask=rows < M, other=0.0)

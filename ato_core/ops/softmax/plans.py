@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+import triton.language as tl
+
 from ato_core import checks
 from . import kernels as kern
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, next_pow2, numel,
@@ -22,11 +24,11 @@ def _block(N: int, target: Target):
 
 
 def check_softmax(x: ArraySpec, temperature, traced: Optional[ArraySpec]) -> None:
-    checks.check_float("x", x)
-    if x.ndim < 1 or numel(x.shape) < 1:
-        raise ValueError(f"x: expected a non-empty array of at least 1 dimension, got shape {tuple(x.shape)}")
+    checks.check_float("x", x, float64=True)
+    if x.ndim < 1:
+        raise ValueError(f"x: expected an array of at least 1 dimension, got shape {tuple(x.shape)}")
     if traced is not None:
-        checks.check_float("temperature", traced)
+        checks.check_float("temperature", traced, float64=True)
         if traced.ndim != 0:
             raise ValueError(f"temperature: expected a float or a 0-d array, got an array of shape "
                              f"{tuple(traced.shape)}")
@@ -41,8 +43,9 @@ def _launch(kernel, inputs, x: ArraySpec, outs, temperature, traced: bool, targe
     M = numel(x.shape[:-1])
     block, single = _block(N, target)
     inv = 1.0 if traced else 1.0 / float(temperature)
-    return Launch(kernel, (M,), inputs, (M, N, inv), outs,
-                  {"BLOCK_N": block, "SINGLE": single, "ALIGN": alignment(N), "TRACED": traced},
+    return Launch(kernel, (M if N else 0,), inputs, (M, N, inv), outs,
+                  {"BLOCK_N": block, "SINGLE": single, "ALIGN": alignment(N), "TRACED": traced,
+                   **({"ACC": tl.float64} if x.dtype == "float64" else {})},
                   num_warps=4 if block <= 1024 else 8 if block <= 4096 else 16)
 
 
@@ -62,10 +65,11 @@ def backward_plan(y: ArraySpec, traced: Optional[ArraySpec], *, temperature, tar
     t = traced is not None
     M = numel(y.shape[:-1])
     bwd = _launch(kern.softmax_bwd_kernel, ("y", "dy", "temperature" if t else "y"), y,
-                  (Buffer("dx", tuple(y.shape), y.dtype), optional_output("dt_row", (M,), "float32", t)),
+                  (Buffer("dx", tuple(y.shape), y.dtype), optional_output("dt_row", (M,), checks.acc_dtype(y.dtype), t)),
                   temperature, t, target)
     if not t:
         return Plan((bwd,), ("dx", "dt_row"), dense=("y", "dy"))
-    total = Launch(kern.softmax_sum_kernel, (1,), ("dt_row",), (M,), (Buffer("dtemperature", (), traced.dtype),),
+    total = Launch(kern.softmax_sum_kernel, (1,), ("dt_row",), (M if y.shape[-1] else 0,),  # (empty rows: none)
+                   (Buffer("dtemperature", (), traced.dtype),),
                    {"BLOCK": min(max(next_pow2(M), 16), 1024)})
     return Plan((bwd, total), ("dx", "dtemperature"), dense=("y", "dy"))

@@ -8,7 +8,8 @@ from . import plans, reference
 
 
 def swiglu(gate, up):
-    """silu(gate) * up, elementwise; gate and up of one shape and dtype."""
+    """silu(gate) * up, elementwise; gate and up of one shape and dtype (fp32/fp16/bf16,
+    computed in fp32; or fp64)."""
     return (gate, up), ()
 
 

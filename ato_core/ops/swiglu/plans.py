@@ -30,8 +30,8 @@ def _block(target: Target, gpu_block: int) -> int:
 
 
 def check_swiglu(gate: ArraySpec, up: ArraySpec) -> None:
-    checks.check_float("gate", gate)
-    checks.check_float("up", up)
+    checks.check_float("gate", gate, float64=True)
+    checks.check_float("up", up, float64=True)
     checks.check_same_dtype(("gate", "up"), (gate, up))
     checks.check_same_device(("gate", "up"), (gate, up))
     checks.check_shape("up", up, tuple(gate.shape), "the shape of gate")
@@ -43,7 +43,7 @@ def forward_plan(gate: ArraySpec, up: ArraySpec, *, target: Target, settings: Op
     check_swiglu(gate, up)
     settings = settings or SETTINGS
     n, block = numel(gate.shape), _block(target, settings.fwd_block)
-    launch = Launch(kern.swiglu_fwd_kernel, (max(cdiv(n, block), 1),), ("gate", "up"), (n,),
+    launch = Launch(kern.swiglu_fwd_kernel, (cdiv(n, block),), ("gate", "up"), (n,),
                     (Buffer("y", tuple(gate.shape), gate.dtype),),
                     {"BLOCK": block, "ALIGN": alignment(n)}, num_warps=settings.fwd_warps)
     return Plan((launch,), ("y",), dense=("gate", "up"))
@@ -54,7 +54,7 @@ def backward_plan(gate: ArraySpec, *, target: Target, settings: Optional[Setting
     """Inputs: gate, up, dy. Results: dgate, dup. ``settings``: default SETTINGS."""
     settings = settings or SETTINGS
     n, block = numel(gate.shape), _block(target, settings.bwd_block)
-    launch = Launch(kern.swiglu_bwd_kernel, (max(cdiv(n, block), 1),), ("gate", "up", "dy"), (n,),
+    launch = Launch(kern.swiglu_bwd_kernel, (cdiv(n, block),), ("gate", "up", "dy"), (n,),
                     (Buffer("dgate", tuple(gate.shape), gate.dtype), Buffer("dup", tuple(gate.shape), gate.dtype)),
                     {"BLOCK": block, "ALIGN": alignment(n)}, num_warps=settings.bwd_warps)
     return Plan((launch,), ("dgate", "dup"), dense=("gate", "up", "dy"))
