@@ -120,6 +120,10 @@ class Launch:
 
     def __post_init__(self):
         check_launch(self)
+        # every constexpr passed, defaults too: jax-triton 0.3.1 passes None for one left out
+        defaults = constexpr_defaults(self.kernel)
+        if any(n not in self.constexprs for n in defaults):
+            object.__setattr__(self, "constexprs", {**defaults, **self.constexprs})
 
     @property
     def empty(self) -> bool:
@@ -156,6 +160,17 @@ def kernel(*, inputs: int, outputs: int):
         return jitted
 
     return wrap
+
+
+def constexpr_defaults(kernel) -> dict:
+    """{name: default} of a kernel's constexprs that have a default."""
+    got = getattr(kernel, "ato_constexpr_defaults", None)
+    if got is None:
+        params = inspect.signature(kernel.fn).parameters
+        got = {p.name: params[p.name].default for p in kernel.params
+               if p.is_constexpr and params[p.name].default is not inspect.Parameter.empty}
+        kernel.ato_constexpr_defaults = got
+    return got
 
 
 def check_launch(launch: "Launch") -> None:

@@ -300,8 +300,10 @@ def test_empty_gpu(i):
 
 @pytest.mark.parametrize("i", range(len(test_float64.CASES)), ids=lambda i: test_float64.CASES[i][0])
 def test_float64_gpu(i):
-    """The row ops in float64 compiled on the GPU: torch's own float64 op to 1e-13, the
-    gradient against torch's (tests/test_float64.py)."""
+    """The row ops in float64 compiled on the GPU: torch's own float64 op and its gradient
+    to 1e-10 (tests/test_float64.py). A float scalar is an fp32 kernel argument: eps = 1e-5
+    arrives 2.5e-13 off, which moves rstd by 1.3e-13 / var, up to 1e-10 relatively for
+    these rows of 5 random values (the CPU interpreter keeps it exact: 1e-13 there)."""
     import torch
 
     import ato_torch
@@ -312,11 +314,11 @@ def test_float64_gpu(i):
     assert all(o.dtype == torch.float64 for o in out)
     if native is not None:
         want = native(*xs)
-        torch.testing.assert_close(out[0], want, rtol=1e-13, atol=1e-14)
+        torch.testing.assert_close(out[0], want, rtol=1e-10, atol=1e-12)
         g = torch.autograd.grad(out[0], xs, torch.ones_like(out[0]))
         g_want = torch.autograd.grad(want, xs, torch.ones_like(want))
         for a, b in zip(g, g_want):
-            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 def test_dropout_seed_tensor_under_cuda_graph():

@@ -87,7 +87,7 @@ def _split(B: int, Hkv: int, max_len: int, tokens: int, target: Target) -> int:
     tiles a split)."""
     if target.interpret:
         return INTERPRETER_SPLIT_TILES * tokens
-    want = min(cdiv(PROGRAMS_PER_SM * target.num_sms, B * Hkv), MAX_SPLITS)
+    want = min(cdiv(PROGRAMS_PER_SM * target.num_sms, max(B * Hkv, 1)), MAX_SPLITS)
     if want <= 2:  # the GPU is full already: a split would cost its combine more than it gains
         want = 1
     nsplit = max(1, min(want, cdiv(max_len, tokens)))
