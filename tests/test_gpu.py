@@ -445,7 +445,7 @@ def test_direct_launch_matches_triton_launch_gpu():
     finally:
         launcher.JIT_LAUNCH_ONLY = False
     assert all(torch.equal(a, c) and torch.equal(a, j) for a, c, j in zip(first, cached, jit))
-    plan = norms.forward_plan(launcher.spec(x), None, launcher.spec(w), launcher.spec(b), rms=False, eps=1e-5,
+    plan = norms.forward_plan(launcher.spec(x), None, launcher.spec(w), launcher.spec(b), None, rms=False, eps=1e-5,
                               p=0.0, seed=0, target=launcher.target_for(x))
     entries = plan.launches[0].compiled
     assert entries and all(entries.values())  # a direct launch for each (not () : through Triton)
