@@ -17,9 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import textwrap
 from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
 
 from .launch import ArraySpec, Plan, row_major_strides
+
+
+TRACED = ("Traced arguments: the arrays (under jax.jit or torch.compile one compiled kernel serves "
+          "every value); any other argument is a Python value fixed when the call is traced (another "
+          "value compiles again), unless its description says it may be an array.")
 
 
 def forward_only(name: str):
@@ -106,7 +112,9 @@ class Op:
 
     @property
     def doc(self) -> str:
-        return self.signature.__doc__ or ""
+        """The public docstring: the declaration's, and what may be traced."""
+        return (self.signature.__doc__ or "").rstrip() + "\n\n" + textwrap.fill(
+            TRACED, 92, initial_indent="    ", subsequent_indent="    ")
 
     def returned(self, static) -> Tuple[str, ...]:
         """The names of the results the op returns, for this static value."""

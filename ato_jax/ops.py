@@ -113,6 +113,7 @@ def build(op: Op):
         return op.pack(static, out)
 
     call.op = op
+    call.__doc__ = op.doc
     call.__module__ = __name__.split(".")[0]
     return call
 

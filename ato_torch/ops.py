@@ -129,6 +129,7 @@ def build(op: Op):
         return pack(static, out if isinstance(out, tuple) else (out,))
 
     call.op = op
+    call.__doc__ = op.doc
     call.__module__ = __name__.split(".")[0]
     return call
 

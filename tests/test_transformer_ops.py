@@ -162,10 +162,11 @@ def test_cross_entropy_of_one_row_of_logits(framework):
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 @pytest.mark.parametrize("options", [{"z_loss": 1e-2}, {"softcap": 5.0}, {"z_loss": 1e-3, "softcap": 30.0}])
 def test_cross_entropy_z_loss_and_softcap(reduction, options):
-    """z_loss and softcap, alone and together, with label smoothing and a [B, T] leading
-    shape, logits of scale 10 (softcap 5 saturates tanh; lse^2 weighs in the loss)."""
+    """z_loss and softcap, alone and together, with label smoothing, leading shapes of 1, 2
+    and 3 axes, logits of scale 10 (softcap 5 saturates tanh; lse^2 weighs in the loss)."""
     check(ce_case((2, 5), 300, reduction=reduction, label_smoothing=0.1, scale=10.0, seed=12, **options))
     check(ce_case(4, 3, dtype="bfloat16", reduction=reduction, scale=10.0, seed=13, **options))
+    check(ce_case((2, 1, 3), 70, reduction=reduction, scale=10.0, seed=14, **options))
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])

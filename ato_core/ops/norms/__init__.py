@@ -35,8 +35,9 @@ def layer_norm(x, weight=None, bias=None, *, eps=1e-5):
     """LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias.
 
     x: any shape [..., N], N in 0..65536, fp32/fp16/bf16 (fp32 statistics) or fp64 (fp64
-    throughout); weight, bias: [N] or None. Returns y (x's shape and dtype); differentiable in x, weight and bias
-    (weight and bias gradients reduced in a fixed order: deterministic)."""
+    throughout); weight, bias: [N] or None. Returns y (x's shape and dtype); differentiable
+    in x, weight and bias (weight and bias gradients reduced in a fixed order:
+    deterministic)."""
     return (x, None, weight, bias), Norm(False, eps)
 
 
