@@ -59,7 +59,7 @@ def _patch_int_masks() -> None:
     from triton.runtime import interpreter as interp
 
     builder = interp.InterpreterBuilder
-    if getattr(builder.create_masked_load, "_ato_mask_fix", False):
+    if not hasattr(builder, "create_masked_store") or getattr(builder.create_masked_load, "_ato_mask_fix", False):
         return
     load, store = builder.create_masked_load, builder.create_masked_store
 
