@@ -1,0 +1,95 @@
+"""Flax nnx modules on ato's ops, with the constructor arguments and parameter names of their
+flax counterparts (the ``flax`` extra; ``import ato_jax`` does not import flax):
+
+- ``LayerNorm``, ``RMSNorm``: ``flax.nnx.LayerNorm`` / ``flax.nnx.RMSNorm`` (num_features,
+  epsilon, dtype, param_dtype, use_bias, use_scale, the initialisers; parameters ``scale``
+  and ``bias``), over the last axis.
+- ``SwiGLU``: the gated MLP of Llama-style models, down_proj(silu(gate_proj(x)) * up_proj(x)),
+  three ``nnx.Linear`` (gate_proj, up_proj, down_proj), ato's swiglu between them.
+
+Dtypes as flax's: the result has ``dtype`` when given, else the promoted dtype of the input and
+the parameters; the op runs in that dtype (a bf16 input with float32 parameters is normalised
+in float32, as flax does). The modules work under ``nnx.jit``, ``nnx.grad`` and optax updates.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax.numpy as jnp
+from flax import nnx
+
+import ato_jax
+
+
+def _last_axis_only(module: str, **axes) -> None:
+    for name, value in axes.items():
+        if value not in (-1, (-1,)):
+            raise ValueError(f"{module}: {name}: ato normalises over the last axis only (expected -1), got {value!r}")
+
+
+def _check_features(module: str, x, num_features: int) -> None:
+    if x.ndim < 1 or x.shape[-1] != num_features:
+        raise ValueError(f"{module}: input: expected a last axis of {num_features} features, got shape "
+                         f"{tuple(x.shape)}")
+
+
+def _param(use: bool, init, rngs: nnx.Rngs, num_features: int, param_dtype) -> Optional[nnx.Param]:
+    return nnx.Param(init(rngs.params(), (num_features,), param_dtype)) if use else None
+
+
+def _value(p: Optional[nnx.Param]):
+    return None if p is None else p[...]
+
+
+class LayerNorm(nnx.Module):
+    """flax.nnx.LayerNorm on ato's layer_norm: (x - mean) / sqrt(var + epsilon) * scale + bias
+    over the last axis (``num_features`` of it)."""
+
+    def __init__(self, num_features: int, *, epsilon: float = 1e-6, dtype: Optional[Any] = None,
+                 param_dtype: Any = jnp.float32, use_bias: bool = True, use_scale: bool = True,
+                 bias_init=nnx.initializers.zeros, scale_init=nnx.initializers.ones, reduction_axes=-1,
+                 feature_axes=-1, rngs: nnx.Rngs):
+        _last_axis_only("LayerNorm", reduction_axes=reduction_axes, feature_axes=feature_axes)
+        self.num_features, self.epsilon, self.dtype = num_features, epsilon, dtype
+        self.scale = _param(use_scale, scale_init, rngs, num_features, param_dtype)
+        self.bias = _param(use_bias, bias_init, rngs, num_features, param_dtype)
+
+    def __call__(self, x):
+        _check_features("LayerNorm", x, self.num_features)
+        scale, bias = _value(self.scale), _value(self.bias)
+        dtype = self.dtype or jnp.result_type(x, *[p for p in (scale, bias) if p is not None])
+        return ato_jax.layer_norm(jnp.asarray(x, dtype), scale, bias, eps=self.epsilon)
+
+
+class RMSNorm(nnx.Module):
+    """flax.nnx.RMSNorm on ato's rms_norm: x / sqrt(mean(x^2) + epsilon) * scale over the
+    last axis (``num_features`` of it)."""
+
+    def __init__(self, num_features: int, *, epsilon: float = 1e-6, dtype: Optional[Any] = None,
+                 param_dtype: Any = jnp.float32, use_scale: bool = True, scale_init=nnx.initializers.ones,
+                 reduction_axes=-1, feature_axes=-1, rngs: nnx.Rngs):
+        _last_axis_only("RMSNorm", reduction_axes=reduction_axes, feature_axes=feature_axes)
+        self.num_features, self.epsilon, self.dtype = num_features, epsilon, dtype
+        self.scale = _param(use_scale, scale_init, rngs, num_features, param_dtype)
+
+    def __call__(self, x):
+        _check_features("RMSNorm", x, self.num_features)
+        scale = _value(self.scale)
+        dtype = self.dtype or jnp.result_type(x, *([] if scale is None else [scale]))
+        return ato_jax.rms_norm(jnp.asarray(x, dtype), scale, eps=self.epsilon)
+
+
+class SwiGLU(nnx.Module):
+    """The gated MLP down_proj(silu(gate_proj(x)) * up_proj(x)): nnx.Linear layers named as
+    Hugging Face's LlamaMLP, ato's swiglu between them."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, *, use_bias: bool = False,
+                 dtype: Optional[Any] = None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        kw = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.gate_proj = nnx.Linear(hidden_size, intermediate_size, **kw)
+        self.up_proj = nnx.Linear(hidden_size, intermediate_size, **kw)
+        self.down_proj = nnx.Linear(intermediate_size, hidden_size, **kw)
+
+    def __call__(self, x):
+        return self.down_proj(ato_jax.swiglu(self.gate_proj(x), self.up_proj(x)))

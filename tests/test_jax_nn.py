@@ -1,0 +1,128 @@
+"""ato_jax.nn, CPU tier: flax nnx modules on ato's ops against flax's own modules.
+
+Same constructor arguments and parameter names (a state taken from flax's module updates
+ato's and back); outputs and gradients of input and parameters within fp32 tolerance of
+flax's (rows of 48: 1e-5); flax's dtype promotion; and a small model trained a few steps
+with optax gives flax's losses step by step."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+flax = pytest.importorskip("flax")
+optax = pytest.importorskip("optax")
+from flax import nnx  # noqa: E402
+
+from ato_jax import nn as ann  # noqa: E402
+
+F = 48
+
+
+def _x(*shape, dtype=jnp.float32, seed=0):
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape), dtype)
+
+
+def _randomised(module, seed=1):
+    """The module with its parameters set to random values (not the ones / zeros of init)."""
+    state = nnx.state(module, nnx.Param)
+    leaves, tree = jax.tree_util.tree_flatten(state)
+    rng = np.random.default_rng(seed)
+    nnx.update(module, jax.tree_util.tree_unflatten(
+        tree, [jnp.asarray(rng.standard_normal(l.shape), l.dtype) for l in leaves]))
+    return module
+
+
+def _param_names(module):
+    return sorted("/".join(map(str, p)) for p, _ in nnx.to_flat_state(nnx.state(module, nnx.Param)))
+
+
+def _grads(module, x):
+    return nnx.grad(lambda m, a: jnp.sum(m(a) * jnp.arange(a.shape[-1], dtype=jnp.float32)), argnums=(0, 1))(module, x)
+
+
+def _assert_close(a, b, tol=1e-5):
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_allclose(np.asarray(u, np.float32), np.asarray(v, np.float32), rtol=tol, atol=tol)
+
+
+CASES = [
+    ("LayerNorm", lambda mod, **kw: mod.LayerNorm(F, rngs=nnx.Rngs(0), **kw), {}),
+    ("LayerNorm no bias, eps", lambda mod, **kw: mod.LayerNorm(F, use_bias=False, epsilon=1e-3, rngs=nnx.Rngs(0)), {}),
+    ("RMSNorm", lambda mod, **kw: mod.RMSNorm(F, rngs=nnx.Rngs(0), **kw), {}),
+    ("RMSNorm no scale", lambda mod, **kw: mod.RMSNorm(F, use_scale=False, rngs=nnx.Rngs(0)), {}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_norm_modules_match_flax(case):
+    _, make, _ = case
+    ours, theirs = make(ann), _randomised(make(nnx))
+    assert _param_names(ours) == _param_names(theirs)
+    nnx.update(ours, nnx.state(theirs, nnx.Param))  # flax's state loads into ato's module
+    x = _x(3, 5, F)
+    _assert_close(ours(x), theirs(x))
+    _assert_close(_grads(ours, x), _grads(theirs, x))
+    y = nnx.jit(lambda m, a: m(a))(ours, x)
+    _assert_close(y, theirs(x))
+
+
+@pytest.mark.parametrize("name", ["LayerNorm", "RMSNorm"])
+def test_norm_dtype_promotion_as_flax(name):
+    """bf16 input, float32 parameters: a float32 result, normalised in float32, as flax's;
+    dtype=bfloat16: a bf16 result."""
+    x = _x(4, F, dtype=jnp.bfloat16)
+    for kw in ({}, {"dtype": jnp.bfloat16}):
+        ours, theirs = getattr(ann, name)(F, rngs=nnx.Rngs(0), **kw), getattr(nnx, name)(F, rngs=nnx.Rngs(0), **kw)
+        a, b = ours(x), theirs(x)
+        assert a.dtype == b.dtype, (kw, a.dtype, b.dtype)
+        _assert_close(a, b, 1e-5 if a.dtype == jnp.float32 else 2e-2)
+
+
+def test_swiglu_module():
+    """ato_jax.nn.SwiGLU is down_proj(silu(gate_proj(x)) * up_proj(x)) with its own nnx.Linear
+    layers, gradients included."""
+    m = _randomised(ann.SwiGLU(F, 64, rngs=nnx.Rngs(0)))
+    assert _param_names(m) == ["down_proj/kernel", "gate_proj/kernel", "up_proj/kernel"]
+
+    def reference(mod, a):
+        return mod.down_proj(jax.nn.silu(mod.gate_proj(a)) * mod.up_proj(a))
+    x = _x(6, F)
+    _assert_close(m(x), reference(m, x))
+    g = nnx.grad(lambda mod, a: jnp.sum(mod(a) ** 2))(m, x)
+    g_ref = nnx.grad(lambda mod, a: jnp.sum(reference(mod, a) ** 2))(m, x)
+    _assert_close(g, g_ref, 1e-4)
+
+
+def test_trains_with_optax_as_flax():
+    """Linear -> LayerNorm -> Linear -> RMSNorm, the same initial weights and data, four Adam
+    steps under nnx.jit: the losses of the ato model follow the flax model's step by step."""
+    class Block(nnx.Module):
+        def __init__(self, mod, rngs):
+            self.inp, self.ln = nnx.Linear(16, F, rngs=rngs), mod.LayerNorm(F, rngs=rngs)
+            self.out, self.rms = nnx.Linear(F, 8, rngs=rngs), mod.RMSNorm(8, rngs=rngs)
+
+        def __call__(self, x):
+            return self.rms(self.out(jax.nn.gelu(self.ln(self.inp(x)))))
+
+    x, y = _x(32, 16, seed=2), _x(32, 8, seed=3)
+    losses = []
+    for mod in (ann, nnx):
+        model = Block(mod, nnx.Rngs(7))
+        opt = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+
+        @nnx.jit
+        def step(model, opt):
+            loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
+            opt.update(model, grads)
+            return loss
+        losses.append([float(step(model, opt)) for _ in range(4)])
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+    assert losses[0][-1] < losses[0][0]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="reduction_axes: ato normalises over the last axis only"):
+        ann.LayerNorm(F, reduction_axes=0, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="LayerNorm: input: expected a last axis of 48 features, got shape"):
+        ann.LayerNorm(F, rngs=nnx.Rngs(0))(_x(2, 7))
