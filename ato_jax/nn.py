@@ -6,6 +6,9 @@ flax counterparts (the ``flax`` extra; ``import ato_jax`` does not import flax):
   and ``bias``), over the last axis.
 - ``SwiGLU``: the gated MLP of Llama-style models, down_proj(silu(gate_proj(x)) * up_proj(x)),
   three ``nnx.Linear`` (gate_proj, up_proj, down_proj), ato's swiglu between them.
+- ``MultiHeadAttention``: ``flax.nnx.MultiHeadAttention`` (its parameters, grouped kv heads,
+  ``is_causal``) whose attention is ato's flash attention: ``dot_product_attention``, the
+  ``attention_fn`` it passes, which takes no mask, bias or dropout (a clear error).
 
 Dtypes as flax's: the result has ``dtype`` when given, else the promoted dtype of the input and
 the parameters; the op runs in that dtype (a bf16 input with float32 parameters is normalised
@@ -14,6 +17,7 @@ in float32, as flax does). The modules work under ``nnx.jit``, ``nnx.grad`` and 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import jax.numpy as jnp
@@ -93,3 +97,37 @@ class SwiGLU(nnx.Module):
 
     def __call__(self, x):
         return self.down_proj(ato_jax.swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+def dot_product_attention(query, key, value, bias=None, mask=None, *, dropout_rng=None, dropout_rate: float = 0.0,
+                          broadcast_dropout: bool = True, deterministic: bool = True, dtype=None, precision=None,
+                          module=None, is_causal: bool = False, **unused):
+    """flax's ``attention_fn`` contract on ato's flash_attention: query [..., Nq, H, D], key and
+    value [..., Nk, Hkv, D] (Hkv divides H), returns [..., Nq, H, D]. Causal masks align to
+    the bottom right (flash_attention's). No mask, bias, dropout or sown weights: flash
+    attention takes only the causal mask and never forms the weights."""
+    for name, value_, what in (("mask", mask, "a mask (use is_causal)"), ("bias", bias, "an attention bias"),
+                               ("module", module, "sow_weights")):
+        if value_ is not None:
+            raise ValueError(f"dot_product_attention: {name}: ato's flash attention does not take {what} "
+                             f"(expected None)")
+    if dropout_rate > 0.0 and not deterministic:
+        raise ValueError(f"dot_product_attention: dropout_rate: attention dropout is not supported by ato "
+                         f"(expected 0 or deterministic=True), got {dropout_rate}")
+    if dtype is not None:
+        query, key, value = (jnp.asarray(t, dtype) for t in (query, key, value))
+    lead = query.shape[:-3]
+    B = math.prod(lead)
+
+    def heads_first(t):  # [..., N, H, D] -> [B, H, N, D]
+        return jnp.swapaxes(t.reshape(B, *t.shape[-3:]), 1, 2)
+    o = ato_jax.flash_attention(heads_first(query), heads_first(key), heads_first(value), causal=bool(is_causal))
+    return jnp.swapaxes(o, 1, 2).reshape(query.shape)
+
+
+class MultiHeadAttention(nnx.MultiHeadAttention):
+    """flax.nnx.MultiHeadAttention with ato's flash attention (``dot_product_attention``) as
+    its attention_fn: the same arguments and parameters (query, key, value, out)."""
+
+    def __init__(self, *args, attention_fn=dot_product_attention, **kwargs):
+        super().__init__(*args, attention_fn=attention_fn, **kwargs)

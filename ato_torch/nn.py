@@ -7,6 +7,8 @@ their torch counterparts: a torch ``nn.LayerNorm`` state_dict loads into ``Layer
   reduction, label_smoothing; input [C], [N, C] or [N, C, d1, ...]); no class weights.
 - ``SwiGLU``: the gated MLP of Llama-style models, down_proj(silu(gate_proj(x)) * up_proj(x)),
   with Hugging Face's LlamaMLP keys (gate_proj, up_proj, down_proj).
+- ``MultiheadAttention``: ``torch.nn.MultiheadAttention`` on flash attention (no weights
+  returned; the causal mask only).
 """
 
 from __future__ import annotations
@@ -135,4 +137,62 @@ class SwiGLU(nn.Module):
         return self.down_proj(ato_torch.swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
-__all__ = ["CrossEntropyLoss", "LayerNorm", "RMSNorm", "SwiGLU"]
+class MultiheadAttention(nn.Module):
+    """torch.nn.MultiheadAttention on ato's flash_attention: its constructor arguments and
+    state_dict keys (in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias), so a torch
+    module's state_dict loads into it. forward(query, key, value, ...) returns (output, None):
+    flash attention never forms the attention weights, so ``need_weights`` must be False, and
+    it takes no mask but the causal one (``is_causal=True``, with or without the causal
+    ``attn_mask`` torch asks for beside it). Self- or cross-attention with embed_dim-wide keys
+    and values (kdim = vdim = embed_dim); no dropout, bias_kv or zero_attn."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim=None, vdim=None,
+                 batch_first: bool = False, device=None, dtype=None):
+        super().__init__()
+        for name, value, default in (("dropout", dropout, 0.0), ("add_bias_kv", add_bias_kv, False),
+                                     ("add_zero_attn", add_zero_attn, False)):
+            if value != default:
+                raise ValueError(f"MultiheadAttention: {name}: not supported by ato (expected {default}), got {value!r}")
+        for name, value in (("kdim", kdim), ("vdim", vdim)):
+            if value not in (None, embed_dim):
+                raise ValueError(f"MultiheadAttention: {name}: expected None or embed_dim={embed_dim}, got {value}")
+        if embed_dim % num_heads:
+            raise ValueError(f"MultiheadAttention: embed_dim: expected a multiple of num_heads={num_heads}, "
+                             f"got {embed_dim}")
+        kw = {"device": device, "dtype": dtype}
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.batch_first, self.dropout = batch_first, 0.0
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim, **kw))
+        self.in_proj_bias = nn.Parameter(torch.empty(3 * embed_dim, **kw)) if bias else None
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **kw)
+        # torch's initialisation
+        nn.init.xavier_uniform_(self.in_proj_weight)
+        if bias:
+            nn.init.zeros_(self.in_proj_bias)
+            nn.init.zeros_(self.out_proj.bias)
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_padding_mask=None,
+                need_weights: bool = True, attn_mask=None, average_attn_weights: bool = True,
+                is_causal: bool = False):
+        if need_weights:
+            raise ValueError("MultiheadAttention: need_weights: ato's flash attention does not form the attention "
+                             "weights (expected need_weights=False)")
+        if key_padding_mask is not None:
+            raise ValueError("MultiheadAttention: key_padding_mask: not supported by ato (expected None)")
+        if attn_mask is not None and not is_causal:
+            raise ValueError("MultiheadAttention: attn_mask: ato takes only the causal mask (is_causal=True), "
+                             "got a mask without is_causal")
+        if not self.batch_first:  # [N, B, E] -> [B, N, E]
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+        E, H, D = self.embed_dim, self.num_heads, self.head_dim
+        w = self.in_proj_weight.chunk(3)
+        b = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None,) * 3
+        q, k, v = (nn.functional.linear(t, wi, bi).unflatten(-1, (H, D)).transpose(1, 2)
+                   for t, wi, bi in zip((query, key, value), w, b))
+        o = ato_torch.flash_attention(q, k, v, causal=bool(is_causal))
+        o = self.out_proj(o.transpose(1, 2).flatten(-2))
+        return (o if self.batch_first else o.transpose(0, 1)), None
+
+
+__all__ = ["CrossEntropyLoss", "LayerNorm", "MultiheadAttention", "RMSNorm", "SwiGLU"]

@@ -41,9 +41,10 @@ def _grads(module, x):
     return nnx.grad(lambda m, a: jnp.sum(m(a) * jnp.arange(a.shape[-1], dtype=jnp.float32)), argnums=(0, 1))(module, x)
 
 
-def _assert_close(a, b, tol=1e-5):
+def _assert_close(a, b, tol=1e-5, atol=None):
     for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
-        np.testing.assert_allclose(np.asarray(u, np.float32), np.asarray(v, np.float32), rtol=tol, atol=tol)
+        np.testing.assert_allclose(np.asarray(u, np.float32), np.asarray(v, np.float32), rtol=tol,
+                                   atol=tol if atol is None else atol)
 
 
 CASES = [
@@ -126,3 +127,39 @@ def test_bad_arguments():
         ann.LayerNorm(F, reduction_axes=0, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="LayerNorm: input: expected a last axis of 48 features, got shape"):
         ann.LayerNorm(F, rngs=nnx.Rngs(0))(_x(2, 7))
+
+
+@pytest.mark.parametrize("num_kv_heads", [None, 2], ids=["mha", "gqa"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_multi_head_attention_matches_flax(num_kv_heads, causal):
+    """flax's MultiHeadAttention with ato's flash attention as attention_fn: the same
+    parameters (a flax module's state loads), output and gradients (input and parameters)
+    within fp32 tolerance at their scale; cross-attention with another key length."""
+    kw = dict(num_kv_heads=num_kv_heads, decode=False)
+    theirs = _randomised(nnx.MultiHeadAttention(4, 32, rngs=nnx.Rngs(0), **kw))
+    ours = ann.MultiHeadAttention(4, 32, rngs=nnx.Rngs(1), **kw)
+    assert _param_names(ours) == _param_names(theirs)
+    nnx.update(ours, nnx.state(theirs, nnx.Param))
+    x = _x(2, 10, 32, seed=4)
+
+    def loss(m, a):
+        return jnp.sum(m(a, is_causal=causal) ** 2)
+    scale = float(jnp.abs(theirs(x, is_causal=causal)).max())
+    _assert_close(ours(x, is_causal=causal), theirs(x, is_causal=causal), atol=1e-5 * max(1.0, scale))
+    ga, gb = (jax.tree_util.tree_leaves(nnx.grad(loss, argnums=(0, 1))(m, x)) for m in (ours, theirs))
+    # at the scale of the largest gradient: the key bias's is 0 in exact arithmetic (softmax
+    # ignores a per-query constant), both frameworks' rounding noise of the others' size
+    g_scale = max(float(jnp.abs(b).max()) for b in gb)
+    for a, b in zip(ga, gb):
+        _assert_close(a, b, atol=1e-5 * max(1.0, g_scale))
+    if not causal:
+        kv = _x(2, 7, 32, seed=5)
+        _assert_close(ours(x, kv), theirs(x, kv), atol=1e-5 * max(1.0, scale))
+
+
+def test_dot_product_attention_refuses_what_it_lacks():
+    m, x = ann.MultiHeadAttention(2, 16, decode=False, rngs=nnx.Rngs(0)), _x(1, 5, 16)
+    with pytest.raises(ValueError, match="mask: ato's flash attention does not take a mask"):
+        m(x, mask=jnp.ones((1, 2, 5, 5), bool))
+    with pytest.raises(ValueError, match="dropout_rate: attention dropout is not supported"):
+        ann.MultiHeadAttention(2, 16, dropout_rate=0.1, decode=False, rngs=nnx.Rngs(0))(x, deterministic=False)

@@ -92,3 +92,56 @@ def test_swiglu_mlp():
     ours = ann.SwiGLU(32, 64)
     ours.load_state_dict(theirs.state_dict())
     _same(ours, theirs, torch.randn(4, 9, 32))
+
+
+def _close_at_scale(a, b):
+    """fp32 sums over tokens and features (projections, attention): torch's own error against
+    float64 is ~1e-6 of the largest entry, and ato's the same (entries reach ~1e3 here)."""
+    torch.testing.assert_close(a, b, rtol=1.3e-6, atol=1e-5 * max(1.0, float(b.abs().max())))
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_multihead_attention(batch_first, causal):
+    """torch.nn.MultiheadAttention's state_dict loads (the same keys); output and gradients
+    (input and every parameter) agree, self-attention, causal with torch's mask beside
+    is_causal; cross-attention with another key length."""
+    torch.manual_seed(3)
+    theirs = torch.nn.MultiheadAttention(32, 4, batch_first=batch_first)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_(0, 0.3)
+    ours = ann.MultiheadAttention(32, 4, batch_first=batch_first)
+    ours.load_state_dict(theirs.state_dict())
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    shape = (2, 10, 32) if batch_first else (10, 2, 32)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(10) if causal else None
+
+    def call(m):
+        return lambda x: m(x, x, x, need_weights=False, attn_mask=mask, is_causal=causal)[0]
+    x = torch.randn(shape)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = call(ours)(xa), call(theirs)(xb)
+    _close_at_scale(ya, yb)
+    g = torch.randn_like(ya)
+    _close_at_scale(*[torch.autograd.grad(y, t, g)[0] for y, t in ((ya, xa), (yb, xb))])
+    for m in (ours, theirs):
+        m.zero_grad()
+        call(m)(x).square().sum().backward()
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        _close_at_scale(a.grad, b.grad)
+    if not causal:
+        kv = torch.randn((2, 7, 32) if batch_first else (7, 2, 32))
+        torch.testing.assert_close(ours(x, kv, kv, need_weights=False)[0], theirs(x, kv, kv, need_weights=False)[0])
+
+
+def test_multihead_attention_refuses_what_it_lacks():
+    m, x = ann.MultiheadAttention(16, 2), torch.randn(5, 1, 16)
+    with pytest.raises(ValueError, match="need_weights: ato's flash attention does not form the attention weights"):
+        m(x, x, x)
+    with pytest.raises(ValueError, match="key_padding_mask: not supported"):
+        m(x, x, x, need_weights=False, key_padding_mask=torch.zeros(1, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="attn_mask: ato takes only the causal mask"):
+        m(x, x, x, need_weights=False, attn_mask=torch.zeros(5, 5))
+    with pytest.raises(ValueError, match="dropout: not supported by ato"):
+        ann.MultiheadAttention(16, 2, dropout=0.1)
