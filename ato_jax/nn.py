@@ -9,6 +9,8 @@ flax counterparts (the ``flax`` extra; ``import ato_jax`` does not import flax):
 - ``MultiHeadAttention``: ``flax.nnx.MultiHeadAttention`` (its parameters, grouped kv heads,
   ``is_causal``) whose attention is ato's flash attention: ``dot_product_attention``, the
   ``attention_fn`` it passes, which takes no mask, bias or dropout (a clear error).
+- ``LinearAttention``, ``BasedAttention``: layers with q_proj, k_proj, v_proj, o_proj
+  (nnx.Linear) around ato's linear_attention (ELU+1) and based_attention, as ato_torch.nn's.
 
 Dtypes as flax's: the result has ``dtype`` when given, else the promoted dtype of the input and
 the parameters; the op runs in that dtype (a bf16 input with float32 parameters is normalised
@@ -131,3 +133,62 @@ class MultiHeadAttention(nnx.MultiHeadAttention):
 
     def __init__(self, *args, attention_fn=dot_product_attention, **kwargs):
         super().__init__(*args, attention_fn=attention_fn, **kwargs)
+
+
+class _LinearAttentionLayer(nnx.Module):
+    """q_proj, k_proj (hidden_size -> num_heads * feature size), v_proj, o_proj (nnx.Linear,
+    as ato_torch.nn's: a torch layer's weights, transposed, are its kernels); x [B, N, hidden]."""
+
+    def __init__(self, hidden_size: int, num_heads: int, qk_dim: int, use_bias: bool, dtype, param_dtype,
+                 rngs: nnx.Rngs):
+        if hidden_size % num_heads:
+            raise ValueError(f"{type(self).__name__}: hidden_size: expected a multiple of num_heads={num_heads}, "
+                             f"got {hidden_size}")
+        kw = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.hidden_size, self.num_heads = hidden_size, num_heads
+        self.q_proj = nnx.Linear(hidden_size, num_heads * qk_dim, **kw)
+        self.k_proj = nnx.Linear(hidden_size, num_heads * qk_dim, **kw)
+        self.v_proj = nnx.Linear(hidden_size, hidden_size, **kw)
+        self.o_proj = nnx.Linear(hidden_size, hidden_size, **kw)
+
+    def _heads(self, t):  # [B, N, H * D] -> [B, H, N, D]
+        return jnp.swapaxes(t.reshape(*t.shape[:-1], self.num_heads, -1), 1, 2)
+
+    def __call__(self, x, initial_state=None, output_final_state: bool = False):
+        """x [B, N, hidden_size] -> y [B, N, hidden_size], or (y, (S, z)) with the final state."""
+        if x.ndim != 3 or x.shape[-1] != self.hidden_size:
+            raise ValueError(f"{type(self).__name__}: x: expected [B, N, {self.hidden_size}], got shape "
+                             f"{tuple(x.shape)}")
+        out = self._attend(self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x)),
+                           initial_state, output_final_state)
+        o, state = out if output_final_state else (out, None)
+        y = self.o_proj(jnp.swapaxes(o, 1, 2).reshape(x.shape))
+        return (y, state) if output_final_state else y
+
+
+class LinearAttention(_LinearAttentionLayer):
+    """A multi-head linear attention layer (ELU+1 feature map, ato's linear_attention), as
+    ato_torch.nn.LinearAttention."""
+
+    def __init__(self, hidden_size: int, num_heads: int, *, causal: bool = True, eps: float = 1e-6,
+                 use_bias: bool = False, dtype=None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        super().__init__(hidden_size, num_heads, hidden_size // max(num_heads, 1), use_bias, dtype, param_dtype, rngs)
+        self.causal, self.eps = causal, eps
+
+    def _attend(self, q, k, v, initial_state, output_final_state):
+        return ato_jax.linear_attention(q, k, v, causal=self.causal, feature_map="elu", eps=self.eps,
+                                        initial_state=initial_state, output_final_state=output_final_state)
+
+
+class BasedAttention(_LinearAttentionLayer):
+    """The Based linear attention layer (ato's based_attention), as ato_torch.nn.BasedAttention."""
+
+    def __init__(self, hidden_size: int, num_heads: int, *, feature_dim: int = 16, causal: bool = True,
+                 eps: float = 1e-6, use_bias: bool = False, dtype=None, param_dtype: Any = jnp.float32,
+                 rngs: nnx.Rngs):
+        super().__init__(hidden_size, num_heads, feature_dim, use_bias, dtype, param_dtype, rngs)
+        self.causal, self.eps = causal, eps
+
+    def _attend(self, q, k, v, initial_state, output_final_state):
+        return ato_jax.based_attention(q, k, v, causal=self.causal, eps=self.eps, initial_state=initial_state,
+                                       output_final_state=output_final_state)

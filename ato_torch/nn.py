@@ -9,6 +9,8 @@ their torch counterparts: a torch ``nn.LayerNorm`` state_dict loads into ``Layer
   with Hugging Face's LlamaMLP keys (gate_proj, up_proj, down_proj).
 - ``MultiheadAttention``: ``torch.nn.MultiheadAttention`` on flash attention (no weights
   returned; the causal mask only).
+- ``LinearAttention``, ``BasedAttention``: layers with q_proj, k_proj, v_proj, o_proj around
+  ato's linear_attention (ELU+1) and based_attention, with the recurrent state in and out.
 """
 
 from __future__ import annotations
@@ -195,4 +197,68 @@ class MultiheadAttention(nn.Module):
         return (o if self.batch_first else o.transpose(0, 1)), None
 
 
-__all__ = ["CrossEntropyLoss", "LayerNorm", "MultiheadAttention", "RMSNorm", "SwiGLU"]
+class _LinearAttentionLayer(nn.Module):
+    """q_proj, k_proj (hidden_size -> num_heads * feature size), v_proj (hidden_size ->
+    hidden_size), the attention on [B, H, N, D] heads, o_proj; x [B, N, hidden_size]."""
+
+    def __init__(self, hidden_size: int, num_heads: int, qk_dim: int, bias: bool, device, dtype):
+        super().__init__()
+        if hidden_size % num_heads:
+            raise ValueError(f"{type(self).__name__}: hidden_size: expected a multiple of num_heads={num_heads}, "
+                             f"got {hidden_size}")
+        kw = {"bias": bias, "device": device, "dtype": dtype}
+        self.hidden_size, self.num_heads = hidden_size, num_heads
+        self.q_proj = nn.Linear(hidden_size, num_heads * qk_dim, **kw)
+        self.k_proj = nn.Linear(hidden_size, num_heads * qk_dim, **kw)
+        self.v_proj = nn.Linear(hidden_size, hidden_size, **kw)
+        self.o_proj = nn.Linear(hidden_size, hidden_size, **kw)
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:  # [B, N, H * D] -> [B, H, N, D] (a view)
+        return t.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+
+    def _attend(self, q, k, v, initial_state, output_final_state):
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, initial_state=None, output_final_state: bool = False):
+        """x [B, N, hidden_size] -> y [B, N, hidden_size], or (y, (S, z)) with the final state."""
+        if x.ndim != 3 or x.shape[-1] != self.hidden_size:
+            raise ValueError(f"{type(self).__name__}: x: expected [B, N, {self.hidden_size}], got shape "
+                             f"{list(x.shape)}")
+        out = self._attend(self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x)),
+                           initial_state, output_final_state)
+        o, state = out if output_final_state else (out, None)
+        y = self.o_proj(o.transpose(1, 2).flatten(-2))
+        return (y, state) if output_final_state else y
+
+
+class LinearAttention(_LinearAttentionLayer):
+    """A multi-head linear attention layer (ELU+1 feature map, ato's linear_attention):
+    q_proj, k_proj, v_proj, o_proj (nn.Linear), head size hidden_size / num_heads; causal
+    (chunked, with the (S, z) state in and out) or bidirectional."""
+
+    def __init__(self, hidden_size: int, num_heads: int, causal: bool = True, eps: float = 1e-6, bias: bool = False,
+                 device=None, dtype=None):
+        super().__init__(hidden_size, num_heads, hidden_size // max(num_heads, 1), bias, device, dtype)
+        self.causal, self.eps = causal, eps
+
+    def _attend(self, q, k, v, initial_state, output_final_state):
+        return ato_torch.linear_attention(q, k, v, causal=self.causal, feature_map="elu", eps=self.eps,
+                                          initial_state=initial_state, output_final_state=output_final_state)
+
+
+class BasedAttention(_LinearAttentionLayer):
+    """The Based linear attention layer (Taylor feature map, ato's based_attention): q_proj and
+    k_proj to ``feature_dim`` per head (16 in Based), v_proj, o_proj; causal by default."""
+
+    def __init__(self, hidden_size: int, num_heads: int, feature_dim: int = 16, causal: bool = True,
+                 eps: float = 1e-6, bias: bool = False, device=None, dtype=None):
+        super().__init__(hidden_size, num_heads, feature_dim, bias, device, dtype)
+        self.causal, self.eps = causal, eps
+
+    def _attend(self, q, k, v, initial_state, output_final_state):
+        return ato_torch.based_attention(q, k, v, causal=self.causal, eps=self.eps, initial_state=initial_state,
+                                         output_final_state=output_final_state)
+
+
+__all__ = ["BasedAttention", "CrossEntropyLoss", "LayerNorm", "LinearAttention", "MultiheadAttention", "RMSNorm",
+           "SwiGLU"]

@@ -163,3 +163,59 @@ def test_dot_product_attention_refuses_what_it_lacks():
         m(x, mask=jnp.ones((1, 2, 5, 5), bool))
     with pytest.raises(ValueError, match="dropout_rate: attention dropout is not supported"):
         ann.MultiHeadAttention(2, 16, dropout_rate=0.1, decode=False, rngs=nnx.Rngs(0))(x, deterministic=False)
+
+
+@pytest.mark.parametrize("layer", ["LinearAttention", "BasedAttention"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_linear_attention_layers_match_across_frameworks(layer, causal):
+    """ato_torch.nn's and ato_jax.nn's linear-attention layers with the same weights (torch's
+    nn.Linear weights, transposed, as nnx kernels): outputs, final states and input gradients
+    agree with each other and with the float64 reference (projections, then
+    ato_core's reference math), within fp32 tolerance at their scale."""
+    import torch
+
+    import ato_torch.nn as tnn
+    from ato_core.ops.based.reference import based_attention
+    from ato_core.ops.linear_attention.reference import linear_attention
+
+    kw = {"feature_dim": 4} if layer == "BasedAttention" else {}
+    torch.manual_seed(5)
+    t_layer = getattr(tnn, layer)(32, 4, causal=causal, **kw)
+    j_layer = getattr(ann, layer)(32, 4, causal=causal, rngs=nnx.Rngs(0), **kw)
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        getattr(j_layer, name).kernel[...] = jnp.asarray(getattr(t_layer, name).weight.detach().numpy().T)
+    x = np.random.default_rng(6).standard_normal((2, 9, 32)).astype(np.float32)
+    out_state = causal
+    xt = torch.from_numpy(x).requires_grad_()
+    t_out = t_layer(xt, output_final_state=out_state)
+    j_out = j_layer(jnp.asarray(x), output_final_state=out_state)
+
+    # float64 reference: the projections, then the reference attention
+    W = {n: getattr(t_layer, n).weight.detach().double().numpy() for n in ("q_proj", "k_proj", "v_proj", "o_proj")}
+    xd = x.astype(np.float64)
+
+    def heads(t):
+        return np.swapaxes(t.reshape(2, 9, 4, -1), 1, 2)
+    q, k, v = (heads(xd @ W[n].T) for n in ("q_proj", "k_proj", "v_proj"))
+    if layer == "LinearAttention":
+        r = linear_attention(q, k, v, causal=causal, feature_map="elu", output_final_state=out_state)
+    else:
+        r = based_attention(q, k, v, causal=causal, output_final_state=out_state)
+    o, state = r if out_state else (r, None)
+    want = np.swapaxes(o, 1, 2).reshape(2, 9, 32) @ W["o_proj"].T
+
+    t_y, t_state = t_out if out_state else (t_out, None)
+    j_y, j_state = j_out if out_state else (j_out, None)
+    scale = float(np.abs(want).max())
+    for got in (t_y.detach().numpy(), np.asarray(j_y)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, scale))
+    if out_state:
+        for got_t, got_j, w in zip(t_state, j_state, state):
+            s = max(1.0, float(np.abs(w).max()))
+            np.testing.assert_allclose(got_t.detach().numpy(), w, rtol=1e-4, atol=1e-5 * s)
+            np.testing.assert_allclose(np.asarray(got_j), w, rtol=1e-4, atol=1e-5 * s)
+    g = np.random.default_rng(7).standard_normal((2, 9, 32)).astype(np.float32)
+    t_g = torch.autograd.grad(t_y, xt, torch.from_numpy(g))[0].numpy()
+    _, back = jax.vjp(lambda a: j_layer(a), jnp.asarray(x))
+    j_g = np.asarray(back(jnp.asarray(g))[0])
+    np.testing.assert_allclose(j_g, t_g, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(t_g).max())))

@@ -32,7 +32,7 @@ def based_attention(q, k, v, *, causal=True, scale=None, eps=1e-6, initial_state
 
     Args:
       q, k: [B, H, N, d], d in 1..32; v: [B, H, N, Dv], Dv in 1..256; fp32, fp16 or bf16,
-        one dtype and device; any N >= 1; any strides.
+        one dtype and device; any N >= 0 (0: the state passes through); any strides.
       causal: sum over j <= i (default) instead of over all j.
       scale: default 1/sqrt(d); a positive float.
       eps: added to the normaliser.

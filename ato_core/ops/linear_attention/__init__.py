@@ -38,7 +38,8 @@ def linear_attention(q, k, v, *, causal=False, feature_map=None, eps=1e-6, initi
 
     Args:
       q, k: [B, H, N, Dk]; v: [B, H, N, Dv]; fp32, fp16 or bf16, one dtype and device.
-        Dk, Dv in 1..256; any N >= 1; any strides (torch: a transposed [B, N, H, D] view works).
+        Dk, Dv in 1..256; any N >= 0 (0: the state passes through); any strides (torch: a
+        transposed [B, N, H, D] view works).
       causal: sum over j <= i (chunked kernels) instead of over all j.
       feature_map: None (q, k are already non-negative features) or "elu" (ELU+1 applied
         inside the kernels).
