@@ -39,7 +39,7 @@ def build(op: Op):
         plan, target, static, specs, grad = meta
         outs = run_plan(plan, dict(zip(names, arrays)), target)
         saved = [arrays[i] if is_input else outs[i] for is_input, i in saved_from]
-        if op.single_backward and op.backward_once(specs, static):
+        if op.backward_once(specs, static):
             ctx.saved_once = saved if grad else None
         else:
             ctx.save_for_backward(*saved)
@@ -57,7 +57,7 @@ def build(op: Op):
         absent = [c is None for c in cotangents]
         if all(absent):
             return (None,) * (n_inputs + 1)
-        if op.single_backward and op.backward_once(specs, static):
+        if op.backward_once(specs, static):
             saved, ctx.saved_once = ctx.saved_once, None
             if saved is None:
                 raise RuntimeError(f"ato_torch.{op.name}: backward called a second time (retain_graph); its "

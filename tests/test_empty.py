@@ -133,6 +133,8 @@ CASES = [
 ]
 
 FORWARD_ONLY = ("decode_attention", "merge_attention_states", "curvature_block_mask")
+# float inputs the op treats as constants (rope's cos / sin tables): no gradient
+CONSTANTS = {("rope", "c")}
 
 
 def _flat(out):
@@ -149,9 +151,12 @@ def _torch(op, arrays, call, device):
     outs = _flat(call(getattr(ato_torch, op), t))
     grads = {}
     if diff:
-        float_outs = [o for o in outs if o.is_floating_point() and o.requires_grad]
+        float_outs = [o for o in outs if o.is_floating_point()]
+        assert all(o.requires_grad for o in float_outs), op
         got = torch.autograd.grad(float_outs, [t[n] for n in diff], [torch.ones_like(o) for o in float_outs],
                                   allow_unused=True)
+        for n, g in zip(diff, got):  # a gradient for every input but the constants
+            assert (g is None) == ((op, n) in CONSTANTS), (op, n)
         grads = {n: np.zeros(tuple(t[n].shape), np.float32) if g is None else g.cpu().numpy()
                  for n, g in zip(diff, got)}
     return [o.detach().cpu().numpy() for o in outs], grads

@@ -148,6 +148,6 @@ def backward_plan(dlogits: ArraySpec, dloss: ArraySpec, *, target: Target, setti
     launch = Launch(kern.ce_bwd_kernel, (T,), ("dlogits", "dloss"), (V,),
                     (Buffer("scaled", tuple(dlogits.shape), dlogits.dtype, alias="dlogits" if inplace else None),),
                     {"BLOCK_V": _block_v(V, target, settings), "PER_ROW": dloss.ndim >= 1, "ALIGN": alignment(V),
-                     **({} if inplace else {"INPLACE": False})},
+                     "INPLACE": inplace},
                     num_warps=settings.warps)
     return Plan((launch,), ("scaled",), dense=("dloss",))

@@ -45,7 +45,7 @@ def _launch(kernel, inputs, x: ArraySpec, outs, temperature, traced: bool, targe
     inv = 1.0 if traced else 1.0 / float(temperature)
     return Launch(kernel, (M if N else 0,), inputs, (M, N, inv), outs,
                   {"BLOCK_N": block, "SINGLE": single, "ALIGN": alignment(N), "TRACED": traced,
-                   **({"ACC": tl.float64} if x.dtype == "float64" else {})},
+                   "ACC": tl.float64 if x.dtype == "float64" else tl.float32},
                   num_warps=4 if block <= 1024 else 8 if block <= 4096 else 16)
 
 
