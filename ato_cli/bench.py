@@ -897,9 +897,94 @@ def _cab_rows(q, k, v, do, bs, quick):
     return rows
 
 
+def linear_cross_entropy_rows(quick: bool):
+    """The language model head's loss + gradients (x and weight) at T8192 H4096, V 128256 and
+    256000, bf16: ato_torch, matmul + ato_torch.cross_entropy, torch matmul + F.cross_entropy
+    (fp32 upcast), Liger's and Cut Cross-Entropy's fused linear cross-entropy; ato_jax and
+    jitted matmul + optax. Ratios to matmul + ato_torch.cross_entropy. Rate: TFLOP/s of the
+    three matmuls of the logits' form (6 T H V) and its share of PEAK_BF16_TFLOPS; memory:
+    the peak above the inputs and their gradients (torch: max_memory_allocated over one call
+    of torch.autograd.grad; JAX: XLA's temp bytes of the compiled call)."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+    import torch.nn.functional as F
+
+    import ato_jax
+    import ato_torch
+
+    try:
+        import optax
+    except Exception:
+        optax = None
+    LigerFLCE = liger("liger_kernel.transformers.fused_linear_cross_entropy:LigerFusedLinearCrossEntropyLoss")
+    cce = liger("cut_cross_entropy:linear_cross_entropy")
+    rows = []
+    T, H = (4096, 4096) if quick else (8192, 4096)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for V in ((128256,) if quick else (128256, 256000)):
+        x = (torch.randn(T, H, device="cuda", generator=g) * 0.5).to(torch.bfloat16)
+        w = (torch.randn(V, H, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+        t = torch.randint(0, V, (T,), device="cuda", generator=g)
+        shape = f"T{T} H{H} V{V} bf16"
+        flop = 6 * T * H * V
+        fns = {"ato_torch": lambda a, b: ato_torch.linear_cross_entropy(a, b, t),
+               "matmul + ato_torch.cross_entropy": lambda a, b: ato_torch.cross_entropy(a @ b.T, t),
+               "torch matmul + F.cross_entropy (fp32 upcast)": lambda a, b: F.cross_entropy((a @ b.T).float(), t)}
+        if LigerFLCE is not None:
+            lig = LigerFLCE()
+            fns["Liger fused linear CE"] = lambda a, b: lig(b, a, t)
+        if cce is not None:
+            fns["Cut Cross-Entropy"] = lambda a, b: cce(a, b, t)
+        times, mem = {}, {}
+        for name, fn in fns.items():
+            xa, wa = x.detach().requires_grad_(), w.detach().requires_grad_()
+            run = lambda fn=fn, xa=xa, wa=wa: torch.autograd.grad(fn(xa, wa), (xa, wa))  # noqa: E731
+            try:
+                run()
+                torch.cuda.synchronize()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                grads = run()
+                torch.cuda.synchronize()
+                mem[name] = torch.cuda.max_memory_allocated() - base - sum(gr.numel() * gr.element_size()
+                                                                            for gr in grads)
+                del grads
+                times[name] = _bench_torch(run, quick)
+            except Exception as exc:
+                rows.append((f"{name} failed", shape, type(exc).__name__, None, None, str(exc)[:60]))
+            torch.cuda.empty_cache()
+        xj, wj, tj = to_jax_bf16(x), to_jax_bf16(w), jnp.asarray(t.cpu().numpy())
+        jfns = {"ato_jax": lambda a, b: ato_jax.linear_cross_entropy(a, b, tj)}
+        if optax is not None:
+            jfns["jax matmul + optax"] = lambda a, b: optax.softmax_cross_entropy_with_integer_labels(
+                (a @ b.T).astype(jnp.float32), tj).mean()
+        for name, fn in jfns.items():
+            try:
+                f = jax.jit(jax.grad(fn, argnums=(0, 1)))
+                stats = f.lower(xj, wj).compile().memory_analysis()
+                mem[name] = getattr(stats, "temp_size_in_bytes", None)
+                times[name] = _median_jax(f, xj, wj, reps=3 if quick else 5, calls=5)
+            except Exception as exc:
+                rows.append((f"{name} failed", shape, type(exc).__name__, None, None, str(exc)[:60]))
+        del xj, wj
+        base = times.get("matmul + ato_torch.cross_entropy")
+        for name, ms in times.items():
+            tf = flop / ms / 1e9
+            m = mem.get(name)
+            rate = f"{tf:.0f} TFLOP/s = {tf / PEAK_BF16_TFLOPS:.2f} of peak; " + (
+                f"{m / 2 ** 20:.0f} MiB above inputs+grads" if m is not None else "memory ?")
+            rows.append((f"linear_cross_entropy fwd+bwd {name}", shape, "x matmul + ato CE", ms,
+                         ms / base if base else None, rate))
+        del x, w
+        torch.cuda.empty_cache()
+    return rows
+
+
 # One table per op family, or per group of families (ato_core.ops.GROUPS).
 TABLES = {"linear_attention": linear_attention_rows, "based": based_rows, "flash_attention": flash_attention_rows,
-          "decode": decode_rows, "block_sparse": block_sparse_rows, "transformer_ops": transformer_ops_rows}
+          "decode": decode_rows, "block_sparse": block_sparse_rows, "transformer_ops": transformer_ops_rows,
+          "linear_cross_entropy": linear_cross_entropy_rows}
 
 
 def table_of(name: str) -> str:

@@ -27,4 +27,6 @@ def decode_schedule(block_table, seq_lens, *, block_size):
     return DecodeSchedule(*(jnp.asarray(a) for a in s))
 
 
-__all__ = sorted([*_OPS, "decode_schedule"])
+from .parallel import vocab_parallel_linear_cross_entropy  # noqa: E402
+
+__all__ = sorted([*_OPS, "decode_schedule", "vocab_parallel_linear_cross_entropy"])

@@ -9,6 +9,8 @@ flax counterparts (the ``flax`` extra; ``import ato_jax`` does not import flax):
 - ``MultiHeadAttention``: ``flax.nnx.MultiHeadAttention`` (its parameters, grouped kv heads,
   ``is_causal``) whose attention is ato's flash attention: ``dot_product_attention``, the
   ``attention_fn`` it passes, which takes no mask, bias or dropout (a clear error).
+- ``LinearCrossEntropyLoss``: the language model head's loss on ato's linear_cross_entropy,
+  called with the model's lm_head / tied embedding weight, as ato_torch.nn's.
 - ``LinearAttention``, ``BasedAttention``: layers with q_proj, k_proj, v_proj, o_proj
   (nnx.Linear) around ato's linear_attention (ELU+1) and based_attention, as ato_torch.nn's.
 
@@ -192,3 +194,21 @@ class BasedAttention(_LinearAttentionLayer):
     def _attend(self, q, k, v, initial_state, output_final_state):
         return ato_jax.based_attention(q, k, v, causal=self.causal, eps=self.eps, initial_state=initial_state,
                                        output_final_state=output_final_state)
+
+
+class LinearCrossEntropyLoss(nnx.Module):
+    """The language model head's loss, ``cross_entropy(x @ weight.T + bias, targets)``, on
+    ato's linear_cross_entropy (no logits stored). Called as ``loss_fn(x, weight, targets,
+    bias=None)`` with the model's lm_head / tied embedding weight [V, H] (an ``nnx.Param``
+    or an array); x [..., H], targets [...]. The constructor takes the op's options, as
+    ato_torch.nn.LinearCrossEntropyLoss. The loss is fp32."""
+
+    def __init__(self, *, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                 z_loss: float = 0.0, softcap: Optional[float] = None, return_z_loss: bool = False):
+        self.options = dict(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+                            z_loss=z_loss, softcap=softcap, return_z_loss=return_z_loss)
+
+    def __call__(self, x, weight, targets, bias=None):
+        weight = weight[...] if isinstance(weight, nnx.Variable) else weight
+        bias = bias[...] if isinstance(bias, nnx.Variable) else bias
+        return ato_jax.linear_cross_entropy(x, weight, targets, bias=bias, **self.options)

@@ -26,4 +26,6 @@ def decode_schedule(block_table, seq_lens, *, block_size):
 
 from . import nn  # noqa: E402  (modules on the ops above)
 
-__all__ = sorted([*_OPS, "decode_schedule"])
+from .parallel import vocab_parallel_linear_cross_entropy  # noqa: E402
+
+__all__ = sorted([*_OPS, "decode_schedule", "vocab_parallel_linear_cross_entropy"])

@@ -16,6 +16,7 @@ their torch counterparts: a torch ``nn.LayerNorm`` state_dict loads into ``Layer
 from __future__ import annotations
 
 import math
+from typing import Optional
 import numbers
 
 import torch
@@ -121,6 +122,28 @@ class CrossEntropyLoss(nn.Module):
 
     def extra_repr(self) -> str:
         return f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, label_smoothing={self.label_smoothing}"
+
+
+class LinearCrossEntropyLoss(nn.Module):
+    """The language model head's loss, ``cross_entropy(x @ weight.T + bias, targets)``, on
+    ato's linear_cross_entropy (no logits stored). Called as ``loss_fn(x, weight, targets,
+    bias=None)`` with the model's lm_head / tied embedding weight [V, H] (so a weight tied to
+    the embedding stays one parameter); x [..., H], targets [...]. The constructor takes the
+    op's options: ignore_index, reduction, label_smoothing, z_loss, softcap. The loss is fp32
+    (the op's); ``return_z_loss=True`` returns (loss, z)."""
+
+    def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                 z_loss: float = 0.0, softcap: Optional[float] = None, return_z_loss: bool = False):
+        super().__init__()
+        self.options = dict(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+                            z_loss=z_loss, softcap=softcap, return_z_loss=return_z_loss)
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                bias: Optional[torch.Tensor] = None):
+        return ato_torch.linear_cross_entropy(x, weight, targets, bias=bias, **self.options)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.options.items())
 
 
 class SwiGLU(nn.Module):

@@ -85,6 +85,11 @@ CASES = [
     *[(f"cross_entropy {red}", "cross_entropy", {"x": _r(2, 0, 10), "t": _i(2, 0)},
        lambda f, a, red=red: f(a["x"], a["t"], reduction=red, z_loss=1e-3, softcap=5.0), _ce_check(red))
       for red in ("mean", "sum", "none")],
+    *[(f"linear_cross_entropy {red}", "linear_cross_entropy",
+       {"x": _r(2, 0, 8), "w": _r(10, 8), "b": _r(10), "t": _i(2, 0)},
+       lambda f, a, red=red: f(a["x"], a["w"], a["t"], bias=a["b"], reduction=red, z_loss=1e-3, softcap=5.0),
+       lambda out, grads, red=red: (_ce_check(red)(out, grads), _zeros("w", "b")(out, grads)))
+      for red in ("mean", "sum", "none")],
     *[(f"flash_attention {what} causal={c}", "flash_attention",
        {"q": _r(B, 2, Nq, 16), "k": _r(B, 1, Nk, 16), "v": _r(B, 1, Nk, 16)},
        lambda f, a, c=c: f(a["q"], a["k"], a["v"], causal=c, return_lse=True), check)

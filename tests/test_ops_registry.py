@@ -80,7 +80,8 @@ def test_every_declared_op_is_in_both_frameworks_with_one_signature_and_docstrin
         assert set(op.differentiable) <= set(op.inputs) and set(op.optional) <= set(op.inputs)
         assert set(op.saved) <= set(op.inputs) | set(op.results)
     # every op, and the host-side helpers both adapters export
-    assert sorted(ato_torch.__all__) == sorted(ato_jax.__all__) == sorted([*OPS, "decode_schedule"])
+    assert sorted(ato_torch.__all__) == sorted(ato_jax.__all__) == sorted(
+        [*OPS, "decode_schedule", "vocab_parallel_linear_cross_entropy"])
 
 
 def test_a_launch_is_checked_against_its_kernel_signature():
