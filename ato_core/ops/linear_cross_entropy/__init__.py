@@ -33,9 +33,10 @@ def linear_cross_entropy(x, weight, targets, *, bias=None, ignore_index=-100, re
 
     Nothing of size [T, V] is stored. The forward keeps 4 numbers per row and vocabulary
     split and saves each row's log-sum-exp; the backward recomputes the logits a vocabulary
-    chunk at a time (at most 64 MiB of dlogits in x's dtype, plus dx's fp32 sum [T, H]),
-    accumulating dx and dweight in fp32 in a fixed order: deterministic, bitwise the same
-    in torch and JAX. Four matmuls in all, where the logits-storing form does three.
+    chunk at a time (at most 128 MiB of dlogits in x's dtype, in two layouts, plus dx's
+    fp32 sum [T, H]), accumulating dx and dweight in fp32 in a fixed order, no atomics:
+    deterministic, bitwise the same in torch and JAX. Four matmuls in all, where the
+    logits-storing form does three.
     dlogits is rounded to x's dtype before its two matmuls, as a stored bf16 logits'
     gradient would be. Targets outside [0, V) that are not ignored raise ValueError where
     their values are on the host; elsewhere their row's loss and gradient are NaN."""

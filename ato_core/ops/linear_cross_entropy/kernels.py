@@ -13,7 +13,8 @@ columns and the gathered partials merge exactly like a device's own splits.
 The backward recomputes the logits, in chunks of the vocabulary (bounded memory: one chunk
 of dlogits, [T, C] in x's dtype, and dx's fp32 sum [T, H]): per chunk ``lce_dlogits_kernel``
 writes dlogits = (softmax * (1 + 2 z_loss lse) - eps / V_total - (1 - eps) onehot) * factor
-(times 1 - tanh^2 with a softcap); ``lce_dw_kernel`` writes the chunk's rows of dweight
+(times 1 - tanh^2 with a softcap), and once more transposed (each matmul then reads its
+operand with the reduction axis contiguous, the fast layout); ``lce_dw_kernel`` writes the chunk's rows of dweight
 (and dbias), complete, reducing over all T in one program; ``lce_dx_kernel`` adds the
 chunk's dlogits @ weight to dx's sum. Every sum has one fixed order: bitwise reproducible,
 no atomics. Four matmuls in all (the forward's and three in the backward), as Cut
@@ -169,21 +170,25 @@ def lce_merge_kernel(
         tl.store(ZROW + rows, tl.where(valid, tl.where(in_range, zrow, nan), 0.0), mask=rmask)
 
 
-@kernel(inputs=8, outputs=1)
+@kernel(inputs=9, outputs=2)
 def lce_dlogits_kernel(
-    X, W, BIAS, TARGETS, LSE, SCALE, DLOSS, D_IN,
-    T, V, H, v0, C, inv_v, smoothing, z_loss, cap, inv_cap,
-    D,
+    X, W, BIAS, TARGETS, LSE, SCALE, DLOSS, D_IN, DT_IN,
+    T, V, H, v0, C, t_stride, inv_v, smoothing, z_loss, cap, inv_cap,
+    D, DT,
     BT: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, EVEN_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr, ZLOSS: tl.constexpr,
     PER_ROW: tl.constexpr, IEEE: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (cdiv(T, BT) * cdiv(C, BV),). D [T, C] (x's dtype): the gradient of the logits of
     columns v0 + [0, C) (0 beyond V), for dloss DLOSS (PER_ROW: [T], else a scalar) times each
-    row's SCALE. TARGETS are column indices of the whole weight (this device's, under
-    vocabulary parallelism: shifted by its first column). D_IN: D's memory (the previous
-    chunk's, overwritten; not read). ALIGN divides H."""
+    row's SCALE; DT [C, t_stride] the same transposed (rows padded to t_stride), which the
+    dweight matmul reads with its reduction axis contiguous. TARGETS are column indices of the
+    whole weight (this device's, under vocabulary parallelism: shifted by its first column).
+    D_IN, DT_IN: their memory (the previous chunk's, overwritten; not read). ALIGN divides
+    H, C and t_stride."""
     H = aligned(H, ALIGN)
+    C = aligned(C, ALIGN)
+    t_stride = aligned(t_stride, ALIGN)
     tb, cb = _swizzle(tl.program_id(0), tl.cdiv(T, BT), GROUP, tl.cdiv(C, BV))
     rows = tb.to(tl.int64) * BT + tl.arange(0, BT)
     local = cb.to(tl.int64) * BV + tl.arange(0, BV)
@@ -206,22 +211,27 @@ def lce_dlogits_kernel(
     g *= f[:, None]
     if SOFTCAP:
         g *= 1.0 - th * th
-    tl.store(D + rows[:, None] * C + local[None, :], g.to(D.dtype.element_ty),
-             mask=rmask[:, None] & (local[None, :] < C) & (cols[None, :] < V))
+    g = g.to(D.dtype.element_ty)
+    mask = rmask[:, None] & (local[None, :] < C) & (cols[None, :] < V)
+    tl.store(D + rows[:, None] * C + local[None, :], g, mask=mask)
+    tl.store(DT + local[:, None] * t_stride + rows[None, :], tl.trans(g), mask=tl.trans(mask))
 
 
 @kernel(inputs=4, outputs=2)
 def lce_dw_kernel(
-    D, X, DW_IN, DB_IN,
-    T, V, H, v0, C,
+    DT, X, DW_IN, DB_IN,
+    T, V, H, v0, C, t_stride,
     DW, DB,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN_T: tl.constexpr, HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr, ALIGN: tl.constexpr,
 ):
-    """Grid (cdiv(C, BM) * cdiv(H, BN),). Rows v0 + [0, C) of DW [V, H] (weight's dtype) = D^T X, summed over all T in one program; with HAS_BIAS, DB [V] (bias's
-    dtype) = D's column sums, by the programs of the first column block. DW_IN, DB_IN: the
-    same memory (written by the other chunks). ALIGN divides H."""
+    """Grid (cdiv(C, BM) * cdiv(H, BN),). Rows v0 + [0, C) of DW [V, H] (weight's dtype) = D^T X
+    (DT [C, t_stride]: D transposed), summed over all T in one program; with HAS_BIAS, DB [V]
+    (bias's dtype) = D's column sums, by the programs of the first column block. DW_IN,
+    DB_IN: the same memory (written by the other chunks). ALIGN divides H, C and t_stride."""
     H = aligned(H, ALIGN)
+    C = aligned(C, ALIGN)
+    t_stride = aligned(t_stride, ALIGN)
     pid = tl.program_id(0)
     n_h = tl.cdiv(H, BN)
     mb = pid // n_h
@@ -231,22 +241,22 @@ def lce_dw_kernel(
     kk = tl.arange(0, BK).to(tl.int64)
     cmask = (local < C) & (v0 + local < V)
     hmask = cols_h < H
-    dp = D + kk[:, None] * C + local[None, :]        # [BK, BM]
-    xp = X + kk[:, None] * H + cols_h[None, :]       # [BK, BN]
+    dp = DT + local[:, None] * t_stride + kk[None, :]  # [BM, BK]
+    xp = X + kk[:, None] * H + cols_h[None, :]        # [BK, BN]
     acc = tl.zeros([BM, BN], tl.float32)
     db = tl.zeros([BM], tl.float32)
     for k0 in range(0, T, BK):
         if EVEN_T:
-            d = tl.load(dp, mask=cmask[None, :], other=0.0)
+            d = tl.load(dp, mask=cmask[:, None], other=0.0)
             xv = tl.load(xp, mask=hmask[None, :], other=0.0)
         else:
             km = (k0 + kk) < T
-            d = tl.load(dp, mask=km[:, None] & cmask[None, :], other=0.0)
+            d = tl.load(dp, mask=cmask[:, None] & km[None, :], other=0.0)
             xv = tl.load(xp, mask=km[:, None] & hmask[None, :], other=0.0)
-        acc = _dot(tl.trans(d), xv, acc, IEEE)
+        acc = _dot(d, xv, acc, IEEE)
         if HAS_BIAS:
-            db += tl.sum(d.to(tl.float32), 0)
-        dp += BK * C
+            db += tl.sum(d.to(tl.float32), 1)
+        dp += BK
         xp += BK * H
     rows = v0 + local
     tl.store(DW + rows[:, None] * H + cols_h[None, :], acc.to(DW.dtype.element_ty),
@@ -265,8 +275,9 @@ def lce_dx_kernel(
 ):
     """Grid (cdiv(T, BM) * cdiv(H, BN),). Adds D [T, C] @ W[v0 + [0, C)] to dx's sum: ACC [T,
     H] fp32 (ACC_IN's memory; not read when FIRST), or, when LAST, writes the total to DX
-    (x's dtype) instead. ALIGN divides H."""
+    (x's dtype) instead. ALIGN divides H and C."""
     H = aligned(H, ALIGN)
+    C = aligned(C, ALIGN)
     mb, nb = _swizzle(tl.program_id(0), tl.cdiv(T, BM), GROUP, tl.cdiv(H, BN))
     rows = mb.to(tl.int64) * BM + tl.arange(0, BM)
     cols_h = nb.to(tl.int64) * BN + tl.arange(0, BN)

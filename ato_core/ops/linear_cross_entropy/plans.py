@@ -48,7 +48,7 @@ class Settings(NamedTuple):
 
 
 SETTINGS = Settings(half=Tiles(128, 256, 64, 128, 256, 64, 8, 3), single=Tiles(64, 128, 32, 64, 128, 32, 4, 3),
-                    group=8, programs_per_sm=4, chunk_bytes=64 << 20)
+                    group=8, programs_per_sm=4, chunk_bytes=128 << 20)
 INTERPRETER_TILES = Tiles(16, 32, 16, 16, 32, 16, 4, 1)
 
 
@@ -179,12 +179,13 @@ def forward_plan(x: ArraySpec, weight: ArraySpec, targets: ArraySpec, bias: Opti
 
 def chunk(T: int, V: int, dtype: str, target: Target, settings: Settings) -> int:
     """The backward's vocabulary chunk: a multiple of the logits tile's width, as wide as
-    ``chunk_bytes`` of dlogits allows (at least one tile), no wider than V needs."""
+    ``chunk_bytes`` of dlogits (both copies, [T, C] and [C, T]) allows (at least one tile),
+    no wider than V needs."""
     tl_ = _tiles(dtype, target, settings)
     if target.interpret:  # two tiles: the CPU tests take several chunks
         width = 2 * tl_.bv
     else:
-        width = max(1, settings.chunk_bytes // (max(T, 1) * itemsize(dtype))) // tl_.bv * tl_.bv
+        width = max(1, settings.chunk_bytes // (2 * max(T, 1) * itemsize(dtype))) // tl_.bv * tl_.bv
     return min(max(width, tl_.bv), cdiv(V, tl_.bv) * tl_.bv)
 
 
@@ -204,27 +205,29 @@ def backward_plan(x: ArraySpec, weight: ArraySpec, targets: ArraySpec, bias: Opt
     C = chunk(T, V, x.dtype, target, settings)
     n_chunks = cdiv(V, C)
     cap = _cap(softcap)
-    align = alignment(H)
     ieee = x.dtype == "float32"
     per_row = dloss.ndim >= 1
     bias_in = "bias" if bias is not None else "x"
     launches = []
+    t_stride = cdiv(T, 16) * 16  # (DT's rows 16-element aligned)
+    align = alignment(H, C, t_stride)  # (the backward's arrays have rows of H, C and t_stride)
     for i in range(n_chunks):
         v0 = i * C
-        d_prev = f"d{i - 1}" if i else "lse"
+        prev = (f"d{i - 1}", f"dt{i - 1}") if i else ("lse", "lse")
         launches.append(Launch(
             kern.lce_dlogits_kernel, (cdiv(T, tl_.bt) * cdiv(C, tl_.bv),),
-            ("x", "weight", bias_in, "targets", "lse", "scale", "dloss", d_prev),
-            (T, V, H, v0, C, 1.0 / v_total, float(label_smoothing), float(z_loss), *cap),
-            (Buffer(f"d{i}", (T, C), x.dtype, alias=d_prev if i else None),),
+            ("x", "weight", bias_in, "targets", "lse", "scale", "dloss", *prev),
+            (T, V, H, v0, C, t_stride, 1.0 / v_total, float(label_smoothing), float(z_loss), *cap),
+            (Buffer(f"d{i}", (T, C), x.dtype, alias=prev[0] if i else None),
+             Buffer(f"dt{i}", (C, t_stride), x.dtype, alias=prev[1] if i else None)),
             {"BT": tl_.bt, "BV": tl_.bv, "BK": tl_.bk, "GROUP": settings.group, "EVEN_K": H % tl_.bk == 0,
              "HAS_BIAS": bias is not None, "SOFTCAP": softcap is not None, "SMOOTH": label_smoothing > 0,
              "ZLOSS": z_loss > 0, "PER_ROW": per_row, "IEEE": ieee, "ALIGN": align},
             num_warps=tl_.warps, num_stages=tl_.stages))
         dw_prev, db_prev = (f"dw{i - 1}", f"db{i - 1}") if i else ("lse", "lse")
         launches.append(Launch(
-            kern.lce_dw_kernel, (cdiv(C, tl_.bm) * cdiv(H, tl_.bn),), (f"d{i}", "x", dw_prev, db_prev),
-            (T, V, H, v0, C),
+            kern.lce_dw_kernel, (cdiv(C, tl_.bm) * cdiv(H, tl_.bn),), (f"dt{i}", "x", dw_prev, db_prev),
+            (T, V, H, v0, C, t_stride),
             (Buffer(f"dw{i}", tuple(weight.shape), weight.dtype, alias=dw_prev if i else None),
              Buffer(f"db{i}", (V,), bias.dtype, alias=db_prev if i else None) if bias is not None
              else optional_output(f"db{i}", (V,), "float32", False)),
