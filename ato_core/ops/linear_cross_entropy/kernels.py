@@ -15,7 +15,7 @@ of dlogits, [T, C] in x's dtype, and dx's fp32 sum [T, H]): per chunk ``lce_dlog
 writes dlogits = (softmax * (1 + 2 z_loss lse) - eps / V_total - (1 - eps) onehot) * factor
 (times 1 - tanh^2 with a softcap), and once more transposed (each matmul then reads its
 operand with the reduction axis contiguous, the fast layout); ``lce_dw_kernel`` writes the chunk's rows of dweight
-(and dbias), complete, reducing over all T in one program; ``lce_dx_kernel`` adds the
+(``lce_dbias_kernel`` those of dbias), complete, reducing over all T in one program; ``lce_dx_kernel`` adds the
 chunk's dlogits @ weight to dx's sum. Every sum has one fixed order: bitwise reproducible,
 no atomics. Four matmuls in all (the forward's and three in the backward), as Cut
 Cross-Entropy; the measurements: benchmarks/results/README.md (linear_cross_entropy).
@@ -217,18 +217,17 @@ def lce_dlogits_kernel(
     tl.store(DT + local[:, None] * t_stride + rows[None, :], tl.trans(g), mask=tl.trans(mask))
 
 
-@kernel(inputs=4, outputs=2)
+@kernel(inputs=3, outputs=1)
 def lce_dw_kernel(
-    DT, X, DW_IN, DB_IN,
+    DT, X, DW_IN,
     T, V, H, v0, C, t_stride,
-    DW, DB,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN_T: tl.constexpr, HAS_BIAS: tl.constexpr,
-    IEEE: tl.constexpr, ALIGN: tl.constexpr,
+    DW,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN_T: tl.constexpr, IEEE: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
     """Grid (cdiv(C, BM) * cdiv(H, BN),). Rows v0 + [0, C) of DW [V, H] (weight's dtype) = D^T X
-    (DT [C, t_stride]: D transposed), summed over all T in one program; with HAS_BIAS, DB [V]
-    (bias's dtype) = D's column sums, by the programs of the first column block. DW_IN,
-    DB_IN: the same memory (written by the other chunks). ALIGN divides H, C and t_stride."""
+    (DT [C, t_stride]: D transposed), summed over all T in one program. DW_IN: the same memory
+    (written by the other chunks). ALIGN divides H, C and t_stride."""
     H = aligned(H, ALIGN)
     C = aligned(C, ALIGN)
     t_stride = aligned(t_stride, ALIGN)
@@ -244,7 +243,6 @@ def lce_dw_kernel(
     dp = DT + local[:, None] * t_stride + kk[None, :]  # [BM, BK]
     xp = X + kk[:, None] * H + cols_h[None, :]        # [BK, BN]
     acc = tl.zeros([BM, BN], tl.float32)
-    db = tl.zeros([BM], tl.float32)
     for k0 in range(0, T, BK):
         if EVEN_T:
             d = tl.load(dp, mask=cmask[:, None], other=0.0)
@@ -254,15 +252,34 @@ def lce_dw_kernel(
             d = tl.load(dp, mask=cmask[:, None] & km[None, :], other=0.0)
             xv = tl.load(xp, mask=km[:, None] & hmask[None, :], other=0.0)
         acc = _dot(d, xv, acc, IEEE)
-        if HAS_BIAS:
-            db += tl.sum(d.to(tl.float32), 1)
         dp += BK
         xp += BK * H
     rows = v0 + local
     tl.store(DW + rows[:, None] * H + cols_h[None, :], acc.to(DW.dtype.element_ty),
              mask=cmask[:, None] & hmask[None, :])
-    if HAS_BIAS:
-        tl.store(DB + rows, db.to(DB.dtype.element_ty), mask=cmask & (nb == 0))
+
+
+@kernel(inputs=2, outputs=1)
+def lce_dbias_kernel(
+    DT, DB_IN,
+    T, V, v0, C, t_stride,
+    DB,
+    BLOCK_C: tl.constexpr, BLOCK_T: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (cdiv(C, BLOCK_C),). DB[v0 + [0, C)] (bias's dtype) = the column sums of D (rows of
+    DT [C, t_stride]), over T in order. A kernel of its own: summing the tiles the dweight
+    matmul loads, in the same loop, gave wrong dweight on an H100 (Triton 3.6; see
+    benchmarks/results/README.md, linear_cross_entropy). DB_IN: DB's memory. ALIGN divides
+    t_stride."""
+    t_stride = aligned(t_stride, ALIGN)
+    local = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = (local < C) & (v0 + local < V)
+    tt = tl.arange(0, BLOCK_T)
+    acc = tl.zeros([BLOCK_C, BLOCK_T], tl.float32)
+    for t0 in range(0, T, BLOCK_T):
+        acc += tl.load(DT + local[:, None] * t_stride + (t0 + tt)[None, :],
+                       mask=cmask[:, None] & ((t0 + tt) < T)[None, :], other=0.0).to(tl.float32)
+    tl.store(DB + v0 + local, tl.sum(acc, 1).to(DB.dtype.element_ty), mask=cmask)
 
 
 @kernel(inputs=3, outputs=2)

@@ -224,16 +224,19 @@ def backward_plan(x: ArraySpec, weight: ArraySpec, targets: ArraySpec, bias: Opt
              "HAS_BIAS": bias is not None, "SOFTCAP": softcap is not None, "SMOOTH": label_smoothing > 0,
              "ZLOSS": z_loss > 0, "PER_ROW": per_row, "IEEE": ieee, "ALIGN": align},
             num_warps=tl_.warps, num_stages=tl_.stages))
-        dw_prev, db_prev = (f"dw{i - 1}", f"db{i - 1}") if i else ("lse", "lse")
+        dw_prev = f"dw{i - 1}" if i else "lse"
         launches.append(Launch(
-            kern.lce_dw_kernel, (cdiv(C, tl_.bm) * cdiv(H, tl_.bn),), (f"dt{i}", "x", dw_prev, db_prev),
+            kern.lce_dw_kernel, (cdiv(C, tl_.bm) * cdiv(H, tl_.bn),), (f"dt{i}", "x", dw_prev),
             (T, V, H, v0, C, t_stride),
-            (Buffer(f"dw{i}", tuple(weight.shape), weight.dtype, alias=dw_prev if i else None),
-             Buffer(f"db{i}", (V,), bias.dtype, alias=db_prev if i else None) if bias is not None
-             else optional_output(f"db{i}", (V,), "float32", False)),
-            {"BM": tl_.bm, "BN": tl_.bn, "BK": tl_.bk2, "EVEN_T": T % tl_.bk2 == 0, "HAS_BIAS": bias is not None,
-             "IEEE": ieee, "ALIGN": align},
+            (Buffer(f"dw{i}", tuple(weight.shape), weight.dtype, alias=dw_prev if i else None),),
+            {"BM": tl_.bm, "BN": tl_.bn, "BK": tl_.bk2, "EVEN_T": T % tl_.bk2 == 0, "IEEE": ieee, "ALIGN": align},
             num_warps=tl_.warps, num_stages=tl_.stages))
+        if bias is not None:
+            db_prev = f"db{i - 1}" if i else "lse"
+            launches.append(Launch(
+                kern.lce_dbias_kernel, (cdiv(C, 16),), (f"dt{i}", db_prev), (T, V, v0, C, t_stride),
+                (Buffer(f"db{i}", (V,), bias.dtype, alias=db_prev if i else None),),
+                {"BLOCK_C": 16, "BLOCK_T": 256, "ALIGN": align}, num_warps=4))
         first, last = i == 0, i == n_chunks - 1
         acc_prev = f"acc{i - 1}" if i else "lse"
         launches.append(Launch(
@@ -247,7 +250,7 @@ def backward_plan(x: ArraySpec, weight: ArraySpec, targets: ArraySpec, bias: Opt
              "EVEN_C": C % tl_.bk2 == 0 and v0 + C <= V, "FIRST": first, "LAST": last, "IEEE": ieee, "ALIGN": align},
             num_warps=tl_.warps, num_stages=tl_.stages))
     last = n_chunks - 1
-    results = ("dx", f"dw{last}", f"db{last}")
+    results = ("dx", f"dw{last}", f"db{last}" if bias is not None else f"dt{last}")  # (no bias: not returned)
     return Plan(tuple(launches), results, dense=("x", "weight", "targets", "bias", "dloss"))
 
 
