@@ -47,6 +47,11 @@ def check_cross_entropy(logits: ArraySpec, targets: ArraySpec, ignore_index, red
     checks.check_shape("targets", targets, tuple(logits.shape[:-1]), "logits' shape without its last (class) axis")
     T, V = rows(logits)
     checks.check_range(f"logits.shape[{logits.ndim - 1}] (V)", V, 1, MAX_V)
+    check_options(ignore_index, reduction, label_smoothing, z_loss, softcap, return_z_loss)
+
+
+def check_options(ignore_index, reduction, label_smoothing, z_loss, softcap, return_z_loss) -> None:
+    """The options of cross_entropy (and of linear_cross_entropy, which takes the same)."""
     if not (isinstance(ignore_index, int) and not isinstance(ignore_index, bool)):
         raise TypeError(f"ignore_index: expected an int, got {type(ignore_index).__name__}")
     checks.check_choice("reduction", reduction, REDUCTIONS)

@@ -4,20 +4,10 @@ from plans.py's pieces."""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
-
 from ato_core.op import Op
+from ato_core.ops.cross_entropy import CE as LCE  # (the same options)
 
 from . import plans, reference
-
-
-class LCE(NamedTuple):
-    ignore_index: int
-    reduction: str
-    label_smoothing: float
-    z_loss: float = 0.0
-    softcap: Optional[float] = None
-    return_z_loss: bool = False
 
 
 def linear_cross_entropy(x, weight, targets, *, bias=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,

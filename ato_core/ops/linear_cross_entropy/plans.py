@@ -8,14 +8,13 @@ columns). :func:`forward_plan` is the first two in one plan."""
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Optional
 
 from ato_core import checks
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, itemsize, numel,
                              optional_output, row_major_strides)
 from ato_core.ops.cross_entropy import kernels as ce_kern
-from ato_core.ops.cross_entropy.plans import MAX_V, REDUCTIONS
+from ato_core.ops.cross_entropy.plans import MAX_V, check_options
 from ato_core.target import Target
 
 from . import kernels as kern
@@ -84,18 +83,7 @@ def check_linear_cross_entropy(x: ArraySpec, weight: ArraySpec, targets: ArraySp
     if bias is not None:
         checks.check_shape("bias", bias, (V,), "[V]")
         checks.check_float("bias", bias)
-    if not (isinstance(ignore_index, int) and not isinstance(ignore_index, bool)):
-        raise TypeError(f"ignore_index: expected an int, got {type(ignore_index).__name__}")
-    checks.check_choice("reduction", reduction, REDUCTIONS)
-    if not (isinstance(label_smoothing, (int, float)) and not isinstance(label_smoothing, bool)
-            and 0.0 <= label_smoothing <= 1.0):
-        raise ValueError(f"label_smoothing: expected a float in [0, 1], got {label_smoothing!r}")
-    if not (isinstance(z_loss, (int, float)) and not isinstance(z_loss, bool) and 0.0 <= z_loss < math.inf):
-        raise ValueError(f"z_loss: expected a finite float >= 0, got {z_loss!r}")
-    if softcap is not None and not (isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
-                                    and 0.0 < softcap < math.inf):
-        raise ValueError(f"softcap: expected None or a finite float > 0, got {softcap!r}")
-    checks.check_bool("return_z_loss", return_z_loss)
+    check_options(ignore_index, reduction, label_smoothing, z_loss, softcap, return_z_loss)
     if v_total is not None:
         checks.check_range("the vocabulary of all shards (V_total)", v_total, V, MAX_V)
 
