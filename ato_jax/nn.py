@@ -9,6 +9,9 @@ flax counterparts (the ``flax`` extra; ``import ato_jax`` does not import flax):
 - ``MultiHeadAttention``: ``flax.nnx.MultiHeadAttention`` (its parameters, grouped kv heads,
   ``is_causal``) whose attention is ato's flash attention: ``dot_product_attention``, the
   ``attention_fn`` it passes, which takes no mask, bias or dropout (a clear error).
+- ``CABAttention``, ``DecodeAttention``: grouped-query attention layers (q_proj, k_proj, v_proj,
+  o_proj) on ato's cab_attention, and one decoding step over a paged KV cache (the new token's
+  key and value written into it, returned) on decode_attention, as ato_torch.nn's.
 - ``LinearCrossEntropyLoss``: the language model head's loss on ato's linear_cross_entropy,
   called with the model's lm_head / tied embedding weight, as ato_torch.nn's.
 - ``LinearAttention``, ``BasedAttention``: layers with q_proj, k_proj, v_proj, o_proj
@@ -212,3 +215,75 @@ class LinearCrossEntropyLoss(nnx.Module):
         weight = weight[...] if isinstance(weight, nnx.Variable) else weight
         bias = bias[...] if isinstance(bias, nnx.Variable) else bias
         return ato_jax.linear_cross_entropy(x, weight, targets, bias=bias, **self.options)
+
+
+class _GroupedQueryLayer(nnx.Module):
+    """q_proj (hidden_size -> num_heads * head_dim), k_proj and v_proj (-> num_kv_heads *
+    head_dim), o_proj, nnx.Linear (a torch layer's weights, transposed, are their kernels)."""
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: Optional[int], use_bias: bool, dtype,
+                 param_dtype, rngs: nnx.Rngs):
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        name = type(self).__name__
+        if hidden_size % num_heads:
+            raise ValueError(f"{name}: hidden_size: expected a multiple of num_heads={num_heads}, got {hidden_size}")
+        if num_kv_heads < 1 or num_heads % num_kv_heads:
+            raise ValueError(f"{name}: num_kv_heads: expected a divisor of num_heads={num_heads}, got {num_kv_heads}")
+        kw = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.hidden_size, self.num_heads, self.num_kv_heads = hidden_size, num_heads, num_kv_heads
+        self.head_dim = hidden_size // num_heads
+        self.q_proj = nnx.Linear(hidden_size, hidden_size, **kw)
+        self.k_proj = nnx.Linear(hidden_size, num_kv_heads * self.head_dim, **kw)
+        self.v_proj = nnx.Linear(hidden_size, num_kv_heads * self.head_dim, **kw)
+        self.o_proj = nnx.Linear(hidden_size, hidden_size, **kw)
+
+    def _check(self, x, ndim: int, layout: str) -> None:
+        if x.ndim != ndim or x.shape[-1] != self.hidden_size:
+            raise ValueError(f"{type(self).__name__}: x: expected {layout.format(self.hidden_size)}, got shape "
+                             f"{tuple(x.shape)}")
+
+
+class CABAttention(_GroupedQueryLayer):
+    """Self-attention on ato's cab_attention, as ato_torch.nn.CABAttention: x [B, N,
+    hidden_size] -> [B, N, hidden_size]."""
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: Optional[int] = None, *, block_size: int = 64,
+                 keep: float = 0.1, lam: float = 0.5, causal: bool = True, local_blocks: int = 1,
+                 use_bias: bool = False, dtype=None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        super().__init__(hidden_size, num_heads, num_kv_heads, use_bias, dtype, param_dtype, rngs)
+        self.options = dict(block_size=block_size, keep=keep, lam=lam, causal=causal, local_blocks=local_blocks)
+
+    def __call__(self, x):
+        self._check(x, 3, "[B, N, {}]")
+        q, k, v = (jnp.swapaxes(p(x).reshape(*x.shape[:2], -1, self.head_dim), 1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        o = ato_jax.cab_attention(q, k, v, **self.options)
+        return self.o_proj(jnp.swapaxes(o, 1, 2).reshape(x.shape))
+
+
+class DecodeAttention(_GroupedQueryLayer):
+    """One decoding step over a paged KV cache, as ato_torch.nn.DecodeAttention:
+    ``layer(x, k_cache, v_cache, block_table, seq_lens, schedule=None) -> (y, k_cache,
+    v_cache)`` with the caches returned updated (the new token's key and value at position
+    seq_lens[b] of its sequence; donate them under jax.jit to update in place)."""
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: Optional[int] = None, *,
+                 use_bias: bool = False, dtype=None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+        super().__init__(hidden_size, num_heads, num_kv_heads, use_bias, dtype, param_dtype, rngs)
+
+    def __call__(self, x, k_cache, v_cache, block_table, seq_lens, schedule=None):
+        self._check(x, 2, "[B, {}]")
+        want = (self.num_kv_heads, self.head_dim)
+        for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if c.ndim != 4 or tuple(c.shape[2:]) != want:
+                raise ValueError(f"DecodeAttention: {name}: expected [num_blocks, block_size, {want[0]}, {want[1]}], "
+                                 f"got shape {tuple(c.shape)}")
+        B = x.shape[0]
+        q = self.q_proj(x).reshape(B, self.num_heads, self.head_dim)
+        k, v = (p(x).reshape(B, *want) for p in (self.k_proj, self.v_proj))
+        bs = k_cache.shape[1]
+        block = block_table[jnp.arange(B), seq_lens // bs]
+        k_cache = k_cache.at[block, seq_lens % bs].set(k.astype(k_cache.dtype))
+        v_cache = v_cache.at[block, seq_lens % bs].set(v.astype(v_cache.dtype))
+        o = ato_jax.decode_attention(q, k_cache, v_cache, block_table, seq_lens + 1, schedule=schedule)
+        return self.o_proj(o.reshape(B, -1)), k_cache, v_cache

@@ -11,6 +11,12 @@ their torch counterparts: a torch ``nn.LayerNorm`` state_dict loads into ``Layer
   returned; the causal mask only).
 - ``LinearAttention``, ``BasedAttention``: layers with q_proj, k_proj, v_proj, o_proj around
   ato's linear_attention (ELU+1) and based_attention, with the recurrent state in and out.
+- ``CABAttention``: a grouped-query self-attention layer (q_proj, k_proj, v_proj, o_proj) on
+  ato's cab_attention (curvature-selected blocks, block-sparse flash attention).
+- ``DecodeAttention``: one decoding step of such a layer over a paged KV cache: writes the
+  new token's key and value into the cache, then ato's decode_attention. The same keys as
+  CABAttention, so a prefill layer's state_dict loads into it.
+- ``LinearCrossEntropyLoss``: the language model head's loss on ato's linear_cross_entropy.
 """
 
 from __future__ import annotations
@@ -285,3 +291,84 @@ class BasedAttention(_LinearAttentionLayer):
 
 __all__ = ["BasedAttention", "CrossEntropyLoss", "LayerNorm", "LinearAttention", "MultiheadAttention", "RMSNorm",
            "SwiGLU"]
+
+
+class _GroupedQueryLayer(nn.Module):
+    """q_proj (hidden_size -> num_heads * head_dim), k_proj and v_proj (-> num_kv_heads *
+    head_dim), o_proj (-> hidden_size), nn.Linear, head_dim = hidden_size / num_heads."""
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: Optional[int], bias: bool, device, dtype):
+        super().__init__()
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        name = type(self).__name__
+        if hidden_size % num_heads:
+            raise ValueError(f"{name}: hidden_size: expected a multiple of num_heads={num_heads}, got {hidden_size}")
+        if num_kv_heads < 1 or num_heads % num_kv_heads:
+            raise ValueError(f"{name}: num_kv_heads: expected a divisor of num_heads={num_heads}, got {num_kv_heads}")
+        kw = {"bias": bias, "device": device, "dtype": dtype}
+        self.hidden_size, self.num_heads, self.num_kv_heads = hidden_size, num_heads, num_kv_heads
+        self.head_dim = hidden_size // num_heads
+        self.q_proj = nn.Linear(hidden_size, hidden_size, **kw)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * self.head_dim, **kw)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * self.head_dim, **kw)
+        self.o_proj = nn.Linear(hidden_size, hidden_size, **kw)
+
+    def _check(self, x: torch.Tensor, ndim: int, layout: str) -> None:
+        if x.ndim != ndim or x.shape[-1] != self.hidden_size:
+            raise ValueError(f"{type(self).__name__}: x: expected {layout.format(self.hidden_size)}, got shape "
+                             f"{list(x.shape)}")
+
+
+class CABAttention(_GroupedQueryLayer):
+    """Self-attention on ato's cab_attention: per head, the key blocks that the curvature of the
+    coarsened scores selects (``keep`` of them, plus ``local_blocks`` on the diagonal), then
+    block-sparse flash attention. x [B, N, hidden_size] -> [B, N, hidden_size]."""
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: Optional[int] = None, block_size: int = 64,
+                 keep: float = 0.1, lam: float = 0.5, causal: bool = True, local_blocks: int = 1, bias: bool = False,
+                 device=None, dtype=None):
+        super().__init__(hidden_size, num_heads, num_kv_heads, bias, device, dtype)
+        self.options = dict(block_size=block_size, keep=keep, lam=lam, causal=causal, local_blocks=local_blocks)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check(x, 3, "[B, N, {}]")
+        q, k, v = (p(x).unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for p in (self.q_proj, self.k_proj,
+                                                                                    self.v_proj))
+        o = ato_torch.cab_attention(q, k, v, **self.options)
+        return self.o_proj(o.transpose(1, 2).flatten(-2))
+
+
+class DecodeAttention(_GroupedQueryLayer):
+    """One decoding step of a grouped-query self-attention layer over a paged KV cache.
+
+    forward(x, k_cache, v_cache, block_table, seq_lens, schedule=None) -> (y, k_cache,
+    v_cache): x [B, hidden_size] is each sequence's new token; its key and value are written
+    at position seq_lens[b] of its sequence (k_cache[block_table[b, seq_lens[b] //
+    block_size], seq_lens[b] % block_size], in place), then the token attends to its
+    seq_lens[b] + 1 tokens (decode_attention; ``schedule``: its shared-prefix schedule for
+    the lengths after the write). Caches [num_blocks, block_size, num_kv_heads, head_dim];
+    the block written must belong to this sequence alone. The caller advances seq_lens.
+    Inference: no gradient."""
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: Optional[int] = None, bias: bool = False,
+                 device=None, dtype=None):
+        super().__init__(hidden_size, num_heads, num_kv_heads, bias, device, dtype)
+
+    def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+                seq_lens: torch.Tensor, schedule=None):
+        self._check(x, 2, "[B, {}]")
+        want = (self.num_kv_heads, self.head_dim)
+        for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if c.ndim != 4 or tuple(c.shape[2:]) != want:
+                raise ValueError(f"DecodeAttention: {name}: expected [num_blocks, block_size, {want[0]}, {want[1]}], "
+                                 f"got shape {list(c.shape)}")
+        B = x.shape[0]
+        q = self.q_proj(x).unflatten(-1, (self.num_heads, self.head_dim))
+        k, v = (p(x).unflatten(-1, want) for p in (self.k_proj, self.v_proj))
+        bs = k_cache.shape[1]
+        lens = seq_lens.long()
+        block = block_table[torch.arange(B, device=x.device), lens // bs].long()
+        k_cache[block, lens % bs] = k.to(k_cache.dtype)
+        v_cache[block, lens % bs] = v.to(v_cache.dtype)
+        o = ato_torch.decode_attention(q, k_cache, v_cache, block_table, seq_lens + 1, schedule=schedule)
+        return self.o_proj(o.flatten(-2)), k_cache, v_cache
