@@ -169,3 +169,49 @@ def test_jax_vmap():
     k, v = (jax.random.normal(key, (V, 1, 2, 19, 16)) for key in keys[1:])
     f = lambda a, b, c: ato_jax.flash_attention(a, b, c, causal=True)  # noqa: E731
     chex.assert_trees_all_equal(jax.jit(jax.vmap(f))(q, k, v), jnp.stack([f(q[i], k[i], v[i]) for i in range(V)]))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bnhd_layout(causal):
+    """layout="bnhd": q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D] read and o, dq, dk, dv written in
+    that layout through strides: bitwise the bhnd call's results, transposed, in both
+    frameworks (the kernels do the same arithmetic in the same order), GQA and Nq != Nk."""
+    rng = np.random.default_rng(11)
+    B, Hq, Hkv, Nq, Nk, D = 2, 4, 2, 37, 45, 24
+    q = rng.standard_normal((B, Hq, Nq, D)).astype(np.float32)
+    k, v = (rng.standard_normal((B, Hkv, Nk, D)).astype(np.float32) for _ in range(2))
+    do = rng.standard_normal((B, Hq, Nq, D)).astype(np.float32)
+    sw = (0, 2, 1, 3)
+
+    def t_run(arrays, cot, layout):
+        ts = [torch.from_numpy(np.ascontiguousarray(a)).requires_grad_() for a in arrays]
+        o, lse = ato_torch.flash_attention(*ts, causal=causal, return_lse=True, layout=layout)
+        (o * torch.from_numpy(np.ascontiguousarray(cot))).sum().backward()
+        return [o.detach().numpy(), lse.detach().numpy()] + [t.grad.numpy() for t in ts]
+
+    def j_run(arrays, cot, layout):
+        def f(a, b, c):
+            o, lse = ato_jax.flash_attention(a, b, c, causal=causal, return_lse=True, layout=layout)
+            return jnp.sum(o * jnp.asarray(cot)), (o, lse)
+        grads, (o, lse) = jax.grad(f, argnums=(0, 1, 2), has_aux=True)(*map(jnp.asarray, arrays))
+        return [np.asarray(o), np.asarray(lse)] + [np.asarray(g) for g in grads]
+
+    for run in (t_run, j_run):
+        want = run((q, k, v), do, "bhnd")
+        got = run([a.transpose(sw) for a in (q, k, v)], do.transpose(sw), "bnhd")
+        for i, (a, b) in enumerate(zip(got, want)):
+            np.testing.assert_array_equal(a if i == 1 else a.transpose(sw), b)
+    # against the reference, which takes the layout too
+    o = ref.flash_attention(*(a.transpose(sw).astype(np.float64) for a in (q, k, v)), causal=causal, layout="bnhd")
+    np.testing.assert_allclose(t_run([a.transpose(sw) for a in (q, k, v)], do.transpose(sw), "bnhd")[0], o,
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_bnhd_layout_names_its_shapes(framework):
+    mod, arr = frontend(framework)
+    q, k = arr(np.zeros((2, 8, 4, 16), np.float32)), arr(np.zeros((2, 8, 3, 16), np.float32))
+    raises_naming(ValueError, "Hq=4", mod.flash_attention, q, k, k, layout="bnhd")
+    raises_naming(ValueError, "[B, Nk, Hkv, D], the shape of k", mod.flash_attention, q, k,
+                  arr(np.zeros((2, 8, 3, 8), np.float32)), layout="bnhd")
+    raises_naming(ValueError, "layout", mod.flash_attention, q, q, q, layout="nhd")

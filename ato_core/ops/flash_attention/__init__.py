@@ -15,9 +15,10 @@ class Flash(NamedTuple):
     causal: bool
     softmax_scale: object
     return_lse: bool
+    layout: str = "bhnd"
 
 
-def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False):
+def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bhnd"):
     """Softmax attention, o = softmax(q k^T * softmax_scale) v, tiled (never Nq x Nk in memory).
 
     Args:
@@ -29,23 +30,27 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
       softmax_scale: defaults to 1 / sqrt(D).
       return_lse: also return the log-sum-exp of the scores (natural log, fp32,
         [B, Hq, Nq]; -inf for a query that sees no key).
+      layout: "bhnd" (the shapes above) or "bnhd": q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D], o
+        likewise (FlashAttention's and flax's layout), read and written in place through
+        strides, no transpose; lse stays [B, Hq, Nq].
 
     Returns:
-      o [B, Hq, Nq, D] in q's dtype, or (o, lse). Differentiable with respect to q, k and v
-      (through lse too).
+      o [B, Hq, Nq, D] (or [B, Nq, Hq, D]) in q's dtype, or (o, lse). Differentiable with
+      respect to q, k and v (through lse too).
     """
     checks.check_bool("return_lse", return_lse)
-    return (q, k, v), Flash(causal, softmax_scale, return_lse)
+    checks.check_choice("layout", layout, plans.LAYOUTS)
+    return (q, k, v), Flash(causal, softmax_scale, return_lse, layout)
 
 
 def _forward(s, st: Flash, target):
     return plans.forward_plan(s["q"], s["k"], s["v"], causal=st.causal, softmax_scale=st.softmax_scale,
-                              target=target)
+                              target=target, layout=st.layout)
 
 
 def _backward(s, st: Flash, target):
     return plans.backward_plan(s["q"], s["k"], s["v"], s["do"], causal=st.causal, softmax_scale=st.softmax_scale,
-                               has_dlse=s.get("dlse") is not None, target=target)
+                               has_dlse=s.get("dlse") is not None, target=target, layout=st.layout)
 
 
 FLASH_ATTENTION = Op(

@@ -3,9 +3,12 @@
 from ato_core.testing import Case, In, gpu_spec
 
 
-def fa_case(B, Hq, Hkv, Nq, Nk, D, dtype="float32", causal=False, lse=True, scale=None, seed=0):
-    shapes = (("q", (B, Hq, Nq, D)), ("k", (B, Hkv, Nk, D)), ("v", (B, Hkv, Nk, D)))
+def fa_case(B, Hq, Hkv, Nq, Nk, D, dtype="float32", causal=False, lse=True, scale=None, seed=0, layout="bhnd"):
+    """layout "bnhd": q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D]."""
+    q, kv = ((B, Hq, Nq, D), (B, Hkv, Nk, D)) if layout == "bhnd" else ((B, Nq, Hq, D), (B, Nk, Hkv, D))
+    shapes = (("q", q), ("k", kv), ("v", kv))
     kwargs = (("causal", causal), ("softmax_scale", scale), ("return_lse", lse))
+    kwargs += (("layout", layout),) if layout != "bhnd" else ()
     return Case("flash_attention", shapes, dtype, (In("q"), In("k"), In("v")), kwargs, seed)
 
 
@@ -28,7 +31,7 @@ def fuzz(pick):
     return {"flash_attention": fa_case(
         pick.int(1, 2), Hkv * pick.int(1, 3), Hkv, pick.int(1, 80), pick.int(1, 80), pick.int(1, 72),
         dtype=pick.choice(("float32", "bfloat16")), causal=pick.choice((False, True)), lse=pick.choice((False, True)),
-        scale=pick.choice((None, 0.3)), seed=pick.int(0, 99))}
+        scale=pick.choice((None, 0.3)), seed=pick.int(0, 99), layout=pick.choice(("bhnd", "bnhd")))}
 
 
 # Magnitudes (Case option "magnitude") at which each op must match the reference (the

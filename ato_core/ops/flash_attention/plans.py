@@ -83,19 +83,26 @@ def config(D: int, dtype: str, target: Target, settings: Optional[Settings] = No
                   precision=dot_precision(dtype))
 
 
+LAYOUTS = ("bhnd", "bnhd")
+
+
 def check_flash_attention(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal, softmax_scale,
-                          return_lse=False) -> Tuple[int, int, int, int, int, int]:
-    """Validates the arguments of flash_attention; returns (B, Hq, Hkv, Nq, Nk, D)."""
-    for name, spec, layout in (("q", q, "[B, Hq, Nq, D]"), ("k", k, "[B, Hkv, Nk, D]"), ("v", v, "[B, Hkv, Nk, D]")):
-        checks.check_rank(name, spec, 4, layout)
+                          return_lse=False, layout: str = "bhnd") -> Tuple[int, int, int, int, int, int]:
+    """Validates the arguments of flash_attention (q, k, v as the caller lays them out:
+    ``layout``); returns (B, Hq, Hkv, Nq, Nk, D)."""
+    checks.check_choice("layout", layout, LAYOUTS)
+    h, n = (1, 2) if layout == "bhnd" else (2, 1)
+    names = ("[B, Hq, Nq, D]", "[B, Hkv, Nk, D]") if layout == "bhnd" else ("[B, Nq, Hq, D]", "[B, Nk, Hkv, D]")
+    for name, spec, desc in (("q", q, names[0]), ("k", k, names[1]), ("v", v, names[1])):
+        checks.check_rank(name, spec, 4, desc)
         checks.check_float(name, spec)
     checks.check_same_dtype(("q", "k", "v"), (q, k, v))
     checks.check_same_device(("q", "k", "v"), (q, k, v))
-    B, Hq, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
+    B, Hq, Nq, D = q.shape[0], q.shape[h], q.shape[n], q.shape[3]
+    Hkv, Nk = k.shape[h], k.shape[n]
     checks.check_dim("k", k, 0, B, "B, as in q")
     checks.check_dim("k", k, 3, D, "D, the head size of q")
-    checks.check_shape("v", v, tuple(k.shape), "[B, Hkv, Nk, D], the shape of k")
+    checks.check_shape("v", v, tuple(k.shape), f"{names[1]}, the shape of k")
     # B, the heads, Nq and Nk may be 0: empty results, or (Nk = 0) queries that see no key
     checks.check_range("q.shape[3] (D)", D, 1, MAX_HEAD_DIM)
     if Hkv == 0 and Hq:
@@ -107,6 +114,30 @@ def check_flash_attention(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal, s
     checks.check_bool("return_lse", return_lse)
     check_softmax_scale(softmax_scale)
     return B, Hq, Hkv, Nq, Nk, D
+
+
+_SWAP = (0, 2, 1, 3)  # [B, N, H, D] <-> [B, H, N, D]
+
+
+def as_bhnd(spec: ArraySpec, layout: str) -> ArraySpec:
+    """The [B, H, N, D] view of an array laid out as ``layout``: the kernels' view, the same
+    memory (a bnhd array's shape and strides with axes 1 and 2 swapped)."""
+    if layout == "bhnd":
+        return spec
+    return ArraySpec(tuple(spec.shape[i] for i in _SWAP), spec.dtype, tuple(spec.strides[i] for i in _SWAP),
+                     spec.device)
+
+
+def laid_out(shape: Tuple[int, ...], layout: str) -> Tuple[int, ...]:
+    """A [B, H, N, D] shape as ``layout`` lays it out (what the plan allocates)."""
+    return tuple(shape) if layout == "bhnd" else tuple(shape[i] for i in _SWAP)
+
+
+def bhnd_strides(shape: Tuple[int, ...], layout: str) -> Tuple[int, ...]:
+    """The [B, H, N, D] strides of a row-major array of [B, H, N, D] ``shape`` laid out as
+    ``layout``."""
+    strides = row_major_strides(laid_out(shape, layout))
+    return strides if layout == "bhnd" else tuple(strides[i] for i in _SWAP)
 
 
 def check_softmax_scale(softmax_scale) -> None:
@@ -136,17 +167,19 @@ def _constexprs(cfg: Config, tiles: Tiles, D: int, causal: bool, align: int) -> 
 
 @cached_plan
 def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, softmax_scale: Optional[float],
-                 target: Target, settings: Optional[Settings] = None) -> Plan:
-    """Inputs: q, k, v. Results: o [B, Hq, Nq, D] (q's dtype), lse [B, Hq, Nq] (fp32,
-    natural log; -inf for a query that sees no key)."""
-    B, Hq, Hkv, Nq, Nk, D = check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale)
+                 target: Target, settings: Optional[Settings] = None, layout: str = "bhnd") -> Plan:
+    """Inputs: q, k, v (laid out as ``layout``). Results: o (q's shape and dtype), lse [B, Hq,
+    Nq] (fp32, natural log; -inf for a query that sees no key)."""
+    B, Hq, Hkv, Nq, Nk, D = check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, layout=layout)
+    q, k, v = (as_bhnd(s, layout) for s in (q, k, v))
     cfg = config(D, q.dtype, target, settings)
     scale = resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
     launch = Launch(
         kern.fa_fwd_kernel, (cdiv(Nq, cfg.fwd.m), B * Hq), ("q", "k", "v"),
-        (Hq, Hq // Hkv if Hkv else 1, Nq, Nk, D, scale * LOG2E, *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
-        (Buffer("o", o_shape, q.dtype), Buffer("lse", (B, Hq, Nq), "float32")),
+        (Hq, Hq // Hkv if Hkv else 1, Nq, Nk, D, scale * LOG2E, *q.strides, *k.strides, *v.strides,
+         *bhnd_strides(o_shape, layout)),
+        (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32")),
         _constexprs(cfg, cfg.fwd, D, causal, _align(D, q, k, v)), num_warps=cfg.fwd.warps, num_stages=cfg.fwd.stages,
     )
     return Plan((launch,), ("o", "lse"))
@@ -155,16 +188,18 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
 @cached_plan
 def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, causal: bool,
                   softmax_scale: Optional[float], has_dlse: bool, target: Target,
-                  settings: Optional[Settings] = None) -> Plan:
-    """Inputs: q, k, v, o (the forward's, row-major), do, lse and, with has_dlse, dlse (the
-    cotangent of lse). Results: dq, dk, dv (the shapes and dtype of q, k, v)."""
-    B, Hq, Hkv, Nq, Nk, D = check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale)
-    checks.check_shape("do", do, tuple(q.shape), "[B, Hq, Nq, D], the shape of the output")
+                  settings: Optional[Settings] = None, layout: str = "bhnd") -> Plan:
+    """Inputs: q, k, v, o (the forward's), do (o's shape), lse and, with has_dlse, dlse (the
+    cotangent of lse). Results: dq, dk, dv (the shapes and dtype of q, k, v), all laid out as
+    ``layout``."""
+    B, Hq, Hkv, Nq, Nk, D = check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, layout=layout)
+    checks.check_shape("do", do, tuple(q.shape), "the shape of the output")
     checks.check_same_dtype(("q", "do"), (q, do))
+    q, k, v, do = (as_bhnd(s, layout) for s in (q, k, v, do))
     cfg = config(D, q.dtype, target, settings)
     scale = resolve_scale(softmax_scale, D)
     G = Hq // Hkv if Hkv else 1
-    o_strides = row_major_strides(q.shape)
+    o_strides = bhnd_strides(q.shape, layout)
     rows = (B, Hq, Nq)
     delta = Launch(
         kern.fa_bwd_delta_kernel, (cdiv(Nq, cfg.delta_rows), B * Hq), ("o", "do", "lse", "dlse" if has_dlse else "lse"),
@@ -176,15 +211,15 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
     dkdv = Launch(
         kern.fa_bwd_dkdv_kernel, (cdiv(Nk, cfg.dkdv.n), B * Hkv), ("q", "k", "v", "do", "lse2", "delta"),
         (Hkv, G, Nq, Nk, D, scale * LOG2E, scale, *q.strides, *k.strides, *v.strides, *do.strides,
-         *row_major_strides(k.shape), *row_major_strides(v.shape)),
-        (Buffer("dk", tuple(k.shape), k.dtype), Buffer("dv", tuple(v.shape), v.dtype)),
+         *bhnd_strides(k.shape, layout), *bhnd_strides(v.shape, layout)),
+        (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype)),
         _constexprs(cfg, cfg.dkdv, D, causal, align), num_warps=cfg.dkdv.warps, num_stages=cfg.dkdv.stages,
     )
     dq = Launch(
         kern.fa_bwd_dq_kernel, (cdiv(Nq, cfg.dq.m), B * Hq), ("q", "k", "v", "do", "lse2", "delta"),
         (Hq, G, Nq, Nk, D, scale * LOG2E, scale, *q.strides, *k.strides, *v.strides, *do.strides,
-         *row_major_strides(q.shape)),
-        (Buffer("dq", tuple(q.shape), q.dtype),),
+         *bhnd_strides(q.shape, layout)),
+        (Buffer("dq", laid_out(q.shape, layout), q.dtype),),
         _constexprs(cfg, cfg.dq, D, causal, align), num_warps=cfg.dq.warps, num_stages=cfg.dq.stages,
     )
     return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse"))
