@@ -149,3 +149,40 @@ def bf16_rounding_values():
     rng = np.random.default_rng(0)
     rand = rng.standard_normal(2000) * 10.0 ** rng.uniform(-44, 38, 2000)
     return np.concatenate([np.array(special), rand]).astype(np.float32)
+
+
+def assert_bnhd_is_bhnd(op: str, q, k, v, cotangent, **kwargs):
+    """``op`` (an attention op with ``layout``) called on [B, N, H, D] arrays with
+    layout="bnhd" gives, in torch and in JAX, bitwise the bhnd call's output and gradients of
+    q, k, v, transposed (the kernels do the same arithmetic in the same order; only the
+    strides differ). q, k, v, cotangent: [B, H, N, D] NumPy arrays (cotangent o's shape)."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    import ato_jax
+    import ato_torch
+
+    sw = (0, 2, 1, 3)
+
+    def first(out):
+        return out[0] if isinstance(out, tuple) else out
+
+    def t_run(arrays, cot, layout):
+        ts = [torch.from_numpy(np.ascontiguousarray(a)).requires_grad_() for a in arrays]
+        o = first(getattr(ato_torch, op)(*ts, layout=layout, **kwargs))
+        (o * torch.from_numpy(np.ascontiguousarray(cot))).sum().backward()
+        return [o.detach().numpy()] + [t.grad.numpy() for t in ts]
+
+    def j_run(arrays, cot, layout):
+        def f(a, b, c):
+            o = first(getattr(ato_jax, op)(a, b, c, layout=layout, **kwargs))
+            return jnp.sum(o * jnp.asarray(cot)), o
+        grads, o = jax.grad(f, argnums=(0, 1, 2), has_aux=True)(*map(jnp.asarray, arrays))
+        return [np.asarray(o)] + [np.asarray(g) for g in grads]
+
+    for run in (t_run, j_run):
+        want = run((q, k, v), cotangent, "bhnd")
+        got = run([a.transpose(sw) for a in (q, k, v)], cotangent.transpose(sw), "bnhd")
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a.transpose(sw), b)

@@ -15,7 +15,7 @@ from ato_core.ops.based import plans as based_core
 from ato_core.ops.based.cases import based_case, based_step_case, taylor_case
 from ato_core.target import INTERPRETER
 from ato_core.testing import gpu_spec
-from helpers import bad_input_arrays, check, frontend, raises_naming
+from helpers import assert_bnhd_is_bhnd, bad_input_arrays, check, frontend, raises_naming
 
 # (B, H, N, d, Dv): N no multiple of the chunk; several segments and chunks per segment
 # (N=300); d = 1 (one feature), 5 (padded to 16), 16 (Based's), 32 (the largest: 16-wide
@@ -282,3 +282,13 @@ def test_exact_state_reaches_the_state_pass(op):
         plan = decl.forward_plan(arrays, static, INTERPRETER)
         state = [launch for launch in plan.launches if launch.name.endswith("state_kernel")]
         assert len(state) == 1 and state[0].constexprs["EXACT"] is exact
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bnhd_layout(causal):
+    """layout="bnhd": bitwise the bhnd results (output, gradients of q, k, v) in both
+    frameworks, N across several segments."""
+    rng = np.random.default_rng(13)
+    q, k = ((0.3 * rng.standard_normal((2, 3, 37, 8))).astype(np.float32) for _ in range(2))
+    v = rng.standard_normal((2, 3, 37, 24)).astype(np.float32)
+    assert_bnhd_is_bhnd("based_attention", q, k, v, rng.standard_normal(v.shape).astype(np.float32), causal=causal)

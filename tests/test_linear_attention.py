@@ -25,7 +25,7 @@ from ato_core.ops.linear_attention.cases import elu_case, la_case, step_case
 from ato_core.ops.linear_attention import plans as la_core
 from ato_core import reference as ref
 from ato_core.target import INTERPRETER
-from helpers import bad_input_arrays, check, frontend, raises_naming
+from helpers import assert_bnhd_is_bhnd, bad_input_arrays, check, frontend, raises_naming
 
 LA_CASES = [
     # (B, H, N, Dk, Dv): one row; lengths that are no multiple of any block; several
@@ -421,3 +421,23 @@ print("ok")
     env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bnhd_layout(causal):
+    """layout="bnhd" ([B, N, H, D] through strides): bitwise the bhnd results (output and the
+    gradients of q, k, v) in both frameworks, N across several segments, Dk != Dv."""
+    rng = np.random.default_rng(12)
+    q, k = (np.abs(rng.standard_normal((2, 3, 37, 16))).astype(np.float32) for _ in range(2))
+    v = rng.standard_normal((2, 3, 37, 24)).astype(np.float32)
+    assert_bnhd_is_bhnd("linear_attention", q, k, v, rng.standard_normal(v.shape).astype(np.float32),
+                        causal=causal, feature_map="elu")
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_bnhd_layout_names_its_shapes(framework):
+    mod, arr = frontend(framework)
+    q = arr(np.ones((2, 8, 3, 16), np.float32))
+    raises_naming(ValueError, "N, as in q", mod.linear_attention, q, arr(np.ones((2, 9, 3, 16), np.float32)), q,
+                  layout="bnhd")
+    raises_naming(ValueError, "layout", mod.linear_attention, q, q, q, layout="hnd")

@@ -23,10 +23,11 @@ class Based(NamedTuple):
     eps: float
     output_final_state: bool = False
     exact_state: bool = True
+    layout: str = "bhnd"
 
 
 def based_attention(q, k, v, *, causal=True, scale=None, eps=1e-6, initial_state=None, output_final_state=False,
-                    exact_state=True):
+                    exact_state=True, layout="bhnd"):
     """Based linear attention, o_i = sum_j w_ij v_j / (sum_j w_ij + eps) with
     w_ij = phi(q_i) . phi(k_j) = 1 + s_ij + s_ij^2 / 2, s_ij = scale q_i . k_j.
 
@@ -42,26 +43,29 @@ def based_attention(q, k, v, *, causal=True, scale=None, eps=1e-6, initial_state
       exact_state: the state pass multiplies the features unrounded, so the final state is
         the fp32 sum (default); False rounds them to the dot's operand type (bf16; tf32 for
         fp16), as linear_attention(exact_state=False).
+      layout: "bhnd" (the shapes above) or "bnhd": q, k, v and o as [B, N, H, D], read and
+        written in place through strides (no transpose); states keep their shapes.
 
     Returns:
-      o [B, H, N, Dv] in q's dtype, or (o, (S_N, z_N)) with S_N = S0 + sum phi(k_j) v_j^T and
-      z_N = z0 + sum phi(k_j), fp32. Differentiable in q, k, v and the initial state.
+      o [B, H, N, Dv] (or [B, N, H, Dv]) in q's dtype, or (o, (S_N, z_N)) with S_N = S0 +
+      sum phi(k_j) v_j^T and z_N = z0 + sum phi(k_j), fp32. Differentiable in q, k, v and the
+      initial state.
     """
     checks.check_bool("output_final_state", output_final_state)
     checks.check_bool("exact_state", exact_state)
     S0, z0 = state_pair(initial_state, "initial_state")
-    return (q, k, v, S0, z0), Based(causal, scale, eps, output_final_state, exact_state)
+    return (q, k, v, S0, z0), Based(causal, scale, eps, output_final_state, exact_state, layout)
 
 
 def _forward(s, st: Based, target):
     init = None if s["init_S"] is None else (s["init_S"], s["init_z"])
     return plans.forward_plan(s["q"], s["k"], s["v"], causal=st.causal, scale=st.scale, eps=st.eps,
-                              initial_state=init, target=target, exact_state=st.exact_state)[0]
+                              initial_state=init, target=target, exact_state=st.exact_state, layout=st.layout)[0]
 
 
 def _backward(s, st: Based, target):
     plan = plans.backward_plan(s["q"], s["k"], s["v"], s["do"], causal=st.causal, scale=st.scale, eps=st.eps,
-                               has_dfinal=s.get("dS_final") is not None, target=target)
+                               has_dfinal=s.get("dS_final") is not None, target=target, layout=st.layout)
     return plan.renamed({"dfinal_S": "dS_final", "dfinal_z": "dz_final"})
 
 

@@ -14,6 +14,7 @@ from typing import NamedTuple, Optional, Tuple
 from ato_core import checks
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel,
                              optional_output, row_alignment, row_major_strides)
+from ato_core.layout import as_bhnd, bhnd_strides, laid_out
 from ato_core.target import Target
 
 from ..linear_attention.plans import (as_one_row, check_eps, check_qkv, check_state, dot_operands, f32, scan,
@@ -189,9 +190,9 @@ def resolve_scale(scale, d: int) -> float:
 
 
 def check_based(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scale, eps,
-                initial_state=None) -> Tuple[int, int, int, int, int]:
+                initial_state=None, layout: str = "bhnd") -> Tuple[int, int, int, int, int]:
     """Validates the arguments of based_attention; returns (B, H, N, d, Dv)."""
-    B, H, N, d, Dv = check_qkv(q, k, v, "d", MAX_FEATURE_DIM)
+    B, H, N, d, Dv = check_qkv(q, k, v, "d", MAX_FEATURE_DIM, layout=layout)
     checks.check_bool("causal", causal)
     resolve_scale(scale, d)
     check_eps(eps)
@@ -215,14 +216,16 @@ def _scalars(cfg: Config, scale) -> Tuple[float, float]:
 
 @cached_plan
 def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scale, eps: float, initial_state,
-                 target: Target, exact_state: bool = True) -> Tuple[Plan, Config]:
-    """Inputs: q, k, v and, with an initial state, init_S, init_z.
+                 target: Target, exact_state: bool = True, layout: str = "bhnd") -> Tuple[Plan, Config]:
+    """Inputs: q, k, v (laid out as ``layout``; o too) and, with an initial state, init_S, init_z.
 
     Results: o [B,H,N,Dv] (q's dtype); S_final [B,H,F,Dv], z_final [B,H,F] (fp32); the
     backward's residuals rden [B,H,N] (1/den), S_res, z_res (each segment's start state when
     causal, the total otherwise; packed, [B,H,nseg,Fp,Dv], kernels._pair_weight).
     """
-    B, H, N, d, Dv = check_based(q, k, v, causal=causal, scale=scale, eps=eps, initial_state=initial_state)
+    B, H, N, d, Dv = check_based(q, k, v, causal=causal, scale=scale, eps=eps, initial_state=initial_state,
+                                 layout=layout)
+    q, k, v = (as_bhnd(t, layout) for t in (q, k, v))
     cfg = config(B, H, N, d, Dv, q.dtype, causal, target)
     c, s = _scalars(cfg, scale)
     BH, Fp = B * H, cfg.Fp
@@ -244,8 +247,8 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scal
     out = Launch(
         kern.based_fwd_kernel, (BH, cfg.nblocks, cfg.nvt), ("q", "k", "v", res_S, row0, res_z),
         (H, N, cfg.seg_len, d, Dv, Fp, *state_addressing(cfg, causal), row0_stride, c, s, float(eps),
-         *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
-        (Buffer("o", o_shape, q.dtype), f32("rden", B, H, N)),
+         *q.strides, *k.strides, *v.strides, *bhnd_strides(o_shape, layout)),
+        (Buffer("o", laid_out(o_shape, layout), q.dtype), f32("rden", B, H, N)),
         {"CAUSAL": causal, "ALIGN": align, **cfg.block_constexprs}, num_warps=cfg.blocks.num_warps,
         num_stages=cfg.blocks.num_stages,
     )
@@ -298,18 +301,20 @@ def _tiled(name: str, spec: ArraySpec, cfg: Config) -> Tuple[Buffer, Tuple[Launc
 
 @cached_plan
 def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, causal: bool, scale, eps: float,
-                  has_dfinal: bool, target: Target, public_res: bool = False) -> Plan:
-    """Inputs: q, k, v, o, do, the forward's rden, S_res, z_res (packed; with ``public_res``
-    a public state, packed here); with has_dfinal the cotangents dfinal_S, dfinal_z of the
-    final state. Results: dq, dk, dv (input dtype) and dS0 [B,H,F,Dv], dz0 [B,H,F] (fp32),
-    the gradient of the initial state."""
-    B, H, N, d, Dv = check_based(q, k, v, causal=causal, scale=scale, eps=eps)
-    checks.check_shape("do", do, (B, H, N, Dv), "[B, H, N, Dv], the shape of the output")
+                  has_dfinal: bool, target: Target, public_res: bool = False, layout: str = "bhnd") -> Plan:
+    """Inputs: q, k, v, o, do (laid out as ``layout``), the forward's rden, S_res, z_res
+    (packed; with ``public_res`` a public state, packed here); with has_dfinal the
+    cotangents dfinal_S, dfinal_z of the final state. Results: dq, dk, dv (input dtype and
+    layout) and dS0 [B,H,F,Dv], dz0 [B,H,F] (fp32), the gradient of the initial state."""
+    B, H, N, d, Dv = check_based(q, k, v, causal=causal, scale=scale, eps=eps, layout=layout)
+    checks.check_shape("do", do, laid_out((B, H, N, Dv), layout), "the shape of the output")
+    laid = {"q": q, "k": k}  # (as the caller lays them out: the gradients' buffers)
+    q, k, v, do = (as_bhnd(t, layout) for t in (q, k, v, do))
     cfg = config(B, H, N, d, Dv, q.dtype, causal, target)
     c, s = _scalars(cfg, scale)
     BH, Fp = B * H, cfg.Fp
     align = _align(d, Dv, q, k, v, do)
-    o_strides = row_major_strides((B, H, N, Dv))
+    o_strides = bhnd_strides((B, H, N, Dv), layout)
     rows = 64
     g = Launch(
         kern.based_bwd_g_kernel, (BH, cdiv(N, rows)), ("do", "o", "rden"),
@@ -336,18 +341,18 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
     ce = {"CAUSAL": causal, "ALIGN": align, **cfg.block_constexprs}
     grid = (BH, cfg.nblocks, cfg.nvt)
     warps, stages = cfg.blocks.num_warps, cfg.blocks.num_stages
-    dq_buf, dq_sum, dq_stride = _tiled("dq", q, cfg)
+    dq_buf, dq_sum, dq_stride = _tiled("dq", laid["q"], cfg)
     dq = Launch(
         kern.based_bwd_dq_kernel, grid, ("q", "k", "v", "do", "rden", "g", *res),
-        (*common, c, s, dq_stride, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(q.shape)),
+        (*common, c, s, dq_stride, *q.strides, *k.strides, *v.strides, *do.strides, *bhnd_strides(q.shape, layout)),
         (dq_buf,), ce, num_warps=warps, num_stages=stages,
     )
-    dk_buf, dk_sum, dk_stride = _tiled("dk", k, cfg)
+    dk_buf, dk_sum, dk_stride = _tiled("dk", laid["k"], cfg)
     dkdv = Launch(
         kern.based_bwd_dkdv_kernel, grid, ("q", "k", "v", "do", "rden", "g", R_S, row0, R_z),
-        (*common, row0_stride, c, s, dk_stride, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(k.shape),
-         *row_major_strides(v.shape)),
-        (dk_buf, Buffer("dv", tuple(v.shape), v.dtype)), ce, num_warps=warps, num_stages=stages,
+        (*common, row0_stride, c, s, dk_stride, *q.strides, *k.strides, *v.strides, *do.strides,
+         *bhnd_strides(k.shape, layout), *bhnd_strides(v.shape, layout)),
+        (dk_buf, Buffer("dv", laid_out(v.shape, layout), v.dtype)), ce, num_warps=warps, num_stages=stages,
     )
     dS0 = _unpack(cfg, "dS0p", "dz0p", "rpart", "dfinal" if has_dfinal else None, ("dS0", "dz0"), reverse=True)
     return Plan((g, state, *packs, scan_, dq, *dq_sum, dkdv, *dk_sum, dS0), ("dq", "dk", "dv", "dS0", "dz0"),

@@ -12,6 +12,8 @@ import math
 
 from array_api_compat import array_namespace, device
 
+from ..linear_attention.reference import bnhd
+
 
 def _scale(scale, d):
     return 1.0 / math.sqrt(d) if scale is None else scale
@@ -26,8 +28,12 @@ def taylor_feature_map(x, *, scale=None):
     return xp.concat([xp.ones_like(x[..., :1]), x1, x2], axis=-1)
 
 
-def based_attention(q, k, v, *, causal=True, scale=None, eps=1e-6, initial_state=None, output_final_state=False):
+def based_attention(q, k, v, *, causal=True, scale=None, eps=1e-6, initial_state=None, output_final_state=False,
+                    layout="bhnd"):
     xp = array_namespace(q, k, v)
+    if layout == "bnhd":
+        return bnhd(xp, based_attention, q, k, v, causal=causal, scale=scale, eps=eps, initial_state=initial_state,
+                    output_final_state=output_final_state)
     s = _scale(scale, q.shape[-1]) * xp.matmul(q, xp.matrix_transpose(k))
     A = 1 + s + s * s / 2
     if causal:

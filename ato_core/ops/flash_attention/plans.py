@@ -13,6 +13,7 @@ from typing import NamedTuple, Optional, Tuple
 from ato_core import checks
 from . import kernels as kern
 from ato_core.launch import ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, row_alignment, row_major_strides
+from ato_core.layout import LAYOUTS, as_bhnd, axes, bhnd_strides, check_layout, laid_out  # noqa: F401
 from ato_core.target import Target
 
 MAX_HEAD_DIM = 256
@@ -83,15 +84,12 @@ def config(D: int, dtype: str, target: Target, settings: Optional[Settings] = No
                   precision=dot_precision(dtype))
 
 
-LAYOUTS = ("bhnd", "bnhd")
-
-
 def check_flash_attention(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal, softmax_scale,
                           return_lse=False, layout: str = "bhnd") -> Tuple[int, int, int, int, int, int]:
     """Validates the arguments of flash_attention (q, k, v as the caller lays them out:
     ``layout``); returns (B, Hq, Hkv, Nq, Nk, D)."""
-    checks.check_choice("layout", layout, LAYOUTS)
-    h, n = (1, 2) if layout == "bhnd" else (2, 1)
+    check_layout(layout)
+    h, n = axes(layout)
     names = ("[B, Hq, Nq, D]", "[B, Hkv, Nk, D]") if layout == "bhnd" else ("[B, Nq, Hq, D]", "[B, Nk, Hkv, D]")
     for name, spec, desc in (("q", q, names[0]), ("k", k, names[1]), ("v", v, names[1])):
         checks.check_rank(name, spec, 4, desc)
@@ -114,30 +112,6 @@ def check_flash_attention(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal, s
     checks.check_bool("return_lse", return_lse)
     check_softmax_scale(softmax_scale)
     return B, Hq, Hkv, Nq, Nk, D
-
-
-_SWAP = (0, 2, 1, 3)  # [B, N, H, D] <-> [B, H, N, D]
-
-
-def as_bhnd(spec: ArraySpec, layout: str) -> ArraySpec:
-    """The [B, H, N, D] view of an array laid out as ``layout``: the kernels' view, the same
-    memory (a bnhd array's shape and strides with axes 1 and 2 swapped)."""
-    if layout == "bhnd":
-        return spec
-    return ArraySpec(tuple(spec.shape[i] for i in _SWAP), spec.dtype, tuple(spec.strides[i] for i in _SWAP),
-                     spec.device)
-
-
-def laid_out(shape: Tuple[int, ...], layout: str) -> Tuple[int, ...]:
-    """A [B, H, N, D] shape as ``layout`` lays it out (what the plan allocates)."""
-    return tuple(shape) if layout == "bhnd" else tuple(shape[i] for i in _SWAP)
-
-
-def bhnd_strides(shape: Tuple[int, ...], layout: str) -> Tuple[int, ...]:
-    """The [B, H, N, D] strides of a row-major array of [B, H, N, D] ``shape`` laid out as
-    ``layout``."""
-    strides = row_major_strides(laid_out(shape, layout))
-    return strides if layout == "bhnd" else tuple(strides[i] for i in _SWAP)
 
 
 def check_softmax_scale(softmax_scale) -> None:

@@ -12,6 +12,7 @@ from typing import NamedTuple, Optional, Tuple
 from ato_core import checks
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel,
                              optional_output, row_alignment, row_major_strides)
+from ato_core.layout import as_bhnd, bhnd_strides, check_layout, laid_out
 from ato_core.target import Target
 
 from . import feature_maps as fm_kern
@@ -119,32 +120,37 @@ def check_eps(eps) -> None:
 
 
 def check_qkv(q: ArraySpec, k: ArraySpec, v: ArraySpec, dk: str = "Dk", max_dk: int = MAX_HEAD_DIM,
-              step: bool = False) -> Tuple[int, ...]:
-    """q, k [B, H, N, dk] and v [B, H, N, Dv] (without N when ``step``): one float dtype and
-    device, sizes in range. Returns (B, H, N, Dk, Dv), or (B, H, Dk, Dv) when ``step``."""
-    lead = "[B, H, " if step else "[B, H, N, "
-    for name, spec, layout in (("q", q, f"{lead}{dk}]"), ("k", k, f"{lead}{dk}]"), ("v", v, f"{lead}Dv]")):
-        checks.check_rank(name, spec, 3 if step else 4, layout)
+              step: bool = False, layout: str = "bhnd") -> Tuple[int, ...]:
+    """q, k [B, H, N, dk] and v [B, H, N, Dv] ([B, N, H, ...] for ``layout`` "bnhd"; without N
+    when ``step``): one float dtype and device, sizes in range. Returns (B, H, N, Dk, Dv), or
+    (B, H, Dk, Dv) when ``step``."""
+    check_layout(layout)
+    names = ("B", "H") if step else ("B", "H", "N") if layout == "bhnd" else ("B", "N", "H")
+    lead = "[" + ", ".join(names) + ", "
+    for name, spec, desc in (("q", q, f"{lead}{dk}]"), ("k", k, f"{lead}{dk}]"), ("v", v, f"{lead}Dv]")):
+        checks.check_rank(name, spec, 3 if step else 4, desc)
         checks.check_float(name, spec)
     checks.check_same_dtype(("q", "k", "v"), (q, k, v))
     checks.check_same_device(("q", "k", "v"), (q, k, v))
     *lead_dims, Dk = q.shape
     Dv = v.shape[-1]
-    for axis, what in enumerate(("B", "H", "N")[:len(lead_dims)]):
+    for axis, what in enumerate(names):
         checks.check_dim("k", k, axis, q.shape[axis], f"{what}, as in q")
         checks.check_dim("v", v, axis, q.shape[axis], f"{what}, as in q")
     checks.check_dim("k", k, len(lead_dims), Dk, f"{dk}, the feature size of q")
     checks.check_range(f"q.shape[{len(lead_dims)}] ({dk})", Dk, 1, max_dk)
     checks.check_range(f"v.shape[{len(lead_dims)}] (Dv)", Dv, 1, MAX_HEAD_DIM)
+    if not step and layout == "bnhd":
+        lead_dims = [lead_dims[0], lead_dims[2], lead_dims[1]]
     return (*lead_dims, Dk, Dv)
 
 
 def check_linear_attention(
     q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, feature_map, eps: float,
-    initial_state: Optional[Tuple[ArraySpec, ArraySpec]] = None,
+    initial_state: Optional[Tuple[ArraySpec, ArraySpec]] = None, layout: str = "bhnd",
 ) -> Tuple[int, int, int, int, int]:
     """Validates the arguments of linear_attention; returns (B, H, N, Dk, Dv)."""
-    B, H, N, Dk, Dv = check_qkv(q, k, v)
+    B, H, N, Dk, Dv = check_qkv(q, k, v, layout=layout)
     feature_map_code(feature_map)
     checks.check_bool("causal", causal)
     check_eps(eps)
@@ -218,17 +224,19 @@ def state_addressing(cfg: Config, causal: bool) -> Tuple[int, int]:
 def forward_plan(
     q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, feature_map, eps: float,
     initial_state: Optional[Tuple[ArraySpec, ArraySpec]], target: Target, settings: Optional[Settings] = None,
-    exact_state: bool = True,
+    exact_state: bool = True, layout: str = "bhnd",
 ) -> Tuple[Plan, Config]:
-    """Inputs: q, k, v and, with an initial state, init_S, init_z. ``settings``: default SETTINGS.
-    ``exact_state``: the state pass multiplies phi(k) unrounded (else rounded like the output pass).
+    """Inputs: q, k, v (laid out as ``layout``; o too) and, with an initial state, init_S,
+    init_z. ``settings``: default SETTINGS. ``exact_state``: the state pass multiplies phi(k)
+    unrounded (else rounded like the output pass).
 
     Results: o [B,H,N,Dv] (q's dtype); S_final [B,H,Dk,Dv], z_final [B,H,Dk] (fp32); and the
     residuals of the backward: rden [B,H,N] (1/den), S_res, z_res (start state of each
     segment when causal, the total state otherwise).
     """
     B, H, N, Dk, Dv = check_linear_attention(q, k, v, causal=causal, feature_map=feature_map, eps=eps,
-                                             initial_state=initial_state)
+                                             initial_state=initial_state, layout=layout)
+    q, k, v = (as_bhnd(t, layout) for t in (q, k, v))
     cfg = config(B, H, N, Dk, Dv, q.dtype, causal, target, settings)
     BH, fmap = B * H, feature_map_code(feature_map)
     nvt = cdiv(Dv, cfg.bv_tile)
@@ -247,8 +255,8 @@ def forward_plan(
     out = Launch(
         kern.la_fwd_kernel, (BH, cfg.nseg_out, nvt), ("q", "k", "v", res_S, res_z),
         (H, N, cfg.seg_len_out, Dk, Dv, *state_addressing(cfg, causal), float(eps),
-         *q.strides, *k.strides, *v.strides, *row_major_strides(o_shape)),
-        (Buffer("o", o_shape, q.dtype), f32("rden", B, H, N)),
+         *q.strides, *k.strides, *v.strides, *bhnd_strides(o_shape, layout)),
+        (Buffer("o", laid_out(o_shape, layout), q.dtype), f32("rden", B, H, N)),
         {"FEATURE": fmap, "CAUSAL": causal, "BK": cfg.BK, "BV": cfg.bv_tile, "ALIGN": align, **cfg.constexprs},
         num_warps=cfg.num_warps,
     )
@@ -259,21 +267,23 @@ def forward_plan(
 @cached_plan
 def backward_plan(
     q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, causal: bool, feature_map, eps: float,
-    has_dfinal: bool, target: Target, settings: Optional[Settings] = None,
+    has_dfinal: bool, target: Target, settings: Optional[Settings] = None, layout: str = "bhnd",
 ) -> Plan:
-    """Inputs: q, k, v, o, do, and the forward's rden, S_res, z_res; with has_dfinal the
-    cotangents dfinal_S, dfinal_z of the final state. ``settings``: default SETTINGS.
+    """Inputs: q, k, v, o, do (laid out as ``layout``), and the forward's rden, S_res, z_res;
+    with has_dfinal the cotangents dfinal_S, dfinal_z of the final state. ``settings``:
+    default SETTINGS.
 
-    Results: dq, dk, dv (input dtype) and dS0 [B,H,Dk,Dv], dz0 [B,H,Dk] (fp32), the
-    gradient of the initial state.
+    Results: dq, dk, dv (input dtype and layout) and dS0 [B,H,Dk,Dv], dz0 [B,H,Dk] (fp32),
+    the gradient of the initial state.
     """
-    B, H, N, Dk, Dv = check_linear_attention(q, k, v, causal=causal, feature_map=feature_map, eps=eps)
-    checks.check_shape("do", do, (B, H, N, Dv), "[B, H, N, Dv], the shape of the output")
+    B, H, N, Dk, Dv = check_linear_attention(q, k, v, causal=causal, feature_map=feature_map, eps=eps, layout=layout)
+    checks.check_shape("do", do, laid_out((B, H, N, Dv), layout), "the shape of the output")
+    q, k, v, do = (as_bhnd(t, layout) for t in (q, k, v, do))
     cfg = config(B, H, N, Dk, Dv, q.dtype, causal, target, settings)
     BH, fmap = B * H, feature_map_code(feature_map)
     nkt, nvt = cdiv(Dk, cfg.bk_tile), cdiv(Dv, cfg.bv_tile)
     align = _align(Dk, Dv, q, k, v, do)
-    o_strides = row_major_strides((B, H, N, Dv))
+    o_strides = bhnd_strides((B, H, N, Dv), layout)
     state = Launch(
         kern.la_bwd_state_kernel, (BH, cfg.nseg, nkt), ("q", "do", "o", "rden"),
         (H, N, cfg.seg_len, Dk, Dv, *q.strides, *do.strides, *o_strides),
@@ -289,28 +299,28 @@ def backward_plan(
     ce = {"FEATURE": fmap, "CAUSAL": causal, "ALIGN": align, **cfg.constexprs}
     dq = Launch(
         kern.la_bwd_dq_kernel, (BH, cfg.nseg_out, nkt), ("q", "k", "v", "do", "rden", "g", "S_res", "z_res"),
-        (*common, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(q.shape)),
-        (Buffer("dq", tuple(q.shape), q.dtype),), {**ce, "BK": cfg.bk_tile, "BV": cfg.BV}, num_warps=cfg.num_warps,
+        (*common, *q.strides, *k.strides, *v.strides, *do.strides, *bhnd_strides(q.shape, layout)),
+        (Buffer("dq", laid_out(q.shape, layout), q.dtype),), {**ce, "BK": cfg.bk_tile, "BV": cfg.BV}, num_warps=cfg.num_warps,
     )
     if cfg.BK * cfg.BV <= STATE_TILE_ELEMS:  # the whole reverse state in one program: one pass
         reverse = (Launch(
             kern.la_bwd_dkdv_kernel, (BH, cfg.nseg_out), ("q", "k", "v", "do", "rden", "g", R_S, R_z),
-            (*common, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(k.shape),
-             *row_major_strides(v.shape)),
-            (Buffer("dk", tuple(k.shape), k.dtype), Buffer("dv", tuple(v.shape), v.dtype)),
+            (*common, *q.strides, *k.strides, *v.strides, *do.strides, *bhnd_strides(k.shape, layout),
+             *bhnd_strides(v.shape, layout)),
+            (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype)),
             {**ce, "BK": cfg.BK, "BV": cfg.BV}, num_warps=cfg.num_warps, num_stages=REVERSE_STAGES,
         ),)
     else:
         dk = Launch(
             kern.la_bwd_dk_kernel, (BH, cfg.nseg_out, nkt), ("q", "k", "v", "do", "rden", "g", R_S, R_z),
-            (*common, *q.strides, *k.strides, *v.strides, *do.strides, *row_major_strides(k.shape)),
-            (Buffer("dk", tuple(k.shape), k.dtype),), {**ce, "BK": cfg.bk_tile, "BV": cfg.BV}, num_warps=cfg.num_warps,
+            (*common, *q.strides, *k.strides, *v.strides, *do.strides, *bhnd_strides(k.shape, layout)),
+            (Buffer("dk", laid_out(k.shape, layout), k.dtype),), {**ce, "BK": cfg.bk_tile, "BV": cfg.BV}, num_warps=cfg.num_warps,
             num_stages=REVERSE_STAGES,
         )
         dv = Launch(
             kern.la_bwd_dv_kernel, (BH, cfg.nseg_out, nvt), ("q", "k", "do", "rden", R_S),
-            (*common, *q.strides, *k.strides, *do.strides, *row_major_strides(v.shape)),
-            (Buffer("dv", tuple(v.shape), v.dtype),), {**ce, "BK": cfg.BK, "BV": cfg.bv_tile}, num_warps=cfg.num_warps,
+            (*common, *q.strides, *k.strides, *do.strides, *bhnd_strides(v.shape, layout)),
+            (Buffer("dv", laid_out(v.shape, layout), v.dtype),), {**ce, "BK": cfg.BK, "BV": cfg.bv_tile}, num_warps=cfg.num_warps,
             num_stages=REVERSE_STAGES,
         )
         reverse = (dk, dv)
