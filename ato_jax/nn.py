@@ -123,13 +123,11 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, dropout_rn
                          f"(expected 0 or deterministic=True), got {dropout_rate}")
     if dtype is not None:
         query, key, value = (jnp.asarray(t, dtype) for t in (query, key, value))
-    lead = query.shape[:-3]
-    B = math.prod(lead)
-
-    def heads_first(t):  # [..., N, H, D] -> [B, H, N, D]
-        return jnp.swapaxes(t.reshape(B, *t.shape[-3:]), 1, 2)
-    o = ato_jax.flash_attention(heads_first(query), heads_first(key), heads_first(value), causal=bool(is_causal))
-    return jnp.swapaxes(o, 1, 2).reshape(query.shape)
+    B = math.prod(query.shape[:-3])
+    # flax's [..., N, H, D] is flash attention's bnhd layout: no transpose
+    o = ato_jax.flash_attention(*(t.reshape(B, *t.shape[-3:]) for t in (query, key, value)), causal=bool(is_causal),
+                                layout="bnhd")
+    return o.reshape(query.shape)
 
 
 class MultiHeadAttention(nnx.MultiHeadAttention):
@@ -156,8 +154,8 @@ class _LinearAttentionLayer(nnx.Module):
         self.v_proj = nnx.Linear(hidden_size, hidden_size, **kw)
         self.o_proj = nnx.Linear(hidden_size, hidden_size, **kw)
 
-    def _heads(self, t):  # [B, N, H * D] -> [B, H, N, D]
-        return jnp.swapaxes(t.reshape(*t.shape[:-1], self.num_heads, -1), 1, 2)
+    def _heads(self, t):  # [B, N, H * D] -> [B, N, H, D] (the ops' bnhd layout: no transpose)
+        return t.reshape(*t.shape[:-1], self.num_heads, -1)
 
     def __call__(self, x, initial_state=None, output_final_state: bool = False):
         """x [B, N, hidden_size] -> y [B, N, hidden_size], or (y, (S, z)) with the final state."""
@@ -167,7 +165,7 @@ class _LinearAttentionLayer(nnx.Module):
         out = self._attend(self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x)),
                            initial_state, output_final_state)
         o, state = out if output_final_state else (out, None)
-        y = self.o_proj(jnp.swapaxes(o, 1, 2).reshape(x.shape))
+        y = self.o_proj(o.reshape(x.shape))
         return (y, state) if output_final_state else y
 
 
@@ -182,7 +180,8 @@ class LinearAttention(_LinearAttentionLayer):
 
     def _attend(self, q, k, v, initial_state, output_final_state):
         return ato_jax.linear_attention(q, k, v, causal=self.causal, feature_map="elu", eps=self.eps,
-                                        initial_state=initial_state, output_final_state=output_final_state)
+                                        initial_state=initial_state, output_final_state=output_final_state,
+                                        layout="bnhd")
 
 
 class BasedAttention(_LinearAttentionLayer):
@@ -196,7 +195,7 @@ class BasedAttention(_LinearAttentionLayer):
 
     def _attend(self, q, k, v, initial_state, output_final_state):
         return ato_jax.based_attention(q, k, v, causal=self.causal, eps=self.eps, initial_state=initial_state,
-                                       output_final_state=output_final_state)
+                                       output_final_state=output_final_state, layout="bnhd")
 
 
 class LinearCrossEntropyLoss(nnx.Module):
