@@ -71,3 +71,15 @@ def check_choice(name: str, value, choices: Sequence) -> None:
 def check_bool(name: str, value) -> None:
     if not isinstance(value, bool):
         raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+
+
+def check_heads(module: str, hidden_size: int, num_heads: int, num_kv_heads) -> tuple:
+    """A grouped-query layer's head counts (``module`` names it): hidden_size a multiple of
+    num_heads, num_kv_heads (None: num_heads) a divisor of it. Returns (num_kv_heads,
+    head_dim)."""
+    num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    if num_heads < 1 or hidden_size % num_heads:
+        raise ValueError(f"{module}: hidden_size: expected a multiple of num_heads={num_heads}, got {hidden_size}")
+    if num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(f"{module}: num_kv_heads: expected a divisor of num_heads={num_heads}, got {num_kv_heads}")
+    return num_kv_heads, hidden_size // num_heads

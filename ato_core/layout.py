@@ -41,3 +41,13 @@ def bhnd_strides(shape: Tuple[int, ...], layout: str) -> Tuple[int, ...]:
     ``layout``."""
     strides = row_major_strides(laid_out(shape, layout))
     return strides if layout == "bhnd" else tuple(strides[i] for i in _SWAP)
+
+
+def bnhd_reference(xp, fn, q, k, v, **kwargs):
+    """A [B, H, N, D] reference ``fn`` on bnhd q, k, v (``xp``: their array namespace): the
+    same math on the transposes, o (the first result) transposed back; the rest (lse
+    [B, H, N], states) as they are."""
+    out = fn(*(xp.permute_dims(t, _SWAP) for t in (q, k, v)), **kwargs)
+    if isinstance(out, tuple):
+        return (xp.permute_dims(out[0], _SWAP), *out[1:])
+    return xp.permute_dims(out, _SWAP)

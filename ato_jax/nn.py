@@ -31,6 +31,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 import ato_jax
+from ato_core import checks
+from ato_core.ops.decode import plans as decode_plans
+
+from .launcher import spec
+from .ops import _host
 
 
 def _last_axis_only(module: str, **axes) -> None:
@@ -222,15 +227,9 @@ class _GroupedQueryLayer(nnx.Module):
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: Optional[int], use_bias: bool, dtype,
                  param_dtype, rngs: nnx.Rngs):
-        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        name = type(self).__name__
-        if hidden_size % num_heads:
-            raise ValueError(f"{name}: hidden_size: expected a multiple of num_heads={num_heads}, got {hidden_size}")
-        if num_kv_heads < 1 or num_heads % num_kv_heads:
-            raise ValueError(f"{name}: num_kv_heads: expected a divisor of num_heads={num_heads}, got {num_kv_heads}")
+        num_kv_heads, self.head_dim = checks.check_heads(type(self).__name__, hidden_size, num_heads, num_kv_heads)
         kw = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.hidden_size, self.num_heads, self.num_kv_heads = hidden_size, num_heads, num_kv_heads
-        self.head_dim = hidden_size // num_heads
         self.q_proj = nnx.Linear(hidden_size, hidden_size, **kw)
         self.k_proj = nnx.Linear(hidden_size, num_kv_heads * self.head_dim, **kw)
         self.v_proj = nnx.Linear(hidden_size, num_kv_heads * self.head_dim, **kw)
@@ -264,7 +263,9 @@ class DecodeAttention(_GroupedQueryLayer):
     """One decoding step over a paged KV cache, as ato_torch.nn.DecodeAttention:
     ``layer(x, k_cache, v_cache, block_table, seq_lens, schedule=None) -> (y, k_cache,
     v_cache)`` with the caches returned updated (the new token's key and value at position
-    seq_lens[b] of its sequence; donate them under jax.jit to update in place)."""
+    seq_lens[b] of its sequence; donate them under jax.jit to update in place). Lengths
+    without room for the token and bad block ids raise ValueError where the values are on the
+    host; under jax.jit such a sequence's token is not written (never over another token)."""
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: Optional[int] = None, *,
                  use_bias: bool = False, dtype=None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
@@ -272,17 +273,19 @@ class DecodeAttention(_GroupedQueryLayer):
 
     def __call__(self, x, k_cache, v_cache, block_table, seq_lens, schedule=None):
         self._check(x, 2, "[B, {}]")
-        want = (self.num_kv_heads, self.head_dim)
-        for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
-            if c.ndim != 4 or tuple(c.shape[2:]) != want:
-                raise ValueError(f"DecodeAttention: {name}: expected [num_blocks, block_size, {want[0]}, {want[1]}], "
-                                 f"got shape {tuple(c.shape)}")
         B = x.shape[0]
         q = self.q_proj(x).reshape(B, self.num_heads, self.head_dim)
-        k, v = (p(x).reshape(B, *want) for p in (self.k_proj, self.v_proj))
+        arrays = {"block_table": block_table, "seq_lens": seq_lens}
+        decode_plans.check_decode_step(
+            "DecodeAttention", *(spec(t) for t in (q, k_cache, v_cache, block_table, seq_lens)), self.num_kv_heads,
+            self.head_dim, _host(arrays, "block_table"), _host(arrays, "seq_lens"))
+        k, v = (p(x).reshape(B, self.num_kv_heads, self.head_dim) for p in (self.k_proj, self.v_proj))
         bs = k_cache.shape[1]
-        block = block_table[jnp.arange(B), seq_lens // bs]
-        k_cache = k_cache.at[block, seq_lens % bs].set(k.astype(k_cache.dtype))
-        v_cache = v_cache.at[block, seq_lens % bs].set(v.astype(v_cache.dtype))
+        # A length without room (only under jit, unchecked) writes nothing: its block index
+        # reads as num_blocks (fill), which the scatter drops, instead of jax's clamped index
+        # overwriting the sequence's last token.
+        block = block_table.at[jnp.arange(B), seq_lens // bs].get(mode="fill", fill_value=k_cache.shape[0])
+        k_cache = k_cache.at[block, seq_lens % bs].set(k.astype(k_cache.dtype), mode="drop")
+        v_cache = v_cache.at[block, seq_lens % bs].set(v.astype(v_cache.dtype), mode="drop")
         o = ato_jax.decode_attention(q, k_cache, v_cache, block_table, seq_lens + 1, schedule=schedule)
         return self.o_proj(o.reshape(B, -1)), k_cache, v_cache

@@ -22,13 +22,17 @@ their torch counterparts: a torch ``nn.LayerNorm`` state_dict loads into ``Layer
 from __future__ import annotations
 
 import math
-from typing import Optional
 import numbers
+from typing import Optional
 
 import torch
 from torch import nn
 
 import ato_torch
+from ato_core import checks
+from ato_core.ops.decode import plans as decode_plans
+
+from .launcher import spec
 
 
 def _shape(normalized_shape) -> tuple:
@@ -289,8 +293,6 @@ class BasedAttention(_LinearAttentionLayer):
                                          output_final_state=output_final_state)
 
 
-__all__ = ["BasedAttention", "CrossEntropyLoss", "LayerNorm", "LinearAttention", "MultiheadAttention", "RMSNorm",
-           "SwiGLU"]
 
 
 class _GroupedQueryLayer(nn.Module):
@@ -299,15 +301,9 @@ class _GroupedQueryLayer(nn.Module):
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: Optional[int], bias: bool, device, dtype):
         super().__init__()
-        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        name = type(self).__name__
-        if hidden_size % num_heads:
-            raise ValueError(f"{name}: hidden_size: expected a multiple of num_heads={num_heads}, got {hidden_size}")
-        if num_kv_heads < 1 or num_heads % num_kv_heads:
-            raise ValueError(f"{name}: num_kv_heads: expected a divisor of num_heads={num_heads}, got {num_kv_heads}")
+        num_kv_heads, self.head_dim = checks.check_heads(type(self).__name__, hidden_size, num_heads, num_kv_heads)
         kw = {"bias": bias, "device": device, "dtype": dtype}
         self.hidden_size, self.num_heads, self.num_kv_heads = hidden_size, num_heads, num_kv_heads
-        self.head_dim = hidden_size // num_heads
         self.q_proj = nn.Linear(hidden_size, hidden_size, **kw)
         self.k_proj = nn.Linear(hidden_size, num_kv_heads * self.head_dim, **kw)
         self.v_proj = nn.Linear(hidden_size, num_kv_heads * self.head_dim, **kw)
@@ -348,7 +344,9 @@ class DecodeAttention(_GroupedQueryLayer):
     seq_lens[b] + 1 tokens (decode_attention; ``schedule``: its shared-prefix schedule for
     the lengths after the write). Caches [num_blocks, block_size, num_kv_heads, head_dim];
     the block written must belong to this sequence alone. The caller advances seq_lens.
-    Inference: no gradient."""
+    Lengths without room for the token and bad block ids raise ValueError where block_table
+    and seq_lens are on the CPU (on a GPU the index raises a device-side error). Inference:
+    no gradient."""
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: Optional[int] = None, bias: bool = False,
                  device=None, dtype=None):
@@ -357,14 +355,15 @@ class DecodeAttention(_GroupedQueryLayer):
     def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                 seq_lens: torch.Tensor, schedule=None):
         self._check(x, 2, "[B, {}]")
-        want = (self.num_kv_heads, self.head_dim)
-        for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
-            if c.ndim != 4 or tuple(c.shape[2:]) != want:
-                raise ValueError(f"DecodeAttention: {name}: expected [num_blocks, block_size, {want[0]}, {want[1]}], "
-                                 f"got shape {list(c.shape)}")
         B = x.shape[0]
         q = self.q_proj(x).unflatten(-1, (self.num_heads, self.head_dim))
-        k, v = (p(x).unflatten(-1, want) for p in (self.k_proj, self.v_proj))
+        on_host = seq_lens.device.type == "cpu" and block_table.device.type == "cpu"
+        decode_plans.check_decode_step(
+            "DecodeAttention", *(spec(t, n) for t, n in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache"),
+                                                          (block_table, "block_table"), (seq_lens, "seq_lens"))),
+            self.num_kv_heads, self.head_dim, block_table.numpy() if on_host else None,
+            seq_lens.numpy() if on_host else None)
+        k, v = (p(x).unflatten(-1, (self.num_kv_heads, self.head_dim)) for p in (self.k_proj, self.v_proj))
         bs = k_cache.shape[1]
         lens = seq_lens.long()
         block = block_table[torch.arange(B, device=x.device), lens // bs].long()
@@ -372,3 +371,7 @@ class DecodeAttention(_GroupedQueryLayer):
         v_cache[block, lens % bs] = v.to(v_cache.dtype)
         o = ato_torch.decode_attention(q, k_cache, v_cache, block_table, seq_lens + 1, schedule=schedule)
         return self.o_proj(o.flatten(-2)), k_cache, v_cache
+
+
+__all__ = ["BasedAttention", "CABAttention", "CrossEntropyLoss", "DecodeAttention", "LayerNorm", "LinearAttention",
+           "LinearCrossEntropyLoss", "MultiheadAttention", "RMSNorm", "SwiGLU"]

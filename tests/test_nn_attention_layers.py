@@ -107,5 +107,30 @@ def test_layers_name_bad_arguments(framework):
     with pytest.raises(ValueError, match="x: expected"):
         make("CABAttention", HIDDEN, HEADS)(arr((2, 16, 32)))
     dec = make("DecodeAttention", HIDDEN, HEADS, KV_HEADS)
-    with pytest.raises(ValueError, match="k_cache"):
-        dec(arr((2, HIDDEN)), arr((4, 16, HEADS, 16)), arr((4, 16, KV_HEADS, 16)), arr((2, 2)), arr((2,)))
+    xp = torch if framework == "torch" else jnp
+    table = xp.asarray([[0, 1], [2, 3]], dtype=xp.int32)
+    x, cache = arr((2, HIDDEN)), arr((4, 16, KV_HEADS, 16))
+
+    def lens(*values):
+        return xp.asarray(values, dtype=xp.int32)
+    with pytest.raises(ValueError, match="k_cache: expected .num_blocks, block_size, 2, 16."):
+        dec(x, arr((4, 16, HEADS, 16)), arr((4, 16, HEADS, 16)), table, lens(0, 0))
+    with pytest.raises(ValueError, match=r"seq_lens: expected lengths in \[0, 32\) \(room for the new token"):
+        dec(x, cache, cache, table, lens(3, 32))
+    with pytest.raises(ValueError, match="block_table: expected block ids in"):
+        dec(x, cache, cache, table * 3, lens(3, 20))  # the second sequence's next block: id 9 of 4
+
+
+def test_jax_decode_layer_under_jit_never_overwrites_a_token():
+    """Under jax.jit the lengths are not on the host: a sequence without room for the new
+    token writes nothing (instead of jax's clamped index writing over its last token)."""
+    dec = jnn.DecodeAttention(HIDDEN, HEADS, KV_HEADS, rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(7)
+    cache = jnp.asarray(rng.standard_normal((4, 16, KV_HEADS, 16)), jnp.float32)
+    table = jnp.asarray([[0, 1], [2, 3]], jnp.int32)
+    step = nnx.jit(lambda m, x, kc, vc, t, n: m(x, kc, vc, t, n))
+    _, k_new, v_new = step(dec, jnp.asarray(rng.standard_normal((2, HIDDEN)), jnp.float32), cache, cache, table,
+                           jnp.asarray([5, 32], jnp.int32))
+    changed = np.argwhere(np.any(np.asarray(k_new) != np.asarray(cache), axis=(2, 3)))
+    assert changed.tolist() == [[0, 5]]  # sequence 0's token 5 in block 0; sequence 1 (full): nothing
+    np.testing.assert_array_equal(np.asarray(v_new)[2:], np.asarray(cache)[2:])

@@ -12,7 +12,7 @@ import math
 
 from array_api_compat import array_namespace, device
 
-from ..linear_attention.reference import bnhd
+from ato_core.layout import bnhd_reference
 
 
 def _scale(scale, d):
@@ -32,8 +32,8 @@ def based_attention(q, k, v, *, causal=True, scale=None, eps=1e-6, initial_state
                     layout="bhnd"):
     xp = array_namespace(q, k, v)
     if layout == "bnhd":
-        return bnhd(xp, based_attention, q, k, v, causal=causal, scale=scale, eps=eps, initial_state=initial_state,
-                    output_final_state=output_final_state)
+        return bnhd_reference(xp, based_attention, q, k, v, causal=causal, scale=scale, eps=eps,
+                              initial_state=initial_state, output_final_state=output_final_state)
     s = _scale(scale, q.shape[-1]) * xp.matmul(q, xp.matrix_transpose(k))
     A = 1 + s + s * s / 2
     if causal:

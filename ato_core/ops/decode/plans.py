@@ -64,6 +64,29 @@ def check_decode(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, len
     return B, Hq, Hkv, D, NB, BS, table.shape[1]
 
 
+def check_decode_step(module: str, q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens: ArraySpec,
+                      num_kv_heads: int, head_dim: int, table_values=None, lens_values=None) -> None:
+    """A decoding layer's step (``module`` names it), before it writes the new token's key and
+    value at position lens[b]: decode_attention's checks, caches of the layer's kv heads and
+    head size, and, where the values are on the host (NumPy, else None), room for the token
+    (lengths below max_blocks * block_size) and valid ids for every block then in use."""
+    check_decode(q, k, v, table, lens, None)
+    for name, c in (("k_cache", k), ("v_cache", v)):
+        if tuple(c.shape[2:]) != (num_kv_heads, head_dim):
+            raise ValueError(f"{module}: {name}: expected [num_blocks, block_size, {num_kv_heads}, {head_dim}] (the "
+                             f"layer's kv heads and head size), got shape {tuple(c.shape)}")
+    if table_values is None or lens_values is None:
+        return
+    lens_values = np.asarray(lens_values).astype(np.int64)
+    cap = table.shape[1] * k.shape[1]
+    full = np.flatnonzero((lens_values < 0) | (lens_values >= cap))
+    if full.size:
+        b = int(full[0])
+        raise ValueError(f"seq_lens: expected lengths in [0, {cap}) (room for the new token in max_blocks * "
+                         f"block_size), got seq_lens[{b}] = {int(lens_values[b])}")
+    check_decode_values(np.asarray(table_values), lens_values + 1, k.shape[0], k.shape[1])
+
+
 def check_decode_values(table: np.ndarray, lens: np.ndarray, num_blocks: int, block_size: int) -> None:
     """Checks on the values, where they are on the host: block ids in range for every block a
     sequence uses, lengths within the table."""

@@ -12,14 +12,14 @@ import math
 
 from array_api_compat import array_namespace, device
 
+from ato_core.layout import bnhd_reference
+
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bhnd"):
     xp = array_namespace(q, k, v)
-    if layout == "bnhd":  # [B, N, H, D]: the same math on the transposes
-        swap = (0, 2, 1, 3)
-        out = flash_attention(*(xp.permute_dims(t, swap) for t in (q, k, v)), causal=causal,
-                              softmax_scale=softmax_scale, return_lse=return_lse)
-        return (xp.permute_dims(out[0], swap), out[1]) if return_lse else xp.permute_dims(out, swap)
+    if layout == "bnhd":
+        return bnhd_reference(xp, flash_attention, q, k, v, causal=causal, softmax_scale=softmax_scale,
+                              return_lse=return_lse)
     Nq, Nk = q.shape[2], k.shape[2]
     if causal:
         i = xp.arange(Nq, device=device(q))[:, None]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from array_api_compat import array_namespace, device
 
+from ato_core.layout import bnhd_reference
+
 
 def elu_plus_one(x):
     """ELU(x) + 1 = x + 1 for x > 0, exp(x) otherwise."""
@@ -29,8 +31,8 @@ def linear_attention(q, k, v, *, causal=False, feature_map=None, eps=1e-6, initi
     """Quadratic form: A = phi(Q) phi(K)^T (lower-triangular when causal), o = A V / rowsum(A)."""
     xp = array_namespace(q, k, v)
     if layout == "bnhd":
-        return bnhd(xp, linear_attention, q, k, v, causal=causal, feature_map=feature_map, eps=eps,
-                    initial_state=initial_state, output_final_state=output_final_state)
+        return bnhd_reference(xp, linear_attention, q, k, v, causal=causal, feature_map=feature_map, eps=eps,
+                              initial_state=initial_state, output_final_state=output_final_state)
     fq, fk = _phi(q, feature_map), _phi(k, feature_map)
     A = xp.matmul(fq, xp.matrix_transpose(fk))
     if causal:
@@ -84,10 +86,3 @@ def linear_attention_recurrent(q, k, v, *, feature_map=None, eps=1e-6, initial_s
         outs.append(o)
     return xp.stack(outs, axis=2), state
 
-
-def bnhd(xp, fn, q, k, v, **kwargs):
-    """``fn`` (a [B, H, N, D] reference) on [B, N, H, D] arrays: o back in [B, N, H, D],
-    states as they are."""
-    swap = (0, 2, 1, 3)
-    out = fn(*(xp.permute_dims(t, swap) for t in (q, k, v)), **kwargs)
-    return (xp.permute_dims(out[0], swap), out[1]) if isinstance(out, tuple) else xp.permute_dims(out, swap)
