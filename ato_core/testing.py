@@ -37,7 +37,8 @@ class Case:
     # target is -100), "nonneg" (|N(0, 1)| for q and k: features without a feature map),
     # "magnitude" (see magnitude_of), "taylor_state" (S0, z0 made by a prefill: _taylor_state),
     # "density" (the fraction of true entries of an int input named block_mask, drawn as bool),
-    # "block_masked" (attention restricted to some key blocks: tests/helpers.causal_masked)
+    # "block_masked" (attention restricted to some key blocks: tests/helpers.causal_masked),
+    # "sorted" (integer inputs named *segment_ids sorted along their last axis)
     options: Tuple[Tuple[str, object], ...] = ()
 
     def differentiated(self, names):
@@ -128,6 +129,8 @@ def make_inputs(case: Case) -> Dict[str, np.ndarray]:
             pos = np.arange(shape[0])[:, None]
             angle = pos * (10000.0 ** (-np.arange(shape[1]) / shape[1]))[None, :]
             a = (np.cos(angle) if name == "cos" else np.sin(angle)).astype(np.float32)
+        if name == "alibi_slopes":  # positive, at most 0.5 (BLOOM's are 2^-8/H .. 2^-1)
+            a = np.float32(0.5) * np.abs(np.tanh(a))
         if name == "temperature":  # a traced softmax temperature: positive, in [0.5, 2]
             a = np.float32(0.5) + np.float32(1.5) * np.abs(np.tanh(a))
         if name in ("q", "k") and opt.get("nonneg"):
@@ -141,6 +144,8 @@ def make_inputs(case: Case) -> Dict[str, np.ndarray]:
             a.reshape(-1)[:: opt["ignore_every"]] = -100
         if name == "block_mask":  # bool, each entry true with probability "density"
             a = rng.random(shape) < opt.get("density", 0.5)
+        if name.endswith("segment_ids") and opt.get("sorted"):  # packed documents
+            a = np.sort(a, axis=-1)
         out[name] = a
     return out
 

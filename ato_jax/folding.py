@@ -63,11 +63,16 @@ def runner(names: Sequence[str], kinds: Sequence[str], plan_of: Callable, target
     def _folded(V, in_batched, xs):
         leading = result_leading(V) if result_leading is not None else {}
         fold = []
-        for kind, batched, x in zip(kinds, in_batched, xs):
+        xs = list(xs)
+        for i, (kind, batched, x) in enumerate(zip(kinds, in_batched, xs)):
             if kind == "batch" and x.ndim - batched < min_rank:
                 return None  # its leading axis is the op's own (softmax of a vector)
-            if kind == "batch" or (kind.startswith("result:") and leading.get(kind[7:], False)):
+            result = leading.get(kind[7:], False) if kind.startswith("result:") else False
+            if kind == "batch" or result is True:
                 fold.append(True)
+            elif batched and result == "placeholder":
+                xs[i] = x[0]  # a forward result never written nor read: any slice will do
+                fold.append(False)
             elif batched:
                 return None  # a mapped array outside the batch
             else:
@@ -102,12 +107,14 @@ def fold_spec(s, V: int):
 
 def results_leading(plan_of_forward: Callable, results: Sequence[str], V: int) -> dict:
     """{result: whether the forward plan's folded result has V times the unfolded one's
-    leading axis} (``plan_of_forward(V)``: the forward plan for V-times folded inputs)."""
+    leading axis, or "placeholder" for one it never writes} (``plan_of_forward(V)``: the
+    forward plan for V-times folded inputs)."""
     one, many = plan_of_forward(1), plan_of_forward(V)
     out = {}
     for r, a, b in zip(results, one.results, many.results):
         try:
-            out[r] = _leading(many.buffer(b).shape, one.buffer(a).shape, V)
+            out[r] = "placeholder" if many.buffer(b).placeholder else \
+                _leading(many.buffer(b).shape, one.buffer(a).shape, V)
         except KeyError:
             out[r] = False
     return out

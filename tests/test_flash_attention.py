@@ -197,3 +197,148 @@ def test_bnhd_layout_names_its_shapes(framework):
     raises_naming(ValueError, "[B, Nk, Hkv, D], the shape of k", mod.flash_attention, q, k,
                   arr(np.zeros((2, 8, 3, 8), np.float32)), layout="bnhd")
     raises_naming(ValueError, "layout", mod.flash_attention, q, q, q, layout="nhd")
+
+
+# Issue 25's options. Each against the float64 reference (the dense masked form) and bitwise
+# torch == JAX, at sizes that cross several 32x16 / 16x32 interpreter blocks, so that the
+# window's masked-unmasked-masked ranges, skipped blocks and partial blocks all run.
+OPTION_CASES = {
+    # name: (B, Hq, Hkv, Nq, Nk, D, fa_case keywords)
+    "window": (1, 2, 1, 70, 70, 16, dict(window=(9, 5))),
+    "window_left_causal": (1, 2, 2, 66, 81, 24, dict(window=(20, None), causal=True)),
+    "window_right_only": (1, 2, 1, 45, 60, 16, dict(window=(None, 3))),
+    "window_left_zero_causal": (1, 2, 1, 40, 40, 16, dict(window=(0, 0), causal=True)),  # the diagonal alone
+    "window_wider_than_n": (1, 2, 1, 33, 29, 16, dict(window=(100, 100))),
+    "window_nq_gt_nk": (2, 2, 1, 50, 21, 16, dict(window=(6, None), causal=True)),  # rows that see no key
+    "softcap": (1, 4, 2, 45, 37, 32, dict(softcap=0.7)),  # scores near and past the cap: tanh's saturation
+    "alibi_heads_causal": (1, 4, 2, 45, 60, 16, dict(alibi="h", causal=True)),
+    "alibi_batch_heads": (2, 2, 1, 37, 29, 16, dict(alibi="bh")),
+    "q_lengths": (3, 2, 1, 37, 45, 16, dict(lengths="q")),
+    "kv_lengths_causal": (3, 2, 1, 37, 45, 16, dict(lengths="kv", causal=True)),
+    "lengths_both_window": (3, 2, 2, 50, 50, 16, dict(lengths="both", window=(7, 7))),
+    "segments": (2, 2, 1, 60, 60, 16, dict(segments=3)),
+    "segments_causal_nq_ne_nk": (2, 4, 2, 41, 53, 24, dict(segments=4, causal=True)),
+    "causal_window_softcap_gqa": (2, 4, 2, 70, 70, 48, dict(window=(15, None), causal=True, softcap=1.5)),
+    "all": (2, 4, 2, 50, 61, 16, dict(window=(12, 4), causal=True, softcap=2.0, alibi="bh", lengths="both",
+                                      segments=3)),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTION_CASES))
+def test_options(name):
+    *dims, kw = OPTION_CASES[name]
+    check(fa_case(*dims, seed=len(name), **kw))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_options_half(dtype):
+    check(fa_case(2, 4, 2, 60, 70, 64, dtype=dtype, seed=3, window=(17, None), causal=True, softcap=5.0, alibi="h",
+                  lengths="kv"))
+
+
+def test_options_bnhd():
+    check(fa_case(2, 4, 2, 45, 50, 32, seed=8, layout="bnhd", window=(10, 2), softcap=1.0, alibi="bh", lengths="both",
+                  segments=2))
+
+
+def test_lengths_zero_rows_and_gradients():
+    """Queries past q_lengths get o = 0, lse = -inf and zero dq; keys past kv_lengths zero dk,
+    dv; a batch of zero queries or keys is all zeros; NaN in the padding reaches nothing."""
+    rng = np.random.default_rng(3)
+    B, H, N, D = 3, 2, 40, 16
+    q, k, v = (rng.standard_normal((B, H, N, D)).astype(np.float32) for _ in range(3))
+    q[0, :, 25:] = np.nan
+    k[1, :, 10:] = np.nan
+    v[1, :, 10:] = np.nan
+    ql, kl = np.array([25, 40, 0], np.int32), np.array([40, 10, 40], np.int32)
+    tq, tk, tv = (torch.from_numpy(a).requires_grad_() for a in (q, k, v))
+    o, lse = ato_torch.flash_attention(tq, tk, tv, causal=True, return_lse=True, q_lengths=torch.from_numpy(ql),
+                                       kv_lengths=torch.from_numpy(kl))
+    (o.sum() + torch.where(torch.isinf(lse), 0.0, lse).sum()).backward()
+    for t in (o, lse, tq.grad, tk.grad, tv.grad):
+        assert not torch.isnan(t).any()
+    assert (o[0, :, 25:] == 0).all() and torch.isneginf(lse[0, :, 25:]).all() and (tq.grad[0, :, 25:] == 0).all()
+    assert (tk.grad[1, :, 10:] == 0).all() and (tv.grad[1, :, 10:] == 0).all()
+    assert (o[2] == 0).all() and (tk.grad[2] == 0).all() and (tv.grad[2] == 0).all()
+    assert (o[0, :, :25] != 0).any()
+
+
+def test_options_jax_vmap_folds_lengths_and_segments():
+    """The lengths and segment ids fold into the batch with q, k, v under jax.vmap."""
+    rng = np.random.default_rng(5)
+    V, B, H, N, D = 2, 2, 2, 23, 16
+    q, k, v = (jnp.asarray(rng.standard_normal((V, B, H, N, D)).astype(np.float32)) for _ in range(3))
+    ql = jnp.asarray(rng.integers(0, N + 1, (V, B)), jnp.int32)
+    seg = jnp.asarray(np.sort(rng.integers(0, 3, (V, B, N)), axis=-1), jnp.int32)
+    f = lambda a, b, c, l, s: ato_jax.flash_attention(a, b, c, causal=True, q_lengths=l, segment_ids=s)  # noqa: E731
+    want = jnp.stack([f(q[i], k[i], v[i], ql[i], seg[i]) for i in range(V)])
+    chex.assert_trees_all_equal(jax.jit(jax.vmap(f))(q, k, v, ql, seg), want)
+    # an unmapped lengths array is broadcast over the mapped batch
+    g = lambda a, b, c: f(a, b, c, ql[0], seg[0])  # noqa: E731
+    chex.assert_trees_all_equal(jax.vmap(g)(q, k, v), jnp.stack([g(q[i], k[i], v[i]) for i in range(V)]))
+
+
+def test_window_plan_constexprs():
+    """A window bounded only on the causal side is plain causal (no WINDOW); softcap 0 and
+    window (-1, -1) are off, as in FlashAttention."""
+    spec = lambda *s: ato_torch.launcher.spec(torch.empty(s))  # noqa: E731
+    q = spec(1, 2, 64, 16)
+
+    def const(**kw):
+        _, st = ato_torch.flash_attention.op.signature(torch.empty(1), torch.empty(1), torch.empty(1), **kw)
+        (fwd,) = fa_core.forward_plan(q, q, q, causal=st.causal, softmax_scale=None, target=INTERPRETER,
+                                      options=st.options).launches
+        return {n: fwd.constexprs[n] for n in ("WINDOW", "SOFTCAP", "ALIBI", "Q_LENS", "KV_LENS", "SEGMENTS")}
+
+    assert not any(const(causal=True, window_size=(None, 8)).values())
+    assert not any(const(window_size=(-1, -1), softcap=0.0).values())
+    assert const(window_size=(4, None))["WINDOW"] and const(softcap=30.0)["SOFTCAP"]
+
+
+OPTION_BAD_INPUTS = [
+    ("window not a pair", dict(window_size=4), ValueError, "window_size: expected None or (left, right)"),
+    ("window negative", dict(window_size=(-2, 0)), ValueError, "window_size: expected its left side"),
+    ("softcap negative", dict(softcap=-1.0), ValueError, "softcap: expected None, 0 (off)"),
+    ("alibi shape", dict(alibi_slopes="slopes3"), ValueError, "alibi_slopes: expected shape (4,) or (2, 4)"),
+    ("alibi dtype", dict(alibi_slopes="slopes_half"), TypeError, "alibi_slopes: expected float32"),
+    ("lengths float", dict(q_lengths="lengths_float"), TypeError, "q_lengths: expected an integer dtype"),
+    ("lengths shape", dict(kv_lengths="lengths3"), ValueError, "kv_lengths: expected shape (2,)"),
+    ("lengths too long", dict(q_lengths="lengths_long"), ValueError, "q_lengths: expected values in [0, 5]"),
+    ("segments shape", dict(segment_ids="lengths3"), ValueError, "q_segment_ids: expected shape (2, 5)"),
+    ("segments one of two", dict(segment_ids=("seg_q", None)), ValueError, "segment_ids: expected both"),
+]
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("desc,kw,exc,fragment", OPTION_BAD_INPUTS, ids=[b[0] for b in OPTION_BAD_INPUTS])
+def test_option_bad_inputs(framework, desc, kw, exc, fragment):
+    ops, arr = frontend(framework)
+    x = _bad_input_args(framework)
+    named = {"slopes3": np.ones(3, np.float32), "slopes_half": np.ones(4, np.float16),
+             "lengths_float": np.ones(2, np.float32), "lengths3": np.ones(3, np.int32),
+             "lengths_long": np.array([2, 6], np.int32), "seg_q": np.zeros((2, 5), np.int32)}
+
+    def fill(a):
+        if isinstance(a, tuple):
+            return tuple(fill(t) for t in a)
+        return arr(named[a]) if isinstance(a, str) else a
+
+    kw = {n: fill(a) for n, a in kw.items()}
+    raises_naming(exc, fragment, ops.flash_attention, x["q"], x["k"], x["v"], **kw)
+
+
+@pytest.mark.parametrize("kw", [dict(alibi_slopes=True), dict(softcap=1e5)], ids=["alibi", "softcap"])
+def test_backward_at_huge_scores_with_modified_scores(kw):
+    """One key: p = 1 for every query, so dv = sum of do exactly, even at scores of 1e6, where
+    a softcapped or ALiBi score rounded through lse * log2(e) would move p by up to 4% (the
+    forward saves its base-2 lse for the backward)."""
+    rng = np.random.default_rng(2)
+    q = torch.from_numpy(rng.uniform(-1000, 1000, (1, 2, 75, 1)).astype(np.float32))
+    k = torch.from_numpy(rng.uniform(-1000, 1000, (1, 2, 1, 1)).astype(np.float32))
+    v = torch.from_numpy(rng.standard_normal((1, 2, 1, 1)).astype(np.float32)).requires_grad_()
+    if kw.get("alibi_slopes"):
+        kw = dict(alibi_slopes=torch.tensor([0.3, 0.7]))
+    o = ato_torch.flash_attention(q, k, v, **kw)
+    do = torch.from_numpy(rng.standard_normal(o.shape).astype(np.float32))
+    o.backward(do)
+    torch.testing.assert_close(v.grad, do.sum(dim=2, keepdim=True), rtol=1e-6, atol=0)

@@ -188,6 +188,33 @@ def test_flash_attention_cross_framework_bitwise_gpu(dims, causal):
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
 
 
+# issue 25's options at realistic sizes (compiled kernels; windows crossing 128-row tiles)
+FA_OPTION_GPU = {
+    "window_causal": ((1, 8, 2, 2048, 2048, 128), dict(window=(300, None), causal=True)),
+    "window_both_sides": ((1, 4, 4, 1500, 1700, 64), dict(window=(200, 77))),
+    "softcap": ((2, 8, 8, 1024, 1024, 128), dict(softcap=1.0, causal=True)),
+    "alibi": ((2, 8, 2, 1024, 1500, 128), dict(alibi="bh", causal=True)),
+    "lengths": ((3, 4, 2, 1000, 1200, 128), dict(lengths="both", causal=True)),
+    "segments": ((2, 4, 4, 1024, 1024, 64), dict(segments=5, causal=True)),
+    "all_bnhd": ((2, 8, 2, 900, 1100, 128), dict(window=(250, None), causal=True, softcap=20.0, alibi="h",
+                                                  lengths="both", segments=3, layout="bnhd")),
+}
+
+
+@pytest.mark.parametrize("name", list(FA_OPTION_GPU))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_flash_attention_options_gpu(name, dtype):
+    """o, lse and the gradients of both frameworks against the float64 reference, and the two
+    frameworks bitwise equal."""
+    dims, kw = FA_OPTION_GPU[name]
+    case = fa_case(*dims, dtype=dtype, seed=sum(dims), **kw)
+    t, j, r = _run(case)
+    for fw, res in (("torch", t), ("jax", j)):
+        err = h.max_rel_err(res, r)
+        assert err < h.TOLERANCE[dtype], f"{fw}: {err:.3g} >= {h.TOLERANCE[dtype]}"
+    assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_flash_attention_vs_sdpa_16k(dtype, causal):

@@ -16,9 +16,11 @@ class Flash(NamedTuple):
     softmax_scale: object
     return_lse: bool
     layout: str = "bhnd"
+    options: plans.Options = plans.NO_OPTIONS
 
 
-def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bhnd"):
+def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bhnd", window_size=None,
+                    softcap=None, alibi_slopes=None, q_lengths=None, kv_lengths=None, segment_ids=None):
     """Softmax attention, o = softmax(q k^T * softmax_scale) v, tiled (never Nq x Nk in memory).
 
     Args:
@@ -33,6 +35,22 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
       layout: "bhnd" (the shapes above) or "bnhd": q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D], o
         likewise (FlashAttention's and flax's layout), read and written in place through
         strides, no transpose; lse stays [B, Hq, Nq].
+      window_size: (left, right): query i sees key j only if i + shift - left <= j <= i +
+        shift + right (shift = Nk - Nq, bottom-right aligned as causal); None or -1 on a side
+        leaves it unbounded. With causal, right is 0. Key blocks outside every query's
+        window are skipped: the time grows with the window, not with Nk.
+      softcap: scores become softcap * tanh(s / softcap) (Gemma 2), s = q k^T * softmax_scale;
+        None or 0: off.
+      alibi_slopes: fp32 [Hq] or [B, Hq]: adds -slope * |i + shift - j| to each score (after
+        the softcap), as FlashAttention 2. Not differentiated.
+      q_lengths, kv_lengths: integer [B] (arrays, may be traced): batch b has its first
+        q_lengths[b] queries and kv_lengths[b] keys (values outside [0, Nq], [0, Nk] raise
+        ValueError where they are on the host; on a GPU they are clamped);
+        keys past them are masked, queries past them get o = 0, lse = -inf and zero
+        gradients; shift is then kv_lengths[b] - q_lengths[b].
+      segment_ids: integer [B, N] (Nq == Nk), or a pair (q_segment_ids [B, Nq],
+        kv_segment_ids [B, Nk]): query i sees key j only within its segment (documents packed
+        into one sequence). Combines with every option above.
 
     Returns:
       o [B, Hq, Nq, D] (or [B, Nq, Hq, D]) in q's dtype, or (o, lse). Differentiable with
@@ -40,23 +58,48 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     """
     checks.check_bool("return_lse", return_lse)
     checks.check_choice("layout", layout, plans.LAYOUTS)
-    return (q, k, v), Flash(causal, softmax_scale, return_lse, layout)
+    options = plans.Options(plans.check_window(window_size), plans.check_softcap(softcap))
+    pair = type(segment_ids) in (tuple, list)  # (an array may be a tuple subclass: ArraySpec)
+    if pair and len(segment_ids) != 2:
+        raise ValueError(f"segment_ids: expected an array or a pair (q_segment_ids, kv_segment_ids), "
+                         f"got {len(segment_ids)} items")
+    q_seg, kv_seg = segment_ids if pair else (segment_ids, segment_ids)
+    if (q_seg is None) != (kv_seg is None):
+        raise ValueError("segment_ids: expected both q_segment_ids and kv_segment_ids, got one of them None")
+    return (q, k, v, alibi_slopes, q_lengths, kv_lengths, q_seg, kv_seg), \
+        Flash(causal, softmax_scale, return_lse, layout, options)
+
+
+def _arrays(s):
+    return tuple(s.get(n) for n in plans.OPTION_ARRAYS)
 
 
 def _forward(s, st: Flash, target):
     return plans.forward_plan(s["q"], s["k"], s["v"], causal=st.causal, softmax_scale=st.softmax_scale,
-                              target=target, layout=st.layout)
+                              target=target, layout=st.layout, options=st.options, arrays=_arrays(s))
 
 
 def _backward(s, st: Flash, target):
     return plans.backward_plan(s["q"], s["k"], s["v"], s["do"], causal=st.causal, softmax_scale=st.softmax_scale,
-                               has_dlse=s.get("dlse") is not None, target=target, layout=st.layout)
+                               has_dlse=s.get("dlse") is not None, target=target, layout=st.layout,
+                               options=st.options, arrays=_arrays(s))
+
+
+def _check_values(s, st: Flash, host):
+    """Lengths within [0, N] where their values are on the host (the kernels clamp them)."""
+    for name, n in (("q_lengths", s["q"].shape[2 if st.layout == "bhnd" else 1]),
+                    ("kv_lengths", s["k"].shape[2 if st.layout == "bhnd" else 1])):
+        values = host(name) if s.get(name) is not None else None
+        if values is not None and values.size and (values.min() < 0 or values.max() > n):
+            raise ValueError(f"{name}: expected values in [0, {n}], got [{values.min()}, {values.max()}]")
 
 
 FLASH_ATTENTION = Op(
-    flash_attention, inputs=("q", "k", "v"), results=("o", "lse"),
+    flash_attention, inputs=("q", "k", "v", *plans.OPTION_ARRAYS), results=("o", "lse", "lse_base2"),
     returns=lambda st: ("o", "lse") if st.return_lse else ("o",), optional_cotangents=(("dlse",),),
-    saved=("q", "k", "v", "o", "lse"), differentiable=("q", "k", "v"), forward=_forward, backward=_backward,
-    reference=reference.flash_attention, family="flash_attention", batch=("q", "k", "v"))
+    optional=plans.OPTION_ARRAYS, saved=("q", "k", "v", "o", "lse", "lse_base2", *plans.OPTION_ARRAYS),
+    differentiable=("q", "k", "v"), forward=_forward, backward=_backward, check_values=_check_values,
+    reference=reference.flash_attention, family="flash_attention",
+    batch=("q", "k", "v", "q_lengths", "kv_lengths", "q_segment_ids", "kv_segment_ids"))
 
 OPS = (FLASH_ATTENTION,)

@@ -24,6 +24,15 @@ there); ``fa_bwd_dkdv_kernel`` (one program per key block of a kv head, looping 
 G query heads that share it: no atomics, a fixed summation order) writes dk and dv;
 ``fa_bwd_dq_kernel`` (one program per query block) writes dq.
 
+Options (constexprs, off by default; the plain path compiles as without them). WINDOW: query
+i sees key j only if i + shift - left <= j <= i + shift + right (shift = Nk - Nq; causal
+is right = 0 without WINDOW); key blocks wholly outside a program's band are never visited.
+SOFTCAP: a score s becomes cap tanh(s / cap) (its gradient times 1 - tanh^2). ALIBI: adds
+-slope_h |i + shift - j| after the softcap (slopes fp32 [Hq] or [B, Hq]). Q_LENS, KV_LENS:
+batch b has q_len = QLEN[b] queries and kv_len = KVLEN[b] keys (the rest: o = 0, lse = -inf,
+zero gradients; shift = kv_len - q_len). SEGMENTS: query i sees key j only if QSEG[b, i] ==
+KSEG[b, j] (every key block then takes the masked path).
+
 Conventions as in the other families: input pointers, scalars, output pointers,
 constexprs; explicit (b, h, n, d) strides; D and the b, h, n strides are multiples of
 ALIGN; offsets of heads in int64, row tiles reached by advancing pointers. Accumulation in
@@ -34,7 +43,7 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned
+from ato_core.triton_helpers import aligned, tanh
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -82,23 +91,71 @@ def _load_block(X, b, h, sb, sh, sn, sd, first, offs_r, n_rows, offs_d, dmask, E
 
 
 @triton.jit
-def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, shift, dmask, qk_scale, skn, svn,
+def _scores(s, qpos, kpos, qk_scale, cap_in, cap_out, slope2, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
+    """A raw dot q . k -> (the score in base 2, tanh(s * cap_in) for the backward (SOFTCAP;
+    else the score)). qpos (query row + shift) and kpos (key) broadcast to s's shape."""
+    if SOFTCAP:
+        t = tanh(s * cap_in)
+        s = t * cap_out
+    else:
+        s = s * qk_scale
+        t = s
+    if ALIBI:
+        s = s - slope2 * tl.abs(qpos - kpos).to(tl.float32)
+    return s, t
+
+
+@triton.jit
+def _visible(qpos, kpos, kv_len, lo_shift, hi_shift, qseg, kseg, KEYS: tl.constexpr, CAUSAL: tl.constexpr,
+             WINDOW: tl.constexpr, SEGMENTS: tl.constexpr):
+    """Whether query qpos sees key kpos (both broadcast): keys below kv_len (with KEYS), in
+    the band [qpos + lo_shift, qpos + hi_shift] (causal: the upper bound alone), in the query's
+    segment."""
+    if KEYS:
+        v = kpos < kv_len
+        if CAUSAL or WINDOW:
+            v = v & (kpos <= qpos + hi_shift)
+    elif CAUSAL or WINDOW:
+        v = kpos <= qpos + hi_shift
+    else:
+        v = qseg == kseg
+    if WINDOW:
+        v = v & (kpos >= qpos + lo_shift)
+    if SEGMENTS:
+        v = v & (qseg == kseg)
+    return v
+
+
+@triton.jit
+def _segment_ids(SEG, b, sb, sn, idx, n, other, SEGMENTS: tl.constexpr):
+    """Segment ids of positions idx (< n) of batch b (``other`` past n; 0 without SEGMENTS)."""
+    if SEGMENTS:
+        return tl.load(SEG + b * sb + idx.to(tl.int64) * sn, mask=idx < n, other=other)
+    else:
+        return tl.zeros(idx.shape, tl.int32)
+
+
+@triton.jit
+def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len, shift, lo_shift, hi_shift, dmask,
+                qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn,
                 BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-                PRECISION: tl.constexpr, ALIGN: tl.constexpr):
-    """Key blocks [start, end): the online-softmax update. With MASK, keys past Nk and (when
-    CAUSAL) keys past each query's diagonal score -inf; a row with no visible key so far
-    keeps m = -inf, and its p and rescale factor come out 0 rather than NaN."""
+                PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                ALIBI: tl.constexpr, SEGMENTS: tl.constexpr):
+    """Key blocks [start, end): the online-softmax update. With MASK, keys past kv_len, those
+    outside each query's band and (SEGMENTS) segment score -inf; a row with no visible key so
+    far keeps m = -inf, and its p and rescale factor come out 0 rather than NaN."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs += tl.cast(start, tl.int64) * aligned(skn, ALIGN)
     v_ptrs += tl.cast(start, tl.int64) * aligned(svn, ALIGN)
     for start_n in range(start, end, BLOCK_N):
         keys = start_n + offs_n
-        k = _load_rows(k_ptrs, keys, Nk, dmask, MASK, EVEN_D)
-        s = _dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), PRECISION) * qk_scale
+        k = _load_rows(k_ptrs, keys, kv_len, dmask, MASK, EVEN_D)
+        s = _dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), PRECISION)
+        s, _ = _scores(s, offs_m[:, None] + shift, keys[None, :], qk_scale, cap_in, cap_out, slope2, SOFTCAP, ALIBI)
         if MASK:
-            visible = (keys < Nk)[None, :]
-            if CAUSAL:
-                visible = visible & (keys[None, :] <= offs_m[:, None] + shift)
+            kseg = _segment_ids(KSEG, b, sksb, sksn, keys, Nk, -1, SEGMENTS)
+            visible = _visible(offs_m[:, None], keys[None, :], kv_len, lo_shift, hi_shift, qseg[:, None],
+                               kseg[None, :], True, CAUSAL, WINDOW, SEGMENTS)
             s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -108,7 +165,7 @@ def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, shift,
         p = tl.math.exp2(s - m_use[:, None])
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_rows(v_ptrs, keys, Nk, dmask, MASK, EVEN_D)
+        v = _load_rows(v_ptrs, keys, kv_len, dmask, MASK, EVEN_D)
         acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], PRECISION)
         m_i = m_new
         k_ptrs += BLOCK_N * aligned(skn, ALIGN)
@@ -117,17 +174,34 @@ def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, shift,
 
 
 @triton.jit
-def _key_ranges(first_row, n_rows_block, Nk, shift, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    """For queries [first_row, first_row + n_rows_block): (full_end, end), the keys [0,
-    full_end) every one of them sees (whole blocks) and the end of the keys any of them sees."""
-    nk_full = Nk // BLOCK_N * BLOCK_N
-    if CAUSAL:
-        full_end = tl.minimum(tl.maximum(first_row + shift + 1, 0) // BLOCK_N * BLOCK_N, nk_full)
-        end = tl.minimum(tl.maximum(first_row + n_rows_block + shift, 0), Nk)
+def _clamp(x, lo, hi):
+    return tl.minimum(tl.maximum(x, lo), hi)
+
+
+@triton.jit
+def _key_ranges(first_row, n_rows_block, kv_len, lo_shift, hi_shift, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                WINDOW: tl.constexpr, SEGMENTS: tl.constexpr):
+    """For queries [first_row, first_row + n_rows_block): (start, full_start, full_end, end),
+    the key blocks to visit, masked [start, full_start), unmasked [full_start, full_end) (every
+    query sees all of them), masked [full_end, end). Without WINDOW start = full_start = 0."""
+    nk_full = kv_len // BLOCK_N * BLOCK_N
+    last = first_row + n_rows_block - 1
+    if CAUSAL or WINDOW:
+        full_end = tl.minimum(tl.maximum(first_row + hi_shift + 1, 0) // BLOCK_N * BLOCK_N, nk_full)
+        end = tl.minimum(tl.maximum(last + hi_shift + 1, 0), kv_len)
     else:
         full_end = nk_full
-        end = Nk
-    return full_end, end
+        end = kv_len
+    start = 0
+    full_start = 0
+    if WINDOW:
+        start = _clamp(first_row + lo_shift, 0, kv_len) // BLOCK_N * BLOCK_N
+        full_start = _clamp(tl.cdiv(tl.maximum(last + lo_shift, 0), BLOCK_N) * BLOCK_N, start, end)
+        full_end = _clamp(full_end, full_start, end)
+    if SEGMENTS:
+        full_start = end
+        full_end = end
+    return start, full_start, full_end, end
 
 
 @triton.jit
@@ -170,17 +244,75 @@ def _block_tile(H, D, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
     return bh, b, h, D, pid * BLOCK, tl.arange(0, BLOCK)
 
 
-@kernel(inputs=3, outputs=2)
+@triton.jit
+def _options(QLEN, KVLEN, SLOPES, b, hq, Nq, Nk, left, right, s_ab, s_ah, Q_LENS: tl.constexpr,
+             KV_LENS: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr):
+    """A program's (q_len, kv_len, shift, lo_shift, hi_shift, slope2): the lengths of batch b
+    (Q_LENS, KV_LENS; else Nq, Nk), the band's offsets from a query row (WINDOW; else both shift) and
+    head hq's ALiBi slope times log2(e) (ALIBI; else 0)."""
+    q_len = Nq
+    kv_len = Nk
+    if Q_LENS:
+        q_len = _clamp(tl.load(QLEN + b).to(tl.int32), 0, Nq)
+    if KV_LENS:
+        kv_len = _clamp(tl.load(KVLEN + b).to(tl.int32), 0, Nk)
+    shift = kv_len - q_len
+    lo_shift = shift
+    hi_shift = shift
+    if WINDOW:
+        lo_shift = shift - left
+        hi_shift = shift + right
+    slope2 = 0.0
+    if ALIBI:
+        slope2 = tl.load(SLOPES + b * s_ab + hq * s_ah).to(tl.float32) * LOG2E
+    return q_len, kv_len, shift, lo_shift, hi_shift, slope2
+
+
+@triton.jit
+def _live_ranges(first, q_len, BLOCK_M: tl.constexpr, kv_len, lo_shift, hi_shift, BLOCK_N: tl.constexpr,
+                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SEGMENTS: tl.constexpr, Q_LENS: tl.constexpr):
+    """_key_ranges of a query block; none for a block past q_len (Q_LENS)."""
+    start, full_start, full_end, end = _key_ranges(first, BLOCK_M, kv_len, lo_shift, hi_shift, BLOCK_N, CAUSAL,
+                                                   WINDOW, SEGMENTS)
+    if Q_LENS:
+        live = first < q_len
+        start = tl.where(live, start, 0)
+        full_start = tl.where(live, full_start, 0)
+        full_end = tl.where(live, full_end, 0)
+        end = tl.where(live, end, 0)
+    return start, full_start, full_end, end
+
+
+@triton.jit
+def _query_options(QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, left, right, s_ab, s_ah, sqsb, sqsn, first, offs_m,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                   ALIBI: tl.constexpr, Q_LENS: tl.constexpr, KV_LENS: tl.constexpr, SEGMENTS: tl.constexpr):
+    """A query block's options (the forward's and dq's): _options, its rows' segment ids and
+    its key ranges (_live_ranges)."""
+    q_len, kv_len, shift, lo_shift, hi_shift, slope2 = _options(QLEN, KVLEN, SLOPES, b, hq, Nq, Nk, left, right,
+                                                                s_ab, s_ah, Q_LENS, KV_LENS, WINDOW, ALIBI)
+    qseg = _segment_ids(QSEG, b, sqsb, sqsn, offs_m, Nq, -2, SEGMENTS)
+    start, full_start, full_end, end = _live_ranges(first, q_len, BLOCK_M, kv_len, lo_shift, hi_shift, BLOCK_N,
+                                                    CAUSAL, WINDOW, SEGMENTS, Q_LENS)
+    return q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end
+
+
+@kernel(inputs=8, outputs=3)
 def fa_fwd_kernel(
-    Q, K, V,
-    Hq, G, Nq, Nk, D, qk_scale,
-    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod,
-    O, LSE,
+    Q, K, V, SLOPES, QLEN, KVLEN, QSEG, KSEG,
+    Hq, G, Nq, Nk, D, qk_scale, left, right, cap_in, cap_out,
+    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod, s_ab, s_ah,
+    sqsb, sqsn, sksb, sksn,
+    O, LSE, LSE2,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
-    EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+    EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr = False,
+    SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, Q_LENS: tl.constexpr = False,
+    KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False,
 ):
-    """Grid (query blocks, B*Hq). o[rows] and lse[rows] of one query block of one head.
-    qk_scale = softmax_scale * log2(e). Causal: the last query blocks (the most keys) run first."""
+    """Grid (query blocks, B*Hq). o[rows] and lse[rows] of one query block of one head (with
+    SOFTCAP or ALIBI also LSE2, the base-2 lse the backward reads; +inf for no key).
+    qk_scale = softmax_scale * log2(e); with SOFTCAP cap_in = softmax_scale / cap and cap_out
+    = cap * log2(e). Causal: the last query blocks (the most keys) run first."""
     bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
     offs_m = first + offs_r
     q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
@@ -189,18 +321,37 @@ def fa_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BD], tl.float32)
-    shift = Nk - Nq
-    full_end, end = _key_ranges(first, BLOCK_M, Nk, shift, BLOCK_N, CAUSAL)
-    acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, 0, full_end, Nk, shift, dmask, qk_scale,
-                                skn, svn, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN)
-    acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, shift, dmask, qk_scale,
-                                skn, svn, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN)
+    q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end = _query_options(
+        QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, left, right, s_ab, s_ah, sqsb, sqsn, first, offs_m, BLOCK_M,
+        BLOCK_N, CAUSAL, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS)
+    if WINDOW or SEGMENTS:
+        acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift,
+                                    lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
+                                    sksn, skn, svn, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                                    ALIBI, SEGMENTS)
+    acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, full_start, full_end, Nk, kv_len, shift,
+                                lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
+                                sksn, skn, svn, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                                ALIBI, SEGMENTS)
+    acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, kv_len, shift,
+                                lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
+                                sksn, skn, svn, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                                ALIBI, SEGMENTS)
     empty = l_i == 0.0
+    if Q_LENS:
+        empty = empty | (offs_m >= q_len)
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
+    if Q_LENS:
+        o = tl.where(empty[:, None], 0.0, o)
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
     o_ptrs = _tile_ptrs(_head_base(O, b, hq, sob, soh, ALIGN), first, offs_r, offs_d, son, sod, ALIGN)
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m < Nq)[:, None] & dmask[None, :])
     tl.store(LSE + bh.to(tl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
+    if SOFTCAP or ALIBI:
+        # the base-2 lse for the backward as the scores have it: lse * log2(e) rounds twice,
+        # which at scores of 1e6 moves p by up to 4% once the scores are not s * log2(e) exactly
+        tl.store(LSE2 + bh.to(tl.int64) * Nq + offs_m,
+                 tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i))), mask=offs_m < Nq)
 
 
 @kernel(inputs=4, outputs=2)
@@ -230,86 +381,132 @@ def fa_bwd_delta_kernel(
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start, end, Nq, shift, dmask, qk_scale,
-                 sqn, sdn, BLOCK_M: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                 EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr):
+def _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start, end, Nq, q_len, shift, lo_shift, hi_shift,
+                 dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG, b, sqsb, sqsn, sqn, sdn, BLOCK_M: tl.constexpr,
+                 MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, PRECISION: tl.constexpr,
+                 ALIGN: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+                 SEGMENTS: tl.constexpr):
     """Query blocks [start, end) of one query head into dk, dv of one key block. LSE2 and
-    DELTA point at the head's rows. With MASK, rows past Nq read as 0 (and p = 0 there,
-    lse2 = +inf) and, when CAUSAL, p = 0 past the diagonal."""
+    DELTA point at the head's rows. With MASK, rows past q_len read as 0 (and p = 0 there,
+    lse2 = +inf) and p = 0 outside the band and segment."""
     offs_r = tl.arange(0, BLOCK_M)
     q_ptrs += tl.cast(start, tl.int64) * aligned(sqn, ALIGN)
     do_ptrs += tl.cast(start, tl.int64) * aligned(sdn, ALIGN)
     for start_m in range(start, end, BLOCK_M):
         rows = start_m + offs_r
-        q = _load_rows(q_ptrs, rows, Nq, dmask, MASK, EVEN_D)
+        q = _load_rows(q_ptrs, rows, q_len, dmask, MASK, EVEN_D)
         if MASK:
-            lse2 = tl.load(LSE2 + rows, mask=rows < Nq, other=float("inf"))
+            lse2 = tl.load(LSE2 + rows, mask=rows < q_len, other=float("inf"))
         else:
             lse2 = tl.load(LSE2 + rows)
-        sT = _dot(k, tl.trans(q), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PRECISION) * qk_scale
+        sT = _dot(k, tl.trans(q), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PRECISION)
+        sT, tT = _scores(sT, rows[None, :] + shift, offs_n[:, None], qk_scale, cap_in, cap_out, slope2, SOFTCAP, ALIBI)
         pT = tl.math.exp2(sT - lse2[None, :])
         if MASK:
-            if CAUSAL:
-                pT = tl.where(offs_n[:, None] <= rows[None, :] + shift, pT, 0.0)
-        do = _load_rows(do_ptrs, rows, Nq, dmask, MASK, EVEN_D)
+            if CAUSAL or WINDOW or SEGMENTS:
+                qseg = _segment_ids(QSEG, b, sqsb, sqsn, rows, Nq, -2, SEGMENTS)
+                pT = tl.where(_visible(rows[None, :], offs_n[:, None], 0, lo_shift, hi_shift, qseg[None, :],
+                                       kseg[:, None], False, CAUSAL, WINDOW, SEGMENTS), pT, 0.0)
+        do = _load_rows(do_ptrs, rows, q_len, dmask, MASK, EVEN_D)
         dv = _dot(pT.to(do.dtype), do, dv, PRECISION)
         dpT = _dot(v, tl.trans(do), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PRECISION)
         if MASK:
-            delta = tl.load(DELTA + rows, mask=rows < Nq, other=0.0)
+            delta = tl.load(DELTA + rows, mask=rows < q_len, other=0.0)
         else:
             delta = tl.load(DELTA + rows)
         dsT = pT * (dpT - delta[None, :])
+        if SOFTCAP:
+            dsT = dsT * (1.0 - tT * tT)
         dk = _dot(dsT.to(q.dtype), q, dk, PRECISION)
         q_ptrs += BLOCK_M * aligned(sqn, ALIGN)
         do_ptrs += BLOCK_M * aligned(sdn, ALIGN)
     return dk, dv
 
 
-@kernel(inputs=6, outputs=2)
+@triton.jit
+def _query_ranges(first, q_len, kv_len, lo_shift, hi_shift, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SEGMENTS: tl.constexpr, KV_LENS: tl.constexpr):
+    """For the key block [first, first + BLOCK_N): the query blocks that see some of its keys
+    as three ranges, masked [m0, m1), unmasked [u0, u1) (they see all of its keys), masked
+    [e0, e1): (m0, m1, u0, u1, e0, e1). None for a block past kv_len."""
+    q_full = q_len // BLOCK_M * BLOCK_M
+    last = first + BLOCK_N - 1
+    if CAUSAL or WINDOW:
+        lo = tl.maximum(first - hi_shift, 0) // BLOCK_M * BLOCK_M
+        full_lo = tl.cdiv(tl.maximum(last - hi_shift, 0), BLOCK_M) * BLOCK_M
+    else:
+        lo = 0
+        full_lo = 0
+    if WINDOW or SEGMENTS or KV_LENS:
+        end = q_len
+        full_end = q_full
+        if WINDOW:
+            end = _clamp(last - lo_shift + 1, 0, q_len)
+            full_end = tl.minimum(tl.maximum(first - lo_shift + 1, 0) // BLOCK_M * BLOCK_M, q_full)
+        end = tl.where(first < kv_len, end, 0)
+        full_lo = _clamp(full_lo, lo, end)
+        full_end = _clamp(full_end, full_lo, end)
+        if SEGMENTS:
+            full_lo = end
+            full_end = end
+        return lo, full_lo, full_lo, full_end, full_end, end
+    else:
+        return lo, tl.minimum(full_lo, q_len), full_lo, q_full, tl.maximum(full_lo, q_full), q_len
+
+
+@kernel(inputs=11, outputs=2)
 def fa_bwd_dkdv_kernel(
-    Q, K, V, DO, LSE2, DELTA,
-    Hkv, G, Nq, Nk, D, qk_scale, softmax_scale,
+    Q, K, V, DO, LSE2, DELTA, SLOPES, QLEN, KVLEN, QSEG, KSEG,
+    Hkv, G, Nq, Nk, D, qk_scale, softmax_scale, left, right, cap_in, cap_out,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd,
-    sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd,
+    sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd, s_ab, s_ah, sqsb, sqsn, sksb, sksn,
     DK, DV,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
-    EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+    EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr = False,
+    SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, Q_LENS: tl.constexpr = False,
+    KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False,
 ):
     """Grid (key blocks, B*Hkv). dk, dv of one key block, summed over the G query heads of
-    its kv head in order. For each head, the query blocks split into the causal boundary
+    its kv head in order. For each head, the query blocks split into the band's boundaries
     (masked), those that see the whole key block (unmasked) and the last partial block."""
     bh, b, hk, D, first, offs_c = _block_tile(Hkv, D, BLOCK_N, ALIGN)  # a key block
     offs_n = first + offs_c
     offs_r = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BD)
     dmask = offs_d < D
-    k = _load_block(K, b, hk, skb, skh, skn, skd, first, offs_c, Nk, offs_d, dmask, EVEN_D, ALIGN)
-    v = _load_block(V, b, hk, svb, svh, svn, svd, first, offs_c, Nk, offs_d, dmask, EVEN_D, ALIGN)
+    q_len, kv_len, shift, lo_shift, hi_shift, _ = _options(QLEN, KVLEN, SLOPES, b, 0, Nq, Nk, left, right, s_ab,
+                                                           s_ah, Q_LENS, KV_LENS, WINDOW, False)
+    k = _load_block(K, b, hk, skb, skh, skn, skd, first, offs_c, kv_len, offs_d, dmask, EVEN_D, ALIGN)
+    v = _load_block(V, b, hk, svb, svh, svn, svd, first, offs_c, kv_len, offs_d, dmask, EVEN_D, ALIGN)
+    kseg = _segment_ids(KSEG, b, sksb, sksn, offs_n, Nk, -1, SEGMENTS)
     dk = tl.zeros([BLOCK_N, BD], tl.float32)
     dv = tl.zeros([BLOCK_N, BD], tl.float32)
-    shift = Nk - Nq
-    nq_full = Nq // BLOCK_M * BLOCK_M
-    if CAUSAL:
-        # queries that see some key of the block, and those that see all of it
-        lo = tl.maximum(first - shift, 0) // BLOCK_M * BLOCK_M
-        full_lo = tl.cdiv(tl.maximum(first + BLOCK_N - 1 - shift, 0), BLOCK_M) * BLOCK_M
-    else:
-        lo = 0
-        full_lo = 0
+    m0, m1, u0, u1, e0, e1 = _query_ranges(first, q_len, kv_len, lo_shift, hi_shift, BLOCK_M, BLOCK_N, CAUSAL, WINDOW,
+                                           SEGMENTS, KV_LENS)
     for g in range(0, G):
         hq = hk * G + g
+        slope2 = 0.0
+        if ALIBI:
+            slope2 = tl.load(SLOPES + b * s_ab + hq * s_ah).to(tl.float32) * LOG2E
         q_ptrs = _tile_ptrs(_head_base(Q, b, hq, sqb, sqh, ALIGN), 0, offs_r, offs_d, sqn, sqd, ALIGN)
         do_ptrs = _tile_ptrs(_head_base(DO, b, hq, sdb, sdh, ALIGN), 0, offs_r, offs_d, sdn, sdd, ALIGN)
         rows_base = ((b * Hkv + hk) * G + g) * Nq
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, lo,
-                              tl.minimum(full_lo, Nq), Nq, shift, dmask, qk_scale, sqn, sdn, BLOCK_M, True, CAUSAL,
-                              EVEN_D, PRECISION, ALIGN)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, full_lo,
-                              nq_full, Nq, shift, dmask, qk_scale, sqn, sdn, BLOCK_M, False, CAUSAL, EVEN_D,
-                              PRECISION, ALIGN)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n,
-                              tl.maximum(full_lo, nq_full), Nq, Nq, shift, dmask, qk_scale, sqn, sdn, BLOCK_M, True,
-                              CAUSAL, EVEN_D, PRECISION, ALIGN)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, m0, m1, Nq,
+                              q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
+                              b, sqsb, sqsn, sqn, sdn, BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                              ALIBI, SEGMENTS)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, u0, u1, Nq,
+                              q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
+                              b, sqsb, sqsn, sqn, sdn, BLOCK_M, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW,
+                              SOFTCAP, ALIBI, SEGMENTS)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, e0, e1, Nq,
+                              q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
+                              b, sqsb, sqsn, sqn, sdn, BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                              ALIBI, SEGMENTS)
+    if KV_LENS:
+        kv = (offs_n < kv_len)[:, None]
+        dk = tl.where(kv, dk, 0.0)
+        dv = tl.where(kv, dv, 0.0)
     smask = (offs_n < Nk)[:, None] & dmask[None, :]
     dk_ptrs = _tile_ptrs(_head_base(DK, b, hk, sgkb, sgkh, ALIGN), first, offs_c, offs_d, sgkn, sgkd, ALIGN)
     dv_ptrs = _tile_ptrs(_head_base(DV, b, hk, sgvb, sgvh, ALIGN), first, offs_c, offs_d, sgvn, sgvd, ALIGN)
@@ -318,26 +515,30 @@ def fa_bwd_dkdv_kernel(
 
 
 @triton.jit
-def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, shift, dmask, qk_scale, skn, svn,
-               BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-               PRECISION: tl.constexpr, ALIGN: tl.constexpr):
-    """Key blocks [start, end) into dq of one query block (unscaled)."""
+def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len, shift, lo_shift, hi_shift,
+               dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BLOCK_N: tl.constexpr,
+               MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, PRECISION: tl.constexpr,
+               ALIGN: tl.constexpr, WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
+               ALIBI: tl.constexpr = False, SEGMENTS: tl.constexpr = False):
+    """Key blocks [start, end) into dq of one query block (unscaled); MASK as _fwd_blocks."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs += tl.cast(start, tl.int64) * aligned(skn, ALIGN)
     v_ptrs += tl.cast(start, tl.int64) * aligned(svn, ALIGN)
     for start_n in range(start, end, BLOCK_N):
         keys = start_n + offs_n
-        k = _load_rows(k_ptrs, keys, Nk, dmask, MASK, EVEN_D)
-        v = _load_rows(v_ptrs, keys, Nk, dmask, MASK, EVEN_D)
-        s = _dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), PRECISION) * qk_scale
+        k = _load_rows(k_ptrs, keys, kv_len, dmask, MASK, EVEN_D)
+        v = _load_rows(v_ptrs, keys, kv_len, dmask, MASK, EVEN_D)
+        s = _dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), PRECISION)
+        s, t = _scores(s, offs_m[:, None] + shift, keys[None, :], qk_scale, cap_in, cap_out, slope2, SOFTCAP, ALIBI)
         p = tl.math.exp2(s - lse2[:, None])
         if MASK:
-            visible = (keys < Nk)[None, :]
-            if CAUSAL:
-                visible = visible & (keys[None, :] <= offs_m[:, None] + shift)
-            p = tl.where(visible, p, 0.0)
+            kseg = _segment_ids(KSEG, b, sksb, sksn, keys, Nk, -1, SEGMENTS)
+            p = tl.where(_visible(offs_m[:, None], keys[None, :], kv_len, lo_shift, hi_shift, qseg[:, None],
+                                  kseg[None, :], True, CAUSAL, WINDOW, SEGMENTS), p, 0.0)
         dp = _dot(do, tl.trans(v), tl.zeros([q.shape[0], BLOCK_N], tl.float32), PRECISION)
         ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * (1.0 - t * t)
         dq = _dot(ds.to(k.dtype), k, dq, PRECISION)
         k_ptrs += BLOCK_N * aligned(skn, ALIGN)
         v_ptrs += BLOCK_N * aligned(svn, ALIGN)
@@ -371,14 +572,17 @@ def _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale,
     tl.store(dq_ptrs, (dq * softmax_scale).to(DQ.dtype.element_ty), mask=mmask[:, None] & dmask[None, :])
 
 
-@kernel(inputs=6, outputs=1)
+@kernel(inputs=11, outputs=1)
 def fa_bwd_dq_kernel(
-    Q, K, V, DO, LSE2, DELTA,
-    Hq, G, Nq, Nk, D, qk_scale, softmax_scale,
+    Q, K, V, DO, LSE2, DELTA, SLOPES, QLEN, KVLEN, QSEG, KSEG,
+    Hq, G, Nq, Nk, D, qk_scale, softmax_scale, left, right, cap_in, cap_out,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd, sgb, sgh, sgn, sgd,
+    s_ab, s_ah, sqsb, sqsn, sksb, sksn,
     DQ,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
-    EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+    EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr = False,
+    SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, Q_LENS: tl.constexpr = False,
+    KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False,
 ):
     """Grid (query blocks, B*Hq). dq of one query block, over the keys it sees (causal: the
     last blocks first)."""
@@ -386,10 +590,19 @@ def fa_bwd_dq_kernel(
         Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, D, sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
         sdb, sdh, sdn, sdd, BLOCK_M, BLOCK_N, BD, CAUSAL, EVEN_D, ALIGN)
     dq = tl.zeros([BLOCK_M, BD], tl.float32)
-    shift = Nk - Nq
-    full_end, end = _key_ranges(first, BLOCK_M, Nk, shift, BLOCK_N, CAUSAL)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, 0, full_end, Nk, shift, dmask, qk_scale, skn, svn,
-                    BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, shift, dmask, qk_scale, skn,
-                    svn, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN)
+    q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end = _query_options(
+        QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, left, right, s_ab, s_ah, sqsb, sqsn, first, offs_m, BLOCK_M,
+        BLOCK_N, CAUSAL, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS)
+    if WINDOW or SEGMENTS:
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift,
+                        lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn,
+                        svn, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS)
+    dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_start, full_end, Nk, kv_len, shift, lo_shift,
+                    hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BLOCK_N,
+                    False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS)
+    dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, kv_len, shift, lo_shift,
+                    hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BLOCK_N,
+                    True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS)
+    if Q_LENS:
+        dq = tl.where((offs_m < q_len)[:, None], dq, 0.0)
     _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd, ALIGN)

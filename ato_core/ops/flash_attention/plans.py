@@ -12,7 +12,8 @@ from typing import NamedTuple, Optional, Tuple
 
 from ato_core import checks
 from . import kernels as kern
-from ato_core.launch import ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, row_alignment, row_major_strides
+from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, optional_output,
+                             row_alignment, row_major_strides)
 from ato_core.layout import LAYOUTS, as_bhnd, axes, bhnd_strides, check_layout, laid_out  # noqa: F401
 from ato_core.target import Target
 
@@ -121,6 +122,96 @@ def check_softmax_scale(softmax_scale) -> None:
         raise ValueError(f"softmax_scale: expected None or a finite float, got {softmax_scale!r}")
 
 
+class Options(NamedTuple):
+    """flash_attention's score and mask options, checked and normalised (the static part):
+    window (left, right), None for an unbounded side, or None; softcap > 0 or None."""
+
+    window: Optional[Tuple[Optional[int], Optional[int]]] = None
+    softcap: Optional[float] = None
+
+
+NO_OPTIONS = Options()
+# the optional arrays, in the kernels' pointer order after their own inputs
+OPTION_ARRAYS = ("alibi_slopes", "q_lengths", "kv_lengths", "q_segment_ids", "kv_segment_ids")
+
+
+def check_window(window_size) -> Optional[Tuple[Optional[int], Optional[int]]]:
+    """None, or (left, right) with each side an int >= 0, or None / -1 (unbounded, as
+    FlashAttention's -1): the normalised window, None when both sides are unbounded."""
+    if window_size is None:
+        return None
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise ValueError(f"window_size: expected None or (left, right), got {window_size!r}")
+    sides = []
+    for name, side in zip(("left", "right"), window_size):
+        if side is None or (isinstance(side, int) and not isinstance(side, bool) and side == -1):
+            sides.append(None)
+        elif isinstance(side, int) and not isinstance(side, bool) and side >= 0:
+            sides.append(int(side))
+        else:
+            raise ValueError(f"window_size: expected its {name} side an int >= 0 or None (or -1: unbounded), "
+                             f"got {side!r}")
+    return None if sides == [None, None] else tuple(sides)
+
+
+def check_softcap(softcap) -> Optional[float]:
+    """None or 0 (off, as FlashAttention's 0.0) or a finite float > 0."""
+    if softcap is None or (isinstance(softcap, (int, float)) and not isinstance(softcap, bool) and softcap == 0):
+        return None
+    if not (isinstance(softcap, (int, float)) and not isinstance(softcap, bool) and math.isfinite(softcap)
+            and softcap > 0):
+        raise ValueError(f"softcap: expected None, 0 (off) or a finite float > 0, got {softcap!r}")
+    return float(softcap)
+
+
+def check_option_arrays(arrays: dict, B: int, Hq: int, Nq: int, Nk: int, device: str) -> None:
+    """The optional arrays' shapes and dtypes: alibi_slopes fp32 [Hq] or [B, Hq]; q_lengths,
+    kv_lengths integer [B]; q_segment_ids [B, Nq] and kv_segment_ids [B, Nk], integer."""
+    slopes = arrays.get("alibi_slopes")
+    if slopes is not None:
+        if slopes.dtype != "float32":
+            raise TypeError(f"alibi_slopes: expected float32, got {slopes.dtype}")
+        if tuple(slopes.shape) not in ((Hq,), (B, Hq)):
+            raise ValueError(f"alibi_slopes: expected shape ({Hq},) or ({B}, {Hq}) ([Hq] or [B, Hq]), "
+                             f"got {tuple(slopes.shape)}")
+    for name, shape in (("q_lengths", (B,)), ("kv_lengths", (B,)), ("q_segment_ids", (B, Nq)),
+                        ("kv_segment_ids", (B, Nk))):
+        spec = arrays.get(name)
+        if spec is not None:
+            checks.check_int(name, spec)
+            checks.check_shape(name, spec, shape, "[B]" if len(shape) == 1 else "[B, N]")
+    for name, spec in arrays.items():
+        if spec is not None and spec.device != device:
+            raise ValueError(f"{name}: expected device {device} (the device of q), got {spec.device}")
+
+
+def _base2_lse(constexprs: dict) -> bool:
+    """Whether the forward saves its base-2 lse for the backward: with scores that are not
+    q k^T * scale * log2(e) as rounded (softcap, ALiBi), lse * log2(e) would not give them back."""
+    return constexprs["SOFTCAP"] or constexprs["ALIBI"]
+
+
+def _option_launch(opts: Options, arrays: dict, causal: bool, scale: float, Nq: int, Nk: int):
+    """(the kernels' option inputs, scalars, constexprs) for ``opts`` and the optional arrays
+    (absent ones read as q: never loaded)."""
+    far = Nq + Nk + 1  # an unbounded side: past every key and query
+    left, right = opts.window if opts.window is not None else (None, None)
+    window = opts.window is not None and (left is not None or not causal)
+    right = 0 if causal else right
+    cap = opts.softcap
+    slopes = arrays.get("alibi_slopes")
+    qseg, kseg = arrays.get("q_segment_ids"), arrays.get("kv_segment_ids")
+    seg_strides = (*(qseg.strides if qseg is not None else (0, 0)), *(kseg.strides if kseg is not None else (0, 0)))
+    alibi_strides = (0, 0) if slopes is None else ((0, 1) if len(slopes.shape) == 1 else tuple(slopes.strides))
+    inputs = tuple(n if arrays.get(n) is not None else "q" for n in OPTION_ARRAYS)
+    scalars = (far if left is None else left, far if right is None else right,
+               scale / cap if cap else 0.0, cap * LOG2E if cap else 0.0)
+    constexprs = {"WINDOW": window, "SOFTCAP": cap is not None, "ALIBI": slopes is not None,
+                  "Q_LENS": arrays.get("q_lengths") is not None, "KV_LENS": arrays.get("kv_lengths") is not None,
+                  "SEGMENTS": qseg is not None}
+    return inputs, scalars, alibi_strides + seg_strides, constexprs
+
+
 def dot_precision(dtype: str) -> str:
     """The dots' input precision: IEEE fp32 for fp32 inputs (exact), else the tensor-core default."""
     return "ieee" if dtype == "float32" else "tf32"
@@ -141,32 +232,41 @@ def _constexprs(cfg: Config, tiles: Tiles, D: int, causal: bool, align: int) -> 
 
 @cached_plan
 def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, softmax_scale: Optional[float],
-                 target: Target, settings: Optional[Settings] = None, layout: str = "bhnd") -> Plan:
-    """Inputs: q, k, v (laid out as ``layout``). Results: o (q's shape and dtype), lse [B, Hq,
-    Nq] (fp32, natural log; -inf for a query that sees no key)."""
+                 target: Target, settings: Optional[Settings] = None, layout: str = "bhnd",
+                 options: Options = NO_OPTIONS, arrays: Tuple[Optional[ArraySpec], ...] = (None,) * 5) -> Plan:
+    """Inputs: q, k, v (laid out as ``layout``) and the optional arrays OPTION_ARRAYS (in that
+    order: None for an absent one). Results: o (q's shape and dtype), lse [B, Hq, Nq] (fp32,
+    natural log; -inf for a query that sees no key)."""
     B, Hq, Hkv, Nq, Nk, D = check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, layout=layout)
+    named = dict(zip(OPTION_ARRAYS, arrays))
+    check_option_arrays(named, B, Hq, Nq, Nk, q.device)
     q, k, v = (as_bhnd(s, layout) for s in (q, k, v))
     cfg = config(D, q.dtype, target, settings)
     scale = resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
+    o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, Nq, Nk)
     launch = Launch(
-        kern.fa_fwd_kernel, (cdiv(Nq, cfg.fwd.m), B * Hq), ("q", "k", "v"),
-        (Hq, Hq // Hkv if Hkv else 1, Nq, Nk, D, scale * LOG2E, *q.strides, *k.strides, *v.strides,
-         *bhnd_strides(o_shape, layout)),
-        (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32")),
-        _constexprs(cfg, cfg.fwd, D, causal, _align(D, q, k, v)), num_warps=cfg.fwd.warps, num_stages=cfg.fwd.stages,
+        kern.fa_fwd_kernel, (cdiv(Nq, cfg.fwd.m), B * Hq), ("q", "k", "v", *o_inputs),
+        (Hq, Hq // Hkv if Hkv else 1, Nq, Nk, D, scale * LOG2E, *o_scalars, *q.strides, *k.strides, *v.strides,
+         *bhnd_strides(o_shape, layout), *o_strides),
+        (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32"),
+         optional_output("lse_base2", (B, Hq, Nq), "float32", _base2_lse(o_const))),
+        {**_constexprs(cfg, cfg.fwd, D, causal, _align(D, q, k, v)), **o_const}, num_warps=cfg.fwd.warps,
+        num_stages=cfg.fwd.stages,
     )
-    return Plan((launch,), ("o", "lse"))
+    return Plan((launch,), ("o", "lse", "lse_base2"))
 
 
 @cached_plan
 def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, causal: bool,
                   softmax_scale: Optional[float], has_dlse: bool, target: Target,
-                  settings: Optional[Settings] = None, layout: str = "bhnd") -> Plan:
+                  settings: Optional[Settings] = None, layout: str = "bhnd", options: Options = NO_OPTIONS,
+                  arrays: Tuple[Optional[ArraySpec], ...] = (None,) * 5) -> Plan:
     """Inputs: q, k, v, o (the forward's), do (o's shape), lse and, with has_dlse, dlse (the
-    cotangent of lse). Results: dq, dk, dv (the shapes and dtype of q, k, v), all laid out as
-    ``layout``."""
+    cotangent of lse), the optional arrays as forward_plan. Results: dq, dk, dv (the shapes
+    and dtype of q, k, v), all laid out as ``layout``."""
     B, Hq, Hkv, Nq, Nk, D = check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, layout=layout)
+    named = dict(zip(OPTION_ARRAYS, arrays))
     checks.check_shape("do", do, tuple(q.shape), "the shape of the output")
     checks.check_same_dtype(("q", "do"), (q, do))
     q, k, v, do = (as_bhnd(s, layout) for s in (q, k, v, do))
@@ -182,18 +282,21 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
         {"BLOCK_M": cfg.delta_rows, "BD": cfg.BD, "HAS_DLSE": has_dlse, "ALIGN": _align(D, do)}, num_warps=4,
     )
     align = _align(D, q, k, v, do)
+    o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, Nq, Nk)
+    lse2 = "lse_base2" if _base2_lse(o_const) else "lse2"
     dkdv = Launch(
-        kern.fa_bwd_dkdv_kernel, (cdiv(Nk, cfg.dkdv.n), B * Hkv), ("q", "k", "v", "do", "lse2", "delta"),
-        (Hkv, G, Nq, Nk, D, scale * LOG2E, scale, *q.strides, *k.strides, *v.strides, *do.strides,
-         *bhnd_strides(k.shape, layout), *bhnd_strides(v.shape, layout)),
+        kern.fa_bwd_dkdv_kernel, (cdiv(Nk, cfg.dkdv.n), B * Hkv), ("q", "k", "v", "do", lse2, "delta", *o_inputs),
+        (Hkv, G, Nq, Nk, D, scale * LOG2E, scale, *o_scalars, *q.strides, *k.strides, *v.strides, *do.strides,
+         *bhnd_strides(k.shape, layout), *bhnd_strides(v.shape, layout), *o_strides),
         (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype)),
-        _constexprs(cfg, cfg.dkdv, D, causal, align), num_warps=cfg.dkdv.warps, num_stages=cfg.dkdv.stages,
+        {**_constexprs(cfg, cfg.dkdv, D, causal, align), **o_const}, num_warps=cfg.dkdv.warps,
+        num_stages=cfg.dkdv.stages,
     )
     dq = Launch(
-        kern.fa_bwd_dq_kernel, (cdiv(Nq, cfg.dq.m), B * Hq), ("q", "k", "v", "do", "lse2", "delta"),
-        (Hq, G, Nq, Nk, D, scale * LOG2E, scale, *q.strides, *k.strides, *v.strides, *do.strides,
-         *bhnd_strides(q.shape, layout)),
+        kern.fa_bwd_dq_kernel, (cdiv(Nq, cfg.dq.m), B * Hq), ("q", "k", "v", "do", lse2, "delta", *o_inputs),
+        (Hq, G, Nq, Nk, D, scale * LOG2E, scale, *o_scalars, *q.strides, *k.strides, *v.strides, *do.strides,
+         *bhnd_strides(q.shape, layout), *o_strides),
         (Buffer("dq", laid_out(q.shape, layout), q.dtype),),
-        _constexprs(cfg, cfg.dq, D, causal, align), num_warps=cfg.dq.warps, num_stages=cfg.dq.stages,
+        {**_constexprs(cfg, cfg.dq, D, causal, align), **o_const}, num_warps=cfg.dq.warps, num_stages=cfg.dq.stages,
     )
-    return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse"))
+    return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "lse_base2"))
