@@ -347,6 +347,117 @@ def flash_attention_rows(quick: bool):
     return rows
 
 
+def window_tile_fraction(N: int, left: int, block_m: int, block_n: int) -> float:
+    """Of the (query block, key block) tiles a causal forward visits, the fraction a causal
+    window of ``left`` keys back visits (Nq = Nk = N; the kernels' key ranges)."""
+    causal = window = 0
+    for first in range(0, N, block_m):
+        last = min(first + block_m, N) - 1
+        end = last + 1
+        causal += -(-end // block_n)
+        start = max(first - left, 0) // block_n * block_n
+        window += -(-(end - start) // block_n)
+    return window / causal
+
+
+def flash_options_rows(quick: bool):
+    """flash_attention's options (issue 25), bf16 D128. Sliding window 4096 over causal
+    N 16384 (B1 H32): against causal time x the fraction of tiles the window visits, FlexAttention
+    (compiled, sliding-window block mask) and cuDNN's local window (jax.nn.dot_product_attention).
+    Each option's cost over plain causal at B4 H32 N4096: softcap, ALiBi, q/kv lengths (full
+    length), segment ids (one segment), bnhd."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    import ato_jax
+    import ato_torch
+    from ato_core.ops.flash_attention import plans as fa_plans
+    from ato_core.target import Target
+
+    rows = []
+    reps = 3 if quick else 5
+
+    def fb(fn, inputs, do):
+        return _torch_fwd_bwd(fn, inputs, do)
+
+    # sliding window
+    B, H, N, D, W = 1, 32, 16384, 128, 4096
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+    shape = f"B{B} H{H} N{N} D{D} bf16 window {W}"
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    tiles = fa_plans.config(D, "bfloat16", Target(interpret=False, num_sms=sms)).fwd
+    frac = window_tile_fraction(N, W, tiles.m, tiles.n)
+    causal = lambda a, b, c: ato_torch.flash_attention(a, b, c, causal=True)  # noqa: E731
+    win = lambda a, b, c: ato_torch.flash_attention(a, b, c, causal=True, window_size=(W, 0))  # noqa: E731
+    t = {"causal fwd": _bench_torch(lambda: causal(q, k, v), quick),
+         "causal fwd+bwd": _bench_torch(fb(causal, (q, k, v), do), quick),
+         "ato_torch fwd": _bench_torch(lambda: win(q, k, v), quick),
+         "ato_torch fwd+bwd": _bench_torch(fb(win, (q, k, v), do), quick)}
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        mask = create_block_mask(lambda b, h, i, j: (j <= i) & (i - j <= W), None, None, N, N, device="cuda")
+        flex = torch.compile(flex_attention)
+        fx = lambda a, b, c: flex(a, b, c, block_mask=mask)  # noqa: E731
+        t["FlexAttention fwd"] = _bench_torch(lambda: fx(q, k, v), quick)
+        t["FlexAttention fwd+bwd"] = _bench_torch(fb(fx, (q, k, v), do), quick)
+    except Exception as exc:  # report, don't hide
+        rows.append(("FlexAttention unavailable", shape, type(exc).__name__, None, None, str(exc)[:60]))
+    qb, kb, vb, dob = (jnp.asarray(x.transpose(1, 2).float().cpu().numpy()).astype(jnp.bfloat16) for x in (q, k, v, do))
+    jpeers = {"ato_jax": lambda a, b, c: ato_jax.flash_attention(a, b, c, causal=True, window_size=(W, 0),
+                                                                   layout="bnhd"),
+              "jax cuDNN": lambda a, b, c: jax.nn.dot_product_attention(a, b, c, is_causal=True,
+                                                                        local_window_size=(W, 0),
+                                                                        implementation="cudnn")}
+    for name, fn in jpeers.items():
+        try:
+            def jfb(a, b, c, d, fn=fn):
+                return jax.vjp(fn, a, b, c)[1](d)
+            t[f"{name} fwd"] = _median_jax(jax.jit(fn), qb, kb, vb, reps=reps, calls=20)
+            t[f"{name} fwd+bwd"] = _median_jax(jax.jit(jfb), qb, kb, vb, dob, reps=reps, calls=10)
+        except Exception as exc:
+            rows.append((f"{name} window unavailable", shape, type(exc).__name__, None, None, str(exc)[:60]))
+    rows.append(("tiles visited, window / causal", shape, "fraction", None, frac, f"{tiles.m}x{tiles.n} tiles"))
+    for mode in ("fwd", "fwd+bwd"):
+        base = t[f"causal {mode}"] * frac
+        rows.append((f"causal (no window) ato_torch {mode}", shape.replace(f" window {W}", ""), "", t[f"causal {mode}"],
+                     None, ""))
+        for name in ("ato_torch", "ato_jax", "FlexAttention", "jax cuDNN"):
+            if f"{name} {mode}" in t:
+                rows.append((f"window {name} {mode}", shape, "x causal x tiles", t[f"{name} {mode}"],
+                             t[f"{name} {mode}"] / base, ""))
+    del q, k, v, do
+
+    # options at one shape: each against plain causal in the same run
+    B, H, N, D = 4, 32, 4096, 128
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+    shape = f"B{B} H{H} N{N} D{D} bf16 causal"
+    full = torch.full((B,), N, device="cuda", dtype=torch.int32)
+    seg = torch.zeros((B, N), device="cuda", dtype=torch.int32)
+    slopes = (2.0 ** (-8.0 * torch.arange(1, H + 1, device="cuda") / H)).float()
+    qn, kn, vn, don = (x.transpose(1, 2).contiguous() for x in (q, k, v, do))
+    variants = {
+        "plain": ((q, k, v), do, {}),
+        "softcap 50": ((q, k, v), do, {"softcap": 50.0}),
+        "alibi": ((q, k, v), do, {"alibi_slopes": slopes}),
+        "q/kv lengths": ((q, k, v), do, {"q_lengths": full, "kv_lengths": full}),
+        "segment ids": ((q, k, v), do, {"segment_ids": seg}),
+        "bnhd": ((qn, kn, vn), don, {"layout": "bnhd"}),
+    }
+    t = {}
+    for name, (inputs, cot, kw) in variants.items():
+        fn = lambda a, b, c, kw=kw: ato_torch.flash_attention(a, b, c, causal=True, **kw)  # noqa: E731
+        t[name] = (_bench_torch(lambda fn=fn, inputs=inputs: fn(*inputs), quick),
+                   _bench_torch(fb(fn, inputs, cot), quick))
+    for name, (f, b) in t.items():
+        rows.append((f"{name} ato_torch fwd", shape, "x plain", f, f / t["plain"][0], ""))
+        rows.append((f"{name} ato_torch fwd+bwd", shape, "x plain", b, b / t["plain"][1], ""))
+    return rows
+
+
 def _copy_gbs(quick: bool) -> float:
     import torch
 
@@ -983,6 +1094,7 @@ def linear_cross_entropy_rows(quick: bool):
 
 # One table per op family, or per group of families (ato_core.ops.GROUPS).
 TABLES = {"linear_attention": linear_attention_rows, "based": based_rows, "flash_attention": flash_attention_rows,
+          "flash_options": flash_options_rows,
           "decode": decode_rows, "block_sparse": block_sparse_rows, "transformer_ops": transformer_ops_rows,
           "linear_cross_entropy": linear_cross_entropy_rows}
 
