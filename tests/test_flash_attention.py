@@ -342,3 +342,23 @@ def test_backward_at_huge_scores_with_modified_scores(kw):
     do = torch.from_numpy(rng.standard_normal(o.shape).astype(np.float32))
     o.backward(do)
     torch.testing.assert_close(v.grad, do.sum(dim=2, keepdim=True), rtol=1e-6, atol=0)
+
+
+def test_options_under_torch_compile():
+    """torch.compile(fullgraph=True) with every option (the arrays as graph inputs): eager's bits,
+    forward and gradients."""
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 2, 40, 16, generator=g, requires_grad=True) for _ in range(3))
+    ql, sl = torch.tensor([30, 40]), torch.rand(2, generator=g)
+    seg = torch.sort(torch.randint(0, 3, (2, 40), generator=g), dim=1).values
+
+    def f(q, k, v, ql, seg):
+        return ato_torch.flash_attention(q, k, v, causal=True, window_size=(8, None), softcap=5.0, alibi_slopes=sl,
+                                         q_lengths=ql, segment_ids=seg)
+
+    runs = []
+    for fn in (f, torch.compile(f, fullgraph=True)):
+        o = fn(q, k, v, ql, seg)
+        runs.append((o.detach(), *torch.autograd.grad(o.sum(), (q, k, v))))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
