@@ -378,9 +378,6 @@ def flash_options_rows(quick: bool):
     rows = []
     reps = 3 if quick else 5
 
-    def fb(fn, inputs, do):
-        return _torch_fwd_bwd(fn, inputs, do)
-
     # sliding window
     B, H, N, D, W = 1, 32, 16384, 128, 4096
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -392,9 +389,9 @@ def flash_options_rows(quick: bool):
     causal = lambda a, b, c: ato_torch.flash_attention(a, b, c, causal=True)  # noqa: E731
     win = lambda a, b, c: ato_torch.flash_attention(a, b, c, causal=True, window_size=(W, 0))  # noqa: E731
     t = {"causal fwd": _bench_torch(lambda: causal(q, k, v), quick),
-         "causal fwd+bwd": _bench_torch(fb(causal, (q, k, v), do), quick),
+         "causal fwd+bwd": _bench_torch(_torch_fwd_bwd(causal, (q, k, v), do), quick),
          "ato_torch fwd": _bench_torch(lambda: win(q, k, v), quick),
-         "ato_torch fwd+bwd": _bench_torch(fb(win, (q, k, v), do), quick)}
+         "ato_torch fwd+bwd": _bench_torch(_torch_fwd_bwd(win, (q, k, v), do), quick)}
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -402,7 +399,7 @@ def flash_options_rows(quick: bool):
         flex = torch.compile(flex_attention)
         fx = lambda a, b, c: flex(a, b, c, block_mask=mask)  # noqa: E731
         t["FlexAttention fwd"] = _bench_torch(lambda: fx(q, k, v), quick)
-        t["FlexAttention fwd+bwd"] = _bench_torch(fb(fx, (q, k, v), do), quick)
+        t["FlexAttention fwd+bwd"] = _bench_torch(_torch_fwd_bwd(fx, (q, k, v), do), quick)
     except Exception as exc:  # report, don't hide
         rows.append(("FlexAttention unavailable", shape, type(exc).__name__, None, None, str(exc)[:60]))
     qb, kb, vb, dob = (jnp.asarray(x.transpose(1, 2).float().cpu().numpy()).astype(jnp.bfloat16) for x in (q, k, v, do))
@@ -451,7 +448,7 @@ def flash_options_rows(quick: bool):
     for name, (inputs, cot, kw) in variants.items():
         fn = lambda a, b, c, kw=kw: ato_torch.flash_attention(a, b, c, causal=True, **kw)  # noqa: E731
         t[name] = (_bench_torch(lambda fn=fn, inputs=inputs: fn(*inputs), quick),
-                   _bench_torch(fb(fn, inputs, cot), quick))
+                   _bench_torch(_torch_fwd_bwd(fn, inputs, cot), quick))
     for name, (f, b) in t.items():
         rows.append((f"{name} ato_torch fwd", shape, "x plain", f, f / t["plain"][0], ""))
         rows.append((f"{name} ato_torch fwd+bwd", shape, "x plain", b, b / t["plain"][1], ""))

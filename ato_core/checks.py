@@ -3,6 +3,7 @@ argument, what was expected and what was given; they read only ArraySpecs."""
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from .launch import FLOAT_DTYPES, ArraySpec
@@ -66,6 +67,13 @@ def check_range(name: str, value: int, lo: int, hi: int | None = None) -> None:
 def check_choice(name: str, value, choices: Sequence) -> None:
     if value not in choices:
         raise ValueError(f"{name}: expected one of {tuple(choices)}, got {value!r}")
+
+
+def check_softcap(value) -> None:
+    """A score or logit soft-cap: None or a finite float > 0 (cross_entropy, flash_attention)."""
+    if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                  and 0.0 < value < math.inf):
+        raise ValueError(f"softcap: expected None or a finite float > 0, got {value!r}")
 
 
 def check_bool(name: str, value) -> None:

@@ -298,7 +298,7 @@ def test_window_plan_constexprs():
 OPTION_BAD_INPUTS = [
     ("window not a pair", dict(window_size=4), ValueError, "window_size: expected None or (left, right)"),
     ("window negative", dict(window_size=(-2, 0)), ValueError, "window_size: expected its left side"),
-    ("softcap negative", dict(softcap=-1.0), ValueError, "softcap: expected None, 0 (off)"),
+    ("softcap negative", dict(softcap=-1.0), ValueError, "softcap: expected None or a finite float > 0"),
     ("alibi shape", dict(alibi_slopes="slopes3"), ValueError, "alibi_slopes: expected shape (4,) or (2, 4)"),
     ("alibi dtype", dict(alibi_slopes="slopes_half"), TypeError, "alibi_slopes: expected float32"),
     ("lengths float", dict(q_lengths="lengths_float"), TypeError, "q_lengths: expected an integer dtype"),

@@ -60,9 +60,7 @@ def check_options(ignore_index, reduction, label_smoothing, z_loss, softcap, ret
         raise ValueError(f"label_smoothing: expected a float in [0, 1], got {label_smoothing!r}")
     if not (isinstance(z_loss, (int, float)) and not isinstance(z_loss, bool) and 0.0 <= z_loss < math.inf):
         raise ValueError(f"z_loss: expected a finite float >= 0, got {z_loss!r}")
-    if softcap is not None and not (isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
-                                    and 0.0 < softcap < math.inf):
-        raise ValueError(f"softcap: expected None or a finite float > 0, got {softcap!r}")
+    checks.check_softcap(softcap)
     checks.check_bool("return_z_loss", return_z_loss)
 
 

@@ -87,8 +87,8 @@ def _backward(s, st: Flash, target):
 
 def _check_values(s, st: Flash, host):
     """Lengths within [0, N] where their values are on the host (the kernels clamp them)."""
-    for name, n in (("q_lengths", s["q"].shape[2 if st.layout == "bhnd" else 1]),
-                    ("kv_lengths", s["k"].shape[2 if st.layout == "bhnd" else 1])):
+    n_axis = plans.axes(st.layout)[1]
+    for name, n in (("q_lengths", s["q"].shape[n_axis]), ("kv_lengths", s["k"].shape[n_axis])):
         values = host(name) if s.get(name) is not None else None
         if values is not None and values.size and (values.min() < 0 or values.max() > n):
             raise ValueError(f"{name}: expected values in [0, {n}], got [{values.min()}, {values.max()}]")

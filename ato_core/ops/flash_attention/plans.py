@@ -155,16 +155,14 @@ def check_window(window_size) -> Optional[Tuple[Optional[int], Optional[int]]]:
 
 
 def check_softcap(softcap) -> Optional[float]:
-    """None or 0 (off, as FlashAttention's 0.0) or a finite float > 0."""
-    if softcap is None or (isinstance(softcap, (int, float)) and not isinstance(softcap, bool) and softcap == 0):
+    """The softcap as a float, or None: off for None or 0 (FlashAttention's 0.0)."""
+    if softcap == 0 and not isinstance(softcap, bool):
         return None
-    if not (isinstance(softcap, (int, float)) and not isinstance(softcap, bool) and math.isfinite(softcap)
-            and softcap > 0):
-        raise ValueError(f"softcap: expected None, 0 (off) or a finite float > 0, got {softcap!r}")
-    return float(softcap)
+    checks.check_softcap(softcap)
+    return None if softcap is None else float(softcap)
 
 
-def check_option_arrays(arrays: dict, B: int, Hq: int, Nq: int, Nk: int, device: str) -> None:
+def check_option_arrays(arrays: dict, q: ArraySpec, B: int, Hq: int, Nq: int, Nk: int) -> None:
     """The optional arrays' shapes and dtypes: alibi_slopes fp32 [Hq] or [B, Hq]; q_lengths,
     kv_lengths integer [B]; q_segment_ids [B, Nq] and kv_segment_ids [B, Nk], integer."""
     slopes = arrays.get("alibi_slopes")
@@ -180,9 +178,8 @@ def check_option_arrays(arrays: dict, B: int, Hq: int, Nq: int, Nk: int, device:
         if spec is not None:
             checks.check_int(name, spec)
             checks.check_shape(name, spec, shape, "[B]" if len(shape) == 1 else "[B, N]")
-    for name, spec in arrays.items():
-        if spec is not None and spec.device != device:
-            raise ValueError(f"{name}: expected device {device} (the device of q), got {spec.device}")
+    present = [(n, s) for n, s in arrays.items() if s is not None]
+    checks.check_same_device(("q", *(n for n, _ in present)), (q, *(s for _, s in present)))
 
 
 def _base2_lse(constexprs: dict) -> bool:
@@ -239,7 +236,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     natural log; -inf for a query that sees no key)."""
     B, Hq, Hkv, Nq, Nk, D = check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, layout=layout)
     named = dict(zip(OPTION_ARRAYS, arrays))
-    check_option_arrays(named, B, Hq, Nq, Nk, q.device)
+    check_option_arrays(named, q, B, Hq, Nq, Nk)
     q, k, v = (as_bhnd(s, layout) for s in (q, k, v))
     cfg = config(D, q.dtype, target, settings)
     scale = resolve_scale(softmax_scale, D)
