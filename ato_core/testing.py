@@ -38,7 +38,8 @@ class Case:
     # "magnitude" (see magnitude_of), "taylor_state" (S0, z0 made by a prefill: _taylor_state),
     # "density" (the fraction of true entries of an int input named block_mask, drawn as bool),
     # "block_masked" (attention restricted to some key blocks: tests/helpers.causal_masked),
-    # "sorted" (integer inputs named *segment_ids sorted along their last axis)
+    # "sorted" (integer inputs named *segment_ids sorted along their last axis), "values"
+    # ((name, values), ...: integer inputs given, e.g. cu_seqlens)
     options: Tuple[Tuple[str, object], ...] = ()
 
     def differentiated(self, names):
@@ -138,8 +139,11 @@ def make_inputs(case: Case) -> Dict[str, np.ndarray]:
         if name in ("S0", "z0"):
             a = np.abs(a) * 4.0 if "taylor_state" not in opt else _taylor_state(case, shape)[name]
         out[name] = a if name in case.fp32_inputs else round_to(a, case.dtype)
+    fixed = dict(opt.get("values", ()))
     for name, shape, low, high in case.int_inputs:
         a = rng.integers(low, high, size=shape).astype(np.int64)
+        if name in fixed:
+            a = np.asarray(fixed[name], np.int64).reshape(shape)
         if name == "targets" and opt.get("ignore_every"):
             a.reshape(-1)[:: opt["ignore_every"]] = -100
         if name == "block_mask":  # bool, each entry true with probability "density"

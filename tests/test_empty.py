@@ -96,6 +96,14 @@ CASES = [
       for what, B, Nq, Nk, check in (("B0", 0, 5, 5, None), ("Nq0", 1, 0, 5, _zeros("k", "v")),
                                      ("Nk0", 1, 5, 0, _no_key))
       for c in (False, True)],
+    *[(f"flash_attention_varlen {what} causal={c}", "flash_attention_varlen",
+       {"q": _r(Tq, 2, 16), "k": _r(Tk, 1, 16), "v": _r(Tk, 1, 16), "cq": np.array(cq, np.int32),
+        "ck": np.array(ck, np.int32)},
+       lambda f, a, c=c: f(a["q"], a["k"], a["v"], a["cq"], a["ck"], 5, 5, causal=c, return_lse=True), check)
+      for what, Tq, Tk, cq, ck, check in (("Tq0", 0, 5, (0, 0), (0, 5), _zeros("k", "v")),
+                                          ("Tk0", 5, 0, (0, 5), (0, 0), _no_key),
+                                          ("B0", 3, 4, (0,), (0,), _zeros("out0", "q", "k", "v")))
+      for c in (False, True)],
     ("elu_plus_one", "elu_plus_one", {"x": _r(0, 4)}, lambda f, a: f(a["x"]), None),
     ("taylor_feature_map", "taylor_feature_map", {"x": _r(3, 0, 4)}, lambda f, a: f(a["x"]), None),
     *[(f"linear_attention {what} causal={c}", "linear_attention",

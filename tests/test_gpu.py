@@ -17,7 +17,7 @@ import pytest
 from ato_cli import harness as h
 from ato_core.ops.based.cases import based_case, based_step_case, taylor_case
 from ato_core.ops.cross_entropy.cases import ce_case
-from ato_core.ops.flash_attention.cases import fa_case
+from ato_core.ops.flash_attention.cases import fa_case, fa_varlen_case
 from ato_core.ops.linear_attention.cases import elu_case, la_case, step_case
 from ato_core.ops.linear_cross_entropy.cases import lce_case
 from ato_core.ops.norms.cases import drln_case, norm_case
@@ -210,6 +210,53 @@ def test_flash_attention_options_gpu(name, dtype):
     dims, kw = FA_OPTION_GPU[name]
     t, j, _ = _check(fa_case(*dims, dtype=dtype, seed=sum(dims), **kw))
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
+# packed sequences (issue 25): an empty and a one-token sequence, rows outside every sequence,
+# GQA, windows crossing the 128-row tiles, Nq != Nk per sequence
+FA_VARLEN_GPU = {
+    "causal_gqa_padded": (((700, 0, 1, 1500, 333), (900, 5, 1, 1500, 40)), 8, 2, 128, dict(causal=True, pad=(3, 7))),
+    "window_softcap_alibi": (((1000, 777), (1000, 1200)), 4, 4, 64,
+                             dict(causal=True, window=(300, None), softcap=20.0, alibi="bh", start=(5, 0))),
+    "full_d80": (((513, 1024), (600, 100)), 4, 1, 80, dict()),
+}
+
+
+@pytest.mark.parametrize("name", list(FA_VARLEN_GPU))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_flash_attention_varlen_gpu(name, dtype):
+    """o, lse and the gradients of both frameworks against the float64 reference, and the two
+    frameworks bitwise equal."""
+    seqs, Hq, Hkv, D, kw = FA_VARLEN_GPU[name]
+    t, j, _ = _check(fa_varlen_case(*seqs, Hq, Hkv, D, dtype=dtype, seed=D, **kw))
+    assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
+def test_flash_attention_varlen_is_each_sequence_alone_gpu():
+    """Documents packed (bf16, causal, GQA) against flash_attention on each document alone: o
+    and dq, dk, dv within bf16's tolerance."""
+    import torch
+
+    import ato_torch
+
+    docs, H, Hkv, D = (1000, 1, 2500, 300), 8, 2, 128
+    T = sum(docs)
+    g = torch.Generator(device="cuda").manual_seed(12)
+    q, do = (torch.randn(T, H, D, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(T, Hkv, D, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
+    cu = torch.tensor([0, *np.cumsum(docs)], device="cuda", dtype=torch.int32)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    o = ato_torch.flash_attention_varlen(*leaves, cu, cu, max(docs), max(docs), causal=True)
+    o.backward(do)
+    packed = [o.detach()] + [t.grad for t in leaves]
+    tol = h.TOLERANCE["bfloat16"]
+    for lo, n in zip(cu.tolist(), docs):
+        one = [t[lo:lo + n][None].detach().requires_grad_() for t in (q, k, v)]
+        ob = ato_torch.flash_attention(*one, causal=True, layout="bnhd")
+        ob.backward(do[lo:lo + n][None])
+        for what, a, b in zip(("o", "dq", "dk", "dv"), packed, [ob.detach()] + [t.grad for t in one]):
+            err = h.rel_err(a[lo:lo + n].double().cpu().numpy(), b[0].double().cpu().numpy())
+            assert err < tol, f"document of {n}: {what} {err:.3g} >= {tol}"
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

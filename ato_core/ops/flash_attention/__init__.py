@@ -102,4 +102,85 @@ FLASH_ATTENTION = Op(
     reference=reference.flash_attention, family="flash_attention",
     batch=("q", "k", "v", "q_lengths", "kv_lengths", "q_segment_ids", "kv_segment_ids"))
 
-OPS = (FLASH_ATTENTION,)
+
+
+class FlashVarlen(NamedTuple):
+    max_seqlen_q: int
+    max_seqlen_k: int
+    causal: bool
+    softmax_scale: object
+    return_lse: bool
+    options: plans.Options = plans.NO_OPTIONS
+
+
+def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
+                           softmax_scale=None, return_lse=False, window_size=None, softcap=None, alibi_slopes=None):
+    """Softmax attention over packed variable-length sequences (FlashAttention 2's
+    flash_attn_varlen_func): sequence b is the rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q
+    and [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v, and attends only within itself.
+
+    Args:
+      q: [Tq, Hq, D]; k, v: [Tk, Hkv, D], Hq a multiple of Hkv (grouped-query attention). fp32,
+        fp16 or bf16, one dtype and device; D in 1..256; any strides (torch).
+      cu_seqlens_q, cu_seqlens_k: integer [B + 1] (arrays, may be traced), non-decreasing, from
+        cu_seqlens[0] >= 0 to cu_seqlens[B] <= T. Rows outside every sequence (a packing padded
+        to a fixed T) get o = 0, lse = -inf and zero gradients.
+      max_seqlen_q, max_seqlen_k: ints (static: they size the launch), at least every
+        sequence's length. Values that break these rules raise ValueError where they are on
+        the host; on a GPU a sequence is cut at max_seqlen (its rows past it: zeros), and every
+        index is clamped into [0, T].
+      causal, softmax_scale, window_size, softcap: as flash_attention, per sequence (causal and
+        windows aligned to each sequence's bottom right).
+      return_lse: also return lse [Hq, Tq] (fp32, natural log).
+      alibi_slopes: fp32 [Hq] or [B, Hq], as flash_attention. Not differentiated.
+
+    Returns:
+      o [Tq, Hq, D] in q's dtype, or (o, lse). Differentiable with respect to q, k and v.
+    """
+    checks.check_bool("return_lse", return_lse)
+    options = plans.Options(plans.check_window(window_size), plans.check_softcap(softcap))
+    return (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes), \
+        FlashVarlen(max_seqlen_q, max_seqlen_k, causal, softmax_scale, return_lse, options)
+
+
+def _varlen_kwargs(s, st: FlashVarlen, target):
+    return dict(max_seqlen_q=st.max_seqlen_q, max_seqlen_k=st.max_seqlen_k, causal=st.causal,
+                softmax_scale=st.softmax_scale, target=target, options=st.options, alibi=s.get("alibi_slopes"))
+
+
+def _varlen_forward(s, st: FlashVarlen, target):
+    return plans.varlen_forward_plan(s["q"], s["k"], s["v"], s["cu_seqlens_q"], s["cu_seqlens_k"],
+                                     **_varlen_kwargs(s, st, target))
+
+
+def _varlen_backward(s, st: FlashVarlen, target):
+    return plans.varlen_backward_plan(s["q"], s["k"], s["v"], s["cu_seqlens_q"], s["cu_seqlens_k"], s["do"],
+                                      has_dlse=s.get("dlse") is not None, **_varlen_kwargs(s, st, target))
+
+
+def _check_varlen_values(s, st: FlashVarlen, host):
+    """cu_seqlens within [0, T], non-decreasing, no sequence longer than max_seqlen, where the
+    values are on the host (the kernels clamp them)."""
+    for side, t, longest in (("q", s["q"].shape[0], st.max_seqlen_q), ("k", s["k"].shape[0], st.max_seqlen_k)):
+        name = f"cu_seqlens_{side}"
+        cu = host(name)
+        if cu is None:
+            continue
+        if cu[0] < 0 or cu[-1] > t:
+            raise ValueError(f"{name}: expected values in [0, {t}] (T = {side}.shape[0]), got [{cu[0]}, {cu[-1]}]")
+        lengths = cu[1:] - cu[:-1]
+        if lengths.size and lengths.min() < 0:
+            raise ValueError(f"{name}: expected non-decreasing values, got {cu.tolist()}")
+        if lengths.size and lengths.max() > longest:
+            raise ValueError(f"{name}: a sequence of {lengths.max()} rows, longer than max_seqlen_{side}={longest}")
+
+
+FLASH_ATTENTION_VARLEN = Op(
+    flash_attention_varlen, inputs=("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes"),
+    results=("o", "lse", "lse_base2"), returns=lambda st: ("o", "lse") if st.return_lse else ("o",),
+    optional_cotangents=(("dlse",),), optional=("alibi_slopes",),
+    saved=("q", "k", "v", "o", "lse", "lse_base2", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes"),
+    differentiable=("q", "k", "v"), forward=_varlen_forward, backward=_varlen_backward,
+    check_values=_check_varlen_values, reference=reference.flash_attention_varlen, family="flash_attention")
+
+OPS = (FLASH_ATTENTION, FLASH_ATTENTION_VARLEN)

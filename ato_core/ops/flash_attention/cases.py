@@ -1,5 +1,7 @@
 """Test cases of flash_attention (ato_core.testing)."""
 
+import numpy as np
+
 from ato_core.testing import Case, In, gpu_spec
 
 
@@ -34,6 +36,32 @@ def fa_case(B, Hq, Hkv, Nq, Nk, D, dtype="float32", causal=False, lse=True, scal
                 int_inputs=ints, nondiff=fp32, options=options)
 
 
+def fa_varlen_case(seqs_q, seqs_k, Hq, Hkv, D, dtype="float32", causal=False, lse=True, scale=None, seed=0,
+                   window=None, softcap=None, alibi=None, start=(0, 0), pad=(0, 0), max_seqlen=None):
+    """flash_attention_varlen over sequences of these lengths (seqs_q[b] queries, seqs_k[b]
+    keys), packed from row start and followed by pad rows that no sequence covers;
+    max_seqlen (q, k) defaults to the longest."""
+    cu_q, cu_k = (tuple(int(x) for x in s0 + np.concatenate([[0], np.cumsum(s, dtype=np.int64)]))
+                  for s0, s in zip(start, (seqs_q, seqs_k)))
+    Tq, Tk = cu_q[-1] + pad[0], cu_k[-1] + pad[1]
+    max_q, max_k = max_seqlen or (max(seqs_q, default=0), max(seqs_k, default=0))
+    B = len(seqs_q)
+    shapes = (("q", (Tq, Hq, D)), ("k", (Tk, Hkv, D)), ("v", (Tk, Hkv, D)))
+    kwargs = (("causal", causal), ("softmax_scale", scale), ("return_lse", lse))
+    kwargs += (("window_size", window),) if window is not None else ()
+    kwargs += (("softcap", softcap),) if softcap is not None else ()
+    fp32 = ()
+    if alibi is not None:
+        shapes += (("alibi_slopes", (Hq,) if alibi == "h" else (B, Hq)),)
+        fp32 += ("alibi_slopes",)
+        kwargs += (("alibi_slopes", In("alibi_slopes")),)
+    ints = (("cu_seqlens_q", (B + 1,), 0, 1), ("cu_seqlens_k", (B + 1,), 0, 1))
+    options = (("values", (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k))), ("block_masked", True))
+    args = (In("q"), In("k"), In("v"), In("cu_seqlens_q"), In("cu_seqlens_k"), max_q, max_k)
+    return Case("flash_attention_varlen", shapes, dtype, args, kwargs, seed, fp32_inputs=fp32, int_inputs=ints,
+                nondiff=fp32, options=options)
+
+
 def check_cases(gpu: bool, dtype: str, quick: bool):
     """What ``ato check`` runs for this family in one dtype: (B, Hq, Hkv, Nq, Nk, D)."""
     dims = [(2, 8, 2, 1024, 1024, 128), (1, 4, 4, 700, 1500, 80)] if gpu else \
@@ -43,7 +71,11 @@ def check_cases(gpu: bool, dtype: str, quick: bool):
     # the options together: window, softcap, ALiBi, padding lengths, segment ids
     options = dict(window=(200 if gpu else 20, None), softcap=20.0, alibi="bh", lengths="both", segments=3)
     dims = (2, 8, 2, 1000, 1500, 128) if gpu else (2, 2, 1, 50, 61, 16)
-    return cases + [fa_case(*dims, dtype=dtype, causal=True, seed=9, **options)]
+    # packed sequences (an empty one, rows outside every sequence) with a window and softcap
+    seqs = ((700, 0, 1, 2000, 333), (900, 5, 1, 2000, 40)) if gpu else ((20, 0, 1, 45), (30, 5, 1, 40))
+    varlen = fa_varlen_case(*seqs, 8 if gpu else 2, 2 if gpu else 1, 128 if gpu else 16, dtype=dtype, causal=True,
+                            window=(500 if gpu else 15, None), softcap=20.0, pad=(3, 7), seed=10)
+    return cases + [fa_case(*dims, dtype=dtype, causal=True, seed=9, **options), varlen]
 
 
 # sm_90 compile examples (tests/test_compile_sm90.py): (label, op, args, kwargs)
@@ -53,7 +85,10 @@ COMPILE = [("flash_attention", "flash_attention", (gpu_spec((1, 8, 256, 128)), g
             (gpu_spec((2, 8, 256, 128)), gpu_spec((2, 2, 256, 128)), gpu_spec((2, 2, 256, 128))),
             {"causal": True, "window_size": (64, None), "softcap": 30.0, "alibi_slopes": gpu_spec((8,), "float32"),
              "q_lengths": gpu_spec((2,), "int32"), "kv_lengths": gpu_spec((2,), "int32"),
-             "segment_ids": gpu_spec((2, 256), "int32")})]
+             "segment_ids": gpu_spec((2, 256), "int32")}),
+           ("flash_attention_varlen", "flash_attention_varlen",
+            (gpu_spec((1024, 8, 128)), gpu_spec((1024, 2, 128)), gpu_spec((1024, 2, 128)), gpu_spec((5,), "int32"),
+             gpu_spec((5,), "int32"), 512, 512), {"causal": True, "return_lse": True})]
 
 
 def fuzz(pick):
@@ -65,13 +100,27 @@ def fuzz(pick):
         scale=pick.choice((None, 0.3)), seed=pick.int(0, 99), layout=pick.choice(("bhnd", "bnhd")),
         window=pick.choice((None, None, (pick.int(0, 40), pick.choice((None, pick.int(0, 40)))))),
         softcap=pick.choice((None, None, 5.0)), alibi=pick.choice((None, None, "h", "bh")),
-        lengths=pick.choice((None, None, "q", "kv", "both")), segments=pick.choice((None, None, 3)))}
+        lengths=pick.choice((None, None, "q", "kv", "both")), segments=pick.choice((None, None, 3))),
+        "flash_attention_varlen": _fuzz_varlen(pick)}
+
+
+def _fuzz_varlen(pick):
+    B = pick.int(0, 3)
+    Hkv = pick.int(1, 2)
+    seqs_q = tuple(pick.int(0, 40) for _ in range(B))
+    seqs_k = seqs_q if pick.choice((False, True)) else tuple(pick.int(0, 40) for _ in range(B))
+    return fa_varlen_case(
+        seqs_q, seqs_k, Hkv * pick.int(1, 3), Hkv, pick.int(1, 72), dtype=pick.choice(("float32", "bfloat16")),
+        causal=pick.choice((False, True)), lse=pick.choice((False, True)), scale=pick.choice((None, 0.3)),
+        seed=pick.int(0, 99), window=pick.choice((None, None, (pick.int(0, 20), pick.choice((None, pick.int(0, 20)))))),
+        softcap=pick.choice((None, None, 5.0)), alibi=pick.choice((None, None, "h", "bh")) if B else None,
+        start=(pick.int(0, 3), pick.int(0, 3)), pad=(pick.int(int(not sum(seqs_q)), 3), pick.int(int(not sum(seqs_k)), 3)))
 
 
 # Magnitudes (Case option "magnitude") at which each op must match the reference (the
 # fuzzing tier's test_fuzz_magnitude). Scores of up to D * 1e6: the softmax one-hot, its arg max well separated.
-MAGNITUDES = {"flash_attention": (1e-30, 1e3)}
+MAGNITUDES = {"flash_attention": (1e-30, 1e3), "flash_attention_varlen": (1e-30, 1e3)}
 # Gradients that are a cancellation at a huge magnitude (the softmax one-hot: dq and dk are
 # sums of p (dp - delta) with dp = delta for the one key that counts): compared there only
 # for NaN and infinities.
-CANCELLING = {"flash_attention": ("q", "k")}
+CANCELLING = {"flash_attention": ("q", "k"), "flash_attention_varlen": ("q", "k")}

@@ -245,13 +245,30 @@ def _block_tile(H, D, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
 
 
 @triton.jit
-def _options(QLEN, KVLEN, SLOPES, b, hq, Nq, Nk, left, right, s_ab, s_ah, Q_LENS: tl.constexpr,
-             KV_LENS: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr):
-    """A program's (q_len, kv_len, shift, lo_shift, hi_shift, slope2): the lengths of batch b
-    (Q_LENS, KV_LENS; else Nq, Nk), the band's offsets from a query row (WINDOW; else both shift) and
-    head hq's ALiBi slope times log2(e) (ALIBI; else 0)."""
+def _sequence(CU, b, nseq, N, T):
+    """Sequence b of a packed batch, the rows [CU[b], CU[b + 1]) of T: (its first row, its
+    rows (at most N: max_seqlen), the row after its last), clamped into [0, T] (in bounds
+    whatever CU holds). Slot b = nseq, after the last sequence, has no rows."""
+    row0 = _clamp(tl.load(CU + b).to(tl.int32), 0, T)
+    end = _clamp(tl.load(CU + b + 1, mask=b < nseq, other=0).to(tl.int32), row0, T)
+    return row0, tl.minimum(end - row0, N), end
+
+
+@triton.jit
+def _options(QLEN, KVLEN, SLOPES, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, Q_LENS: tl.constexpr,
+             KV_LENS: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, VARLEN: tl.constexpr):
+    """A program's (q_len, kv_len, shift, lo_shift, hi_shift, slope2, q_row0, k_row0): the lengths
+    of batch b (Q_LENS, KV_LENS; else Nq, Nk), the band's offsets from a query row (WINDOW; else
+    both shift), head hq's ALiBi slope times log2(e) (ALIBI; else 0) and the first query and key
+    rows of batch b (0 but with VARLEN: then QLEN and KVLEN are cu_seqlens_q and cu_seqlens_k,
+    Nq and Nk the max_seqlen, Tq and Tk the packed rows, nseq the number of sequences)."""
     q_len = Nq
     kv_len = Nk
+    q_row0 = 0
+    k_row0 = 0
+    if VARLEN:
+        q_row0, q_len, _ = _sequence(QLEN, b, nseq, Nq, Tq)
+        k_row0, kv_len, _ = _sequence(KVLEN, b, nseq, Nk, Tk)
     if Q_LENS:
         q_len = _clamp(tl.load(QLEN + b).to(tl.int32), 0, Nq)
     if KV_LENS:
@@ -262,16 +279,83 @@ def _options(QLEN, KVLEN, SLOPES, b, hq, Nq, Nk, left, right, s_ab, s_ah, Q_LENS
     if WINDOW:
         lo_shift = shift - left
         hi_shift = shift + right
+    slope2 = _slope(SLOPES, b, hq, s_ab, s_ah, nseq, ALIBI, VARLEN)
+    return q_len, kv_len, shift, lo_shift, hi_shift, slope2, q_row0, k_row0
+
+
+@triton.jit
+def _slope(SLOPES, b, hq, s_ab, s_ah, nseq, ALIBI: tl.constexpr, VARLEN: tl.constexpr):
+    """Head hq's ALiBi slope times log2(e) (0 without ALIBI, and in a varlen grid's slot nseq)."""
     slope2 = 0.0
     if ALIBI:
-        slope2 = tl.load(SLOPES + b * s_ab + hq * s_ah).to(tl.float32) * LOG2E
-    return q_len, kv_len, shift, lo_shift, hi_shift, slope2
+        if VARLEN:
+            slope2 = tl.load(SLOPES + b * s_ab + hq * s_ah, mask=b < nseq, other=0.0).to(tl.float32) * LOG2E
+        else:
+            slope2 = tl.load(SLOPES + b * s_ab + hq * s_ah).to(tl.float32) * LOG2E
+    return slope2
+
+
+@triton.jit
+def _stored(n, n_seq, VARLEN: tl.constexpr):
+    """The rows a program of a head stores below: n (Nq or Nk; rows past a length get zeros), or
+    with VARLEN its sequence's n_seq (the next rows are another sequence's)."""
+    if VARLEN:
+        return n_seq
+    else:
+        return n
+
+
+@triton.jit
+def _unwritten(CU, b, nseq, row0, n, T, BLOCK: tl.constexpr):
+    """The rows of a packed batch that no program's blocks cover, which a varlen program fills
+    (zeros, lse -inf): (lo1, hi1, lo2, hi2, first, step), blocks of BLOCK rows from lo + first to
+    hi by step. Slot nseq's programs: the rows before CU[0] and from CU[nseq] on (a padded
+    packing), taking every num_programs(0)-th block; a sequence's last block: its rows past
+    its first n (one longer than max_seqlen: treated as cut there)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    extra = b == nseq
+    last = pid == nprog - 1
+    _, _, end = _sequence(CU, b, nseq, T, T)
+    lo1 = tl.where(extra, 0, row0 + n)
+    hi1 = tl.where(extra, _clamp(tl.load(CU).to(tl.int32), 0, T), tl.where(last, end, 0))
+    lo2 = tl.where(extra, row0, 0)
+    hi2 = tl.where(extra, T, 0)
+    first = tl.where(extra, pid * BLOCK, 0)
+    step = tl.where(extra, nprog * BLOCK, BLOCK)
+    return lo1, hi1, lo2, hi2, first, step
+
+
+@triton.jit
+def _fill_rows(base, sn, sd, lo, hi, first, step, offs_r, offs_d, dmask, ALIGN: tl.constexpr):
+    """Zeros into rows [lo + first, hi) of a [rows, BD] head at base, one block of rows every step."""
+    zero = tl.zeros([offs_r.shape[0], offs_d.shape[0]], base.dtype.element_ty)
+    for r0 in range(lo + first, hi, step):
+        rows = r0 + offs_r
+        tl.store(_tile_ptrs(base, r0, offs_r, offs_d, sn, sd, ALIGN), zero, mask=(rows < hi)[:, None] & dmask[None, :])
+
+
+@triton.jit
+def _fill_lse(LSE, lo, hi, first, step, offs_r):
+    """-inf into LSE[lo + first:hi], one block of rows every step (_fill_rows' lse)."""
+    for r0 in range(lo + first, hi, step):
+        rows = r0 + offs_r
+        tl.store(LSE + rows, tl.full(offs_r.shape, float("-inf"), tl.float32), mask=rows < hi)
+
+
+@triton.jit
+def _fill_unwritten(X, h, sh, sn, sd, CU, b, nseq, row0, n, T, offs_r, offs_d, dmask, ALIGN: tl.constexpr):
+    """Zeros into the rows of head h of the packed X ([T, H, BD]) that _unwritten gives this program."""
+    lo1, hi1, lo2, hi2, first, step = _unwritten(CU, b, nseq, row0, n, T, offs_r.shape[0])
+    base = X + h * aligned(sh, ALIGN)
+    _fill_rows(base, sn, sd, lo1, hi1, first, step, offs_r, offs_d, dmask, ALIGN)
+    _fill_rows(base, sn, sd, lo2, hi2, first, step, offs_r, offs_d, dmask, ALIGN)
 
 
 @triton.jit
 def _live_ranges(first, q_len, BLOCK_M: tl.constexpr, kv_len, lo_shift, hi_shift, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SEGMENTS: tl.constexpr, Q_LENS: tl.constexpr):
-    """_key_ranges of a query block; none for a block past q_len (Q_LENS)."""
+    """_key_ranges of a query block; none for a block past q_len (with Q_LENS)."""
     start, full_start, full_end, end = _key_ranges(first, BLOCK_M, kv_len, lo_shift, hi_shift, BLOCK_N, CAUSAL,
                                                    WINDOW, SEGMENTS)
     if Q_LENS:
@@ -284,17 +368,46 @@ def _live_ranges(first, q_len, BLOCK_M: tl.constexpr, kv_len, lo_shift, hi_shift
 
 
 @triton.jit
-def _query_options(QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, left, right, s_ab, s_ah, sqsb, sqsn, first, offs_m,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-                   ALIBI: tl.constexpr, Q_LENS: tl.constexpr, KV_LENS: tl.constexpr, SEGMENTS: tl.constexpr):
+def _query_options(QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, sqsb, sqsn,
+                   first, offs_m, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                   WINDOW: tl.constexpr, ALIBI: tl.constexpr, Q_LENS: tl.constexpr, KV_LENS: tl.constexpr,
+                   SEGMENTS: tl.constexpr, VARLEN: tl.constexpr):
     """A query block's options (the forward's and dq's): _options, its rows' segment ids and
     its key ranges (_live_ranges)."""
-    q_len, kv_len, shift, lo_shift, hi_shift, slope2 = _options(QLEN, KVLEN, SLOPES, b, hq, Nq, Nk, left, right,
-                                                                s_ab, s_ah, Q_LENS, KV_LENS, WINDOW, ALIBI)
+    q_len, kv_len, shift, lo_shift, hi_shift, slope2, q_row0, k_row0 = _options(
+        QLEN, KVLEN, SLOPES, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, Q_LENS, KV_LENS, WINDOW, ALIBI,
+        VARLEN)
     qseg = _segment_ids(QSEG, b, sqsb, sqsn, offs_m, Nq, -2, SEGMENTS)
     start, full_start, full_end, end = _live_ranges(first, q_len, BLOCK_M, kv_len, lo_shift, hi_shift, BLOCK_N,
-                                                    CAUSAL, WINDOW, SEGMENTS, Q_LENS)
-    return q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end
+                                                    CAUSAL, WINDOW, SEGMENTS, Q_LENS or VARLEN)
+    return (q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end, q_row0,
+            k_row0)
+
+
+@triton.jit
+def _query_program(QLEN, KVLEN, SLOPES, QSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
+                   ALIGN: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, Q_LENS: tl.constexpr,
+                   KV_LENS: tl.constexpr, SEGMENTS: tl.constexpr, VARLEN: tl.constexpr):
+    """A query-block program of the forward or dq: _query_tile, its rows, the number of
+    sequences of a varlen grid ((B + 1) * Hq programs on axis 1) and _query_options."""
+    bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
+    offs_m = first + offs_r
+    nseq = tl.num_programs(1) // Hq - 1
+    q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end, q_row0, k_row0 = \
+        _query_options(QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, sqsb, sqsn,
+                       first, offs_m, BLOCK_M, BLOCK_N, CAUSAL, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN)
+    return (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift,
+            hi_shift, slope2, qseg, start, full_start, full_end, end, q_row0, k_row0)
+
+
+@triton.jit
+def _lse_rows(bh, hq, N, T, row0, VARLEN: tl.constexpr):
+    """Where a head's rows start in lse, delta ([B*H, N]; with VARLEN [H, T], the packed rows)."""
+    if VARLEN:
+        return hq * T + row0
+    else:
+        return bh.to(tl.int64) * N
 
 
 @kernel(inputs=8, outputs=3)
@@ -302,28 +415,31 @@ def fa_fwd_kernel(
     Q, K, V, SLOPES, QLEN, KVLEN, QSEG, KSEG,
     Hq, G, Nq, Nk, D, qk_scale, left, right, cap_in, cap_out,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod, s_ab, s_ah,
-    sqsb, sqsn, sksb, sksn,
+    sqsb, sqsn, sksb, sksn, Tq, Tk,
     O, LSE, LSE2,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
     EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, Q_LENS: tl.constexpr = False,
-    KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False,
+    KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
 ):
     """Grid (query blocks, B*Hq). o[rows] and lse[rows] of one query block of one head (with
     SOFTCAP or ALIBI also LSE2, the base-2 lse the backward reads; +inf for no key).
     qk_scale = softmax_scale * log2(e); with SOFTCAP cap_in = softmax_scale / cap and cap_out
-    = cap * log2(e). Causal: the last query blocks (the most keys) run first."""
-    bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
-    offs_m = first + offs_r
-    q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
-    k_ptrs = _tile_ptrs(_head_base(K, b, hk, skb, skh, ALIGN), 0, offs_n, offs_d, skn, skd, ALIGN)
-    v_ptrs = _tile_ptrs(_head_base(V, b, hk, svb, svh, ALIGN), 0, offs_n, offs_d, svn, svd, ALIGN)
+    = cap * log2(e). Causal: the last query blocks (the most keys) run first. VARLEN: grid
+    (query blocks of max_seqlen_q, (B + 1) * Hq), q, k, v, o packed ([T, H, D], batch strides
+    0), lse [Hq, Tq]; slot B fills the rows outside every sequence (_unwritten)."""
+    (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift, hi_shift,
+     slope2, qseg, start, full_start, full_end, end, q_row0, k_row0) = _query_program(
+        QLEN, KVLEN, SLOPES, QSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn, BLOCK_M, BLOCK_N, BD,
+        CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN)
+    n_store = _stored(Nq, q_len, VARLEN)
+    q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, q_row0 + first, offs_r, q_row0 + n_store, offs_d, dmask, EVEN_D,
+                    ALIGN)
+    k_ptrs = _tile_ptrs(_head_base(K, b, hk, skb, skh, ALIGN), k_row0, offs_n, offs_d, skn, skd, ALIGN)
+    v_ptrs = _tile_ptrs(_head_base(V, b, hk, svb, svh, ALIGN), k_row0, offs_n, offs_d, svn, svd, ALIGN)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BD], tl.float32)
-    q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end = _query_options(
-        QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, left, right, s_ab, s_ah, sqsb, sqsn, first, offs_m, BLOCK_M,
-        BLOCK_N, CAUSAL, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS)
     if WINDOW or SEGMENTS:
         acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift,
                                     lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
@@ -344,14 +460,20 @@ def fa_fwd_kernel(
     if Q_LENS:
         o = tl.where(empty[:, None], 0.0, o)
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
-    o_ptrs = _tile_ptrs(_head_base(O, b, hq, sob, soh, ALIGN), first, offs_r, offs_d, son, sod, ALIGN)
-    tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m < Nq)[:, None] & dmask[None, :])
-    tl.store(LSE + bh.to(tl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
+    o_ptrs = _tile_ptrs(_head_base(O, b, hq, sob, soh, ALIGN), q_row0 + first, offs_r, offs_d, son, sod, ALIGN)
+    tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m < n_store)[:, None] & dmask[None, :])
+    lse_rows = _lse_rows(bh, hq, Nq, Tq, q_row0, VARLEN)
+    tl.store(LSE + lse_rows + offs_m, lse, mask=offs_m < n_store)
     if SOFTCAP or ALIBI:
         # the base-2 lse for the backward as the scores have it: lse * log2(e) rounds twice,
         # which at scores of 1e6 moves p by up to 4% once the scores are not s * log2(e) exactly
-        tl.store(LSE2 + bh.to(tl.int64) * Nq + offs_m,
-                 tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i))), mask=offs_m < Nq)
+        tl.store(LSE2 + lse_rows + offs_m,
+                 tl.where(empty, float("inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i))), mask=offs_m < n_store)
+    if VARLEN:
+        _fill_unwritten(O, hq, soh, son, sod, QLEN, b, nseq, q_row0, q_len, Tq, offs_r, offs_d, dmask, ALIGN)
+        lo1, hi1, lo2, hi2, fill_first, step = _unwritten(QLEN, b, nseq, q_row0, q_len, Tq, BLOCK_M)
+        _fill_lse(LSE + hq * Tq, lo1, hi1, fill_first, step, offs_r)
+        _fill_lse(LSE + hq * Tq, lo2, hi2, fill_first, step, offs_r)
 
 
 @kernel(inputs=4, outputs=2)
@@ -459,38 +581,44 @@ def fa_bwd_dkdv_kernel(
     Q, K, V, DO, LSE2, DELTA, SLOPES, QLEN, KVLEN, QSEG, KSEG,
     Hkv, G, Nq, Nk, D, qk_scale, softmax_scale, left, right, cap_in, cap_out,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd,
-    sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd, s_ab, s_ah, sqsb, sqsn, sksb, sksn,
+    sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd, s_ab, s_ah, sqsb, sqsn, sksb, sksn, Tq, Tk,
     DK, DV,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
     EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, Q_LENS: tl.constexpr = False,
-    KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False,
+    KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
 ):
     """Grid (key blocks, B*Hkv). dk, dv of one key block, summed over the G query heads of
     its kv head in order. For each head, the query blocks split into the band's boundaries
-    (masked), those that see the whole key block (unmasked) and the last partial block."""
+    (masked), those that see the whole key block (unmasked) and the last partial block.
+    VARLEN: as fa_fwd_kernel, grid (key blocks of max_seqlen_k, (B + 1) * Hkv)."""
     bh, b, hk, D, first, offs_c = _block_tile(Hkv, D, BLOCK_N, ALIGN)  # a key block
     offs_n = first + offs_c
     offs_r = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BD)
     dmask = offs_d < D
-    q_len, kv_len, shift, lo_shift, hi_shift, _ = _options(QLEN, KVLEN, SLOPES, b, 0, Nq, Nk, left, right, s_ab,
-                                                           s_ah, Q_LENS, KV_LENS, WINDOW, False)
-    k = _load_block(K, b, hk, skb, skh, skn, skd, first, offs_c, kv_len, offs_d, dmask, EVEN_D, ALIGN)
-    v = _load_block(V, b, hk, svb, svh, svn, svd, first, offs_c, kv_len, offs_d, dmask, EVEN_D, ALIGN)
+    nseq = tl.num_programs(1) // Hkv - 1
+    q_len, kv_len, shift, lo_shift, hi_shift, _, q_row0, k_row0 = _options(
+        QLEN, KVLEN, SLOPES, b, 0, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, Q_LENS, KV_LENS, WINDOW, False,
+        VARLEN)
+    k = _load_block(K, b, hk, skb, skh, skn, skd, k_row0 + first, offs_c, k_row0 + kv_len, offs_d, dmask, EVEN_D,
+                    ALIGN)
+    v = _load_block(V, b, hk, svb, svh, svn, svd, k_row0 + first, offs_c, k_row0 + kv_len, offs_d, dmask, EVEN_D,
+                    ALIGN)
     kseg = _segment_ids(KSEG, b, sksb, sksn, offs_n, Nk, -1, SEGMENTS)
     dk = tl.zeros([BLOCK_N, BD], tl.float32)
     dv = tl.zeros([BLOCK_N, BD], tl.float32)
     m0, m1, u0, u1, e0, e1 = _query_ranges(first, q_len, kv_len, lo_shift, hi_shift, BLOCK_M, BLOCK_N, CAUSAL, WINDOW,
-                                           SEGMENTS, KV_LENS)
+                                           SEGMENTS, KV_LENS or VARLEN)
     for g in range(0, G):
         hq = hk * G + g
-        slope2 = 0.0
-        if ALIBI:
-            slope2 = tl.load(SLOPES + b * s_ab + hq * s_ah).to(tl.float32) * LOG2E
-        q_ptrs = _tile_ptrs(_head_base(Q, b, hq, sqb, sqh, ALIGN), 0, offs_r, offs_d, sqn, sqd, ALIGN)
-        do_ptrs = _tile_ptrs(_head_base(DO, b, hq, sdb, sdh, ALIGN), 0, offs_r, offs_d, sdn, sdd, ALIGN)
-        rows_base = ((b * Hkv + hk) * G + g) * Nq
+        slope2 = _slope(SLOPES, b, hq, s_ab, s_ah, nseq, ALIBI, VARLEN)
+        q_ptrs = _tile_ptrs(_head_base(Q, b, hq, sqb, sqh, ALIGN), q_row0, offs_r, offs_d, sqn, sqd, ALIGN)
+        do_ptrs = _tile_ptrs(_head_base(DO, b, hq, sdb, sdh, ALIGN), q_row0, offs_r, offs_d, sdn, sdd, ALIGN)
+        if VARLEN:
+            rows_base = hq * Tq + q_row0
+        else:
+            rows_base = ((b * Hkv + hk) * G + g) * Nq
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, m0, m1, Nq,
                               q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
                               b, sqsb, sqsn, sqn, sdn, BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
@@ -507,11 +635,14 @@ def fa_bwd_dkdv_kernel(
         kv = (offs_n < kv_len)[:, None]
         dk = tl.where(kv, dk, 0.0)
         dv = tl.where(kv, dv, 0.0)
-    smask = (offs_n < Nk)[:, None] & dmask[None, :]
-    dk_ptrs = _tile_ptrs(_head_base(DK, b, hk, sgkb, sgkh, ALIGN), first, offs_c, offs_d, sgkn, sgkd, ALIGN)
-    dv_ptrs = _tile_ptrs(_head_base(DV, b, hk, sgvb, sgvh, ALIGN), first, offs_c, offs_d, sgvn, sgvd, ALIGN)
+    smask = (offs_n < _stored(Nk, kv_len, VARLEN))[:, None] & dmask[None, :]
+    dk_ptrs = _tile_ptrs(_head_base(DK, b, hk, sgkb, sgkh, ALIGN), k_row0 + first, offs_c, offs_d, sgkn, sgkd, ALIGN)
+    dv_ptrs = _tile_ptrs(_head_base(DV, b, hk, sgvb, sgvh, ALIGN), k_row0 + first, offs_c, offs_d, sgvn, sgvd, ALIGN)
     tl.store(dk_ptrs, (dk * softmax_scale).to(DK.dtype.element_ty), mask=smask)
     tl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=smask)
+    if VARLEN:
+        _fill_unwritten(DK, hk, sgkh, sgkn, sgkd, KVLEN, b, nseq, k_row0, kv_len, Tk, offs_c, offs_d, dmask, ALIGN)
+        _fill_unwritten(DV, hk, sgvh, sgvn, sgvd, KVLEN, b, nseq, k_row0, kv_len, Tk, offs_c, offs_d, dmask, ALIGN)
 
 
 @triton.jit
@@ -553,22 +684,36 @@ def _dq_tile(Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, D,
     """A dq program's query tile (flash and block-sparse attention): its q, do, lse2 and delta
     rows, and pointers to key and value row 0 of its kv head."""
     bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
-    offs_m = first + offs_r
-    mmask = offs_m < Nq
-    q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
-    do = _load_block(DO, b, hq, sdb, sdh, sdn, sdd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
-    rows = bh.to(tl.int64) * Nq + offs_m
-    lse2 = tl.load(LSE2 + rows, mask=mmask, other=float("inf"))
-    delta = tl.load(DELTA + rows, mask=mmask, other=0.0)
-    k_ptrs = _tile_ptrs(_head_base(K, b, hk, skb, skh, ALIGN), 0, offs_n, offs_d, skn, skd, ALIGN)
-    v_ptrs = _tile_ptrs(_head_base(V, b, hk, svb, svh, ALIGN), 0, offs_n, offs_d, svn, svd, ALIGN)
+    offs_m, mmask, q, do, lse2, delta, k_ptrs, v_ptrs = _dq_rows(
+        Q, K, V, DO, LSE2, DELTA, b, hq, hk, 0, 0, Nq, bh.to(tl.int64) * Nq, first, offs_r, offs_n, offs_d, dmask,
+        sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd, EVEN_D, ALIGN)
     return bh, b, hq, first, offs_r, offs_n, offs_d, dmask, offs_m, mmask, q, do, lse2, delta, k_ptrs, v_ptrs
 
 
 @triton.jit
+def _dq_rows(Q, K, V, DO, LSE2, DELTA, b, hq, hk, q_row0, k_row0, n_rows, lse_rows, first, offs_r, offs_n, offs_d,
+             dmask, sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd,
+             EVEN_D: tl.constexpr, ALIGN: tl.constexpr):
+    """_dq_tile's rows (first + offs_r of a head whose rows start at q_row0, n_rows of them; its
+    lse2 and delta from lse_rows) and its kv head's key and value pointers (from k_row0)."""
+    offs_m = first + offs_r
+    mmask = offs_m < n_rows
+    q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, q_row0 + first, offs_r, q_row0 + n_rows, offs_d, dmask, EVEN_D,
+                    ALIGN)
+    do = _load_block(DO, b, hq, sdb, sdh, sdn, sdd, q_row0 + first, offs_r, q_row0 + n_rows, offs_d, dmask, EVEN_D,
+                     ALIGN)
+    rows = lse_rows + offs_m
+    lse2 = tl.load(LSE2 + rows, mask=mmask, other=float("inf"))
+    delta = tl.load(DELTA + rows, mask=mmask, other=0.0)
+    k_ptrs = _tile_ptrs(_head_base(K, b, hk, skb, skh, ALIGN), k_row0, offs_n, offs_d, skn, skd, ALIGN)
+    v_ptrs = _tile_ptrs(_head_base(V, b, hk, svb, svh, ALIGN), k_row0, offs_n, offs_d, svn, svd, ALIGN)
+    return offs_m, mmask, q, do, lse2, delta, k_ptrs, v_ptrs
+
+
+@triton.jit
 def _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd,
-              ALIGN: tl.constexpr):
-    dq_ptrs = _tile_ptrs(_head_base(DQ, b, hq, sgb, sgh, ALIGN), first, offs_r, offs_d, sgn, sgd, ALIGN)
+              ALIGN: tl.constexpr, q_row0=0):
+    dq_ptrs = _tile_ptrs(_head_base(DQ, b, hq, sgb, sgh, ALIGN), q_row0 + first, offs_r, offs_d, sgn, sgd, ALIGN)
     tl.store(dq_ptrs, (dq * softmax_scale).to(DQ.dtype.element_ty), mask=mmask[:, None] & dmask[None, :])
 
 
@@ -577,22 +722,24 @@ def fa_bwd_dq_kernel(
     Q, K, V, DO, LSE2, DELTA, SLOPES, QLEN, KVLEN, QSEG, KSEG,
     Hq, G, Nq, Nk, D, qk_scale, softmax_scale, left, right, cap_in, cap_out,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd, sgb, sgh, sgn, sgd,
-    s_ab, s_ah, sqsb, sqsn, sksb, sksn,
+    s_ab, s_ah, sqsb, sqsn, sksb, sksn, Tq, Tk,
     DQ,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
     EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, Q_LENS: tl.constexpr = False,
-    KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False,
+    KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
 ):
     """Grid (query blocks, B*Hq). dq of one query block, over the keys it sees (causal: the
-    last blocks first)."""
-    bh, b, hq, first, offs_r, offs_n, offs_d, dmask, offs_m, mmask, q, do, lse2, delta, k_ptrs, v_ptrs = _dq_tile(
-        Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, D, sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-        sdb, sdh, sdn, sdd, BLOCK_M, BLOCK_N, BD, CAUSAL, EVEN_D, ALIGN)
+    last blocks first). VARLEN: as fa_fwd_kernel."""
+    (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift, hi_shift,
+     slope2, qseg, start, full_start, full_end, end, q_row0, k_row0) = _query_program(
+        QLEN, KVLEN, SLOPES, QSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn, BLOCK_M, BLOCK_N, BD,
+        CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN)
+    offs_m, mmask, q, do, lse2, delta, k_ptrs, v_ptrs = _dq_rows(
+        Q, K, V, DO, LSE2, DELTA, b, hq, hk, q_row0, k_row0, _stored(Nq, q_len, VARLEN),
+        _lse_rows(bh, hq, Nq, Tq, q_row0, VARLEN), first, offs_r, offs_n, offs_d, dmask, sqb, sqh, sqn, sqd, skb, skh,
+        skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd, EVEN_D, ALIGN)
     dq = tl.zeros([BLOCK_M, BD], tl.float32)
-    q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end = _query_options(
-        QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, left, right, s_ab, s_ah, sqsb, sqsn, first, offs_m, BLOCK_M,
-        BLOCK_N, CAUSAL, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS)
     if WINDOW or SEGMENTS:
         dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift,
                         lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn,
@@ -605,4 +752,6 @@ def fa_bwd_dq_kernel(
                     True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS)
     if Q_LENS:
         dq = tl.where((offs_m < q_len)[:, None], dq, 0.0)
-    _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd, ALIGN)
+    _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd, ALIGN, q_row0)
+    if VARLEN:
+        _fill_unwritten(DQ, hq, sgh, sgn, sgd, QLEN, b, nseq, q_row0, q_len, Tq, offs_r, offs_d, dmask, ALIGN)

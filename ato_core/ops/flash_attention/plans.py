@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import NamedTuple, Optional, Tuple
 
 from ato_core import checks
@@ -103,7 +104,12 @@ def check_flash_attention(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal, s
     checks.check_dim("k", k, 3, D, "D, the head size of q")
     checks.check_shape("v", v, tuple(k.shape), f"{names[1]}, the shape of k")
     # B, the heads, Nq and Nk may be 0: empty results, or (Nk = 0) queries that see no key
-    checks.check_range("q.shape[3] (D)", D, 1, MAX_HEAD_DIM)
+    _check_heads(Hq, Hkv, D, "q.shape[3] (D)", causal, return_lse, softmax_scale)
+    return B, Hq, Hkv, Nq, Nk, D
+
+
+def _check_heads(Hq: int, Hkv: int, D: int, d_name: str, causal, return_lse, softmax_scale) -> None:
+    checks.check_range(d_name, D, 1, MAX_HEAD_DIM)
     if Hkv == 0 and Hq:
         raise ValueError(f"k: expected at least one kv head for Hq={Hq} query heads, got Hkv=0")
     if Hkv and Hq % Hkv:
@@ -112,7 +118,32 @@ def check_flash_attention(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal, s
     checks.check_bool("causal", causal)
     checks.check_bool("return_lse", return_lse)
     check_softmax_scale(softmax_scale)
-    return B, Hq, Hkv, Nq, Nk, D
+
+
+def check_varlen(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySpec, cu_k: ArraySpec, max_seqlen_q,
+                 max_seqlen_k, *, causal, softmax_scale, return_lse=False) -> Tuple[int, int, int, int, int, int]:
+    """Validates the arguments of flash_attention_varlen; returns (B, Hq, Hkv, Tq, Tk, D), B the
+    number of sequences."""
+    for name, spec, desc in (("q", q, "[Tq, Hq, D]"), ("k", k, "[Tk, Hkv, D]"), ("v", v, "[Tk, Hkv, D]")):
+        checks.check_rank(name, spec, 3, desc)
+        checks.check_float(name, spec)
+    checks.check_same_dtype(("q", "k", "v"), (q, k, v))
+    (Tq, Hq, D), (Tk, Hkv) = q.shape, k.shape[:2]
+    checks.check_dim("k", k, 2, D, "D, the head size of q")
+    checks.check_shape("v", v, tuple(k.shape), "[Tk, Hkv, D], the shape of k")
+    for name, spec in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
+        checks.check_int(name, spec)
+        checks.check_rank(name, spec, 1, "[B + 1]")
+        checks.check_range(f"{name}.shape[0] (B + 1)", spec.shape[0], 1)
+    checks.check_shape("cu_seqlens_k", cu_k, tuple(cu_q.shape), "[B + 1], the shape of cu_seqlens_q")
+    checks.check_same_device(("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k"), (q, k, v, cu_q, cu_k))
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise TypeError(f"{name}: expected a Python int (static: it sizes the launch grid), "
+                            f"got {type(value).__name__}")
+        checks.check_range(name, value, 0)
+    _check_heads(Hq, Hkv, D, "q.shape[2] (D)", causal, return_lse, softmax_scale)
+    return cu_q.shape[0] - 1, Hq, Hkv, Tq, Tk, D
 
 
 def check_softmax_scale(softmax_scale) -> None:
@@ -245,7 +276,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     launch = Launch(
         kern.fa_fwd_kernel, (cdiv(Nq, cfg.fwd.m), B * Hq), ("q", "k", "v", *o_inputs),
         (Hq, Hq // Hkv if Hkv else 1, Nq, Nk, D, scale * LOG2E, *o_scalars, *q.strides, *k.strides, *v.strides,
-         *bhnd_strides(o_shape, layout), *o_strides),
+         *bhnd_strides(o_shape, layout), *o_strides, Nq, Nk),
         (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32"),
          optional_output("lse_base2", (B, Hq, Nq), "float32", _base2_lse(o_const))),
         {**_constexprs(cfg, cfg.fwd, D, causal, _align(D, q, k, v)), **o_const}, num_warps=cfg.fwd.warps,
@@ -284,7 +315,7 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
     dkdv = Launch(
         kern.fa_bwd_dkdv_kernel, (cdiv(Nk, cfg.dkdv.n), B * Hkv), ("q", "k", "v", "do", lse2, "delta", *o_inputs),
         (Hkv, G, Nq, Nk, D, scale * LOG2E, scale, *o_scalars, *q.strides, *k.strides, *v.strides, *do.strides,
-         *bhnd_strides(k.shape, layout), *bhnd_strides(v.shape, layout), *o_strides),
+         *bhnd_strides(k.shape, layout), *bhnd_strides(v.shape, layout), *o_strides, Nq, Nk),
         (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype)),
         {**_constexprs(cfg, cfg.dkdv, D, causal, align), **o_const}, num_warps=cfg.dkdv.warps,
         num_stages=cfg.dkdv.stages,
@@ -292,8 +323,106 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
     dq = Launch(
         kern.fa_bwd_dq_kernel, (cdiv(Nq, cfg.dq.m), B * Hq), ("q", "k", "v", "do", lse2, "delta", *o_inputs),
         (Hq, G, Nq, Nk, D, scale * LOG2E, scale, *o_scalars, *q.strides, *k.strides, *v.strides, *do.strides,
-         *bhnd_strides(q.shape, layout), *o_strides),
+         *bhnd_strides(q.shape, layout), *o_strides, Nq, Nk),
         (Buffer("dq", laid_out(q.shape, layout), q.dtype),),
+        {**_constexprs(cfg, cfg.dq, D, causal, align), **o_const}, num_warps=cfg.dq.warps, num_stages=cfg.dq.stages,
+    )
+    return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "lse_base2"))
+
+
+# -- packed sequences (flash_attention_varlen) ----------------------------------------------
+# The same kernels with VARLEN: q [Tq, Hq, D], k, v [Tk, Hkv, D] as heads of one batch whose
+# rows start at cu_seqlens[b] (batch strides 0), Nq and Nk the max_seqlen (the grid's rows),
+# lse [Hq, Tq]. Grid slot B (after the last sequence) fills the rows no sequence covers.
+
+
+def _packed(strides: Tuple[int, ...]) -> Tuple[int, int, int, int]:
+    """The kernels' (b, h, n, d) strides of a packed [T, H, D] array: batch stride 0 (each
+    sequence's rows are reached through cu_seqlens)."""
+    return (0, strides[1], strides[0], strides[2])
+
+
+def _varlen_options(options: Options, alibi: Optional[ArraySpec], causal: bool, scale: float, Nq: int, Nk: int):
+    """_option_launch for packed sequences: cu_seqlens_q, cu_seqlens_k in the lengths' places."""
+    inputs, scalars, strides, const = _option_launch(options, {"alibi_slopes": alibi}, causal, scale, Nq, Nk)
+    return (inputs[0], "cu_seqlens_q", "cu_seqlens_k", *inputs[3:]), scalars, strides, {**const, "VARLEN": True}
+
+
+def _varlen_blocks(rows: int, max_seqlen: int, block: int) -> int:
+    """Grid axis 0 of a varlen launch: blocks of the longest sequence, at least one (slot B's
+    programs fill the rows outside every sequence), none without rows."""
+    return 0 if rows == 0 else max(1, cdiv(max_seqlen, block))
+
+
+@cached_plan
+def varlen_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySpec, cu_k: ArraySpec, *,
+                        max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale: Optional[float],
+                        target: Target, options: Options = NO_OPTIONS, alibi: Optional[ArraySpec] = None,
+                        settings: Optional[Settings] = None) -> Plan:
+    """Inputs: q, k, v, cu_seqlens_q, cu_seqlens_k and alibi_slopes (or None). Results: o [Tq,
+    Hq, D] (q's dtype), lse [Hq, Tq] (fp32), lse_base2 (with softcap or ALiBi)."""
+    B, Hq, Hkv, Tq, Tk, D = check_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, causal=causal,
+                                         softmax_scale=softmax_scale)
+    check_option_arrays({"alibi_slopes": alibi}, q, B, Hq, max_seqlen_q, max_seqlen_k)
+    cfg = config(D, q.dtype, target, settings)
+    scale = resolve_scale(softmax_scale, D)
+    o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, causal, scale, max_seqlen_q,
+                                                              max_seqlen_k)
+    launch = Launch(
+        kern.fa_fwd_kernel, (_varlen_blocks(Tq, max_seqlen_q, cfg.fwd.m), (B + 1) * Hq), ("q", "k", "v", *o_inputs),
+        (Hq, Hq // Hkv if Hkv else 1, max_seqlen_q, max_seqlen_k, D, scale * LOG2E, *o_scalars,
+         *_packed(q.strides), *_packed(k.strides), *_packed(v.strides), *_packed(row_major_strides((Tq, Hq, D))),
+         *o_strides, Tq, Tk),
+        (Buffer("o", (Tq, Hq, D), q.dtype), Buffer("lse", (Hq, Tq), "float32"),
+         optional_output("lse_base2", (Hq, Tq), "float32", _base2_lse(o_const))),
+        {**_constexprs(cfg, cfg.fwd, D, causal, _align(D, q, k, v)), **o_const}, num_warps=cfg.fwd.warps,
+        num_stages=cfg.fwd.stages,
+    )
+    return Plan((launch,), ("o", "lse", "lse_base2"))
+
+
+@cached_plan
+def varlen_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySpec, cu_k: ArraySpec,
+                         do: ArraySpec, *, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+                         softmax_scale: Optional[float], has_dlse: bool, target: Target,
+                         options: Options = NO_OPTIONS, alibi: Optional[ArraySpec] = None,
+                         settings: Optional[Settings] = None) -> Plan:
+    """Inputs: varlen_forward_plan's, o, lse (and lse_base2), do and with has_dlse dlse.
+    Results: dq, dk, dv (the shapes and dtype of q, k, v)."""
+    B, Hq, Hkv, Tq, Tk, D = check_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, causal=causal,
+                                         softmax_scale=softmax_scale)
+    checks.check_shape("do", do, tuple(q.shape), "the shape of the output")
+    checks.check_same_dtype(("q", "do"), (q, do))
+    cfg = config(D, q.dtype, target, settings)
+    scale = resolve_scale(softmax_scale, D)
+    G = Hq // Hkv if Hkv else 1
+    o_rows = _packed(row_major_strides((Tq, Hq, D)))
+    delta = Launch(  # one batch of Hq heads of Tq rows: lse and delta are [Hq, Tq]
+        kern.fa_bwd_delta_kernel, (cdiv(Tq, cfg.delta_rows), Hq), ("o", "do", "lse", "dlse" if has_dlse else "lse"),
+        (Hq, Tq, D, *o_rows, *_packed(do.strides)),
+        (Buffer("delta", (Hq, Tq), "float32"), Buffer("lse2", (Hq, Tq), "float32")),
+        {"BLOCK_M": cfg.delta_rows, "BD": cfg.BD, "HAS_DLSE": has_dlse, "ALIGN": _align(D, do)}, num_warps=4,
+    )
+    align = _align(D, q, k, v, do)
+    o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, causal, scale, max_seqlen_q,
+                                                              max_seqlen_k)
+    lse2 = "lse_base2" if _base2_lse(o_const) else "lse2"
+    common = (max_seqlen_q, max_seqlen_k, D, scale * LOG2E, scale, *o_scalars, *_packed(q.strides),
+              *_packed(k.strides), *_packed(v.strides), *_packed(do.strides))
+    dkdv = Launch(
+        kern.fa_bwd_dkdv_kernel, (_varlen_blocks(Tk, max_seqlen_k, cfg.dkdv.n), (B + 1) * Hkv),
+        ("q", "k", "v", "do", lse2, "delta", *o_inputs),
+        (Hkv, G, *common, *_packed(row_major_strides((Tk, Hkv, D))), *_packed(row_major_strides((Tk, Hkv, D))),
+         *o_strides, Tq, Tk),
+        (Buffer("dk", (Tk, Hkv, D), k.dtype), Buffer("dv", (Tk, Hkv, D), v.dtype)),
+        {**_constexprs(cfg, cfg.dkdv, D, causal, align), **o_const}, num_warps=cfg.dkdv.warps,
+        num_stages=cfg.dkdv.stages,
+    )
+    dq = Launch(
+        kern.fa_bwd_dq_kernel, (_varlen_blocks(Tq, max_seqlen_q, cfg.dq.m), (B + 1) * Hq),
+        ("q", "k", "v", "do", lse2, "delta", *o_inputs),
+        (Hq, G, *common, *o_rows, *o_strides, Tq, Tk),
+        (Buffer("dq", (Tq, Hq, D), q.dtype),),
         {**_constexprs(cfg, cfg.dq, D, causal, align), **o_const}, num_warps=cfg.dq.warps, num_stages=cfg.dq.stages,
     )
     return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "lse_base2"))

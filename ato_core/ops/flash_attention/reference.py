@@ -68,6 +68,9 @@ def masked_attention(q, k, v, visible, softmax_scale=None, return_lse=False, sof
         s = s + xp.reshape(xp.broadcast_to(bias, (B, Hq, Nq, Nk)), (B, Hkv, G, Nq, Nk))
     if visible.ndim == 4:
         visible = xp.reshape(visible, (B, Hkv, G, Nq, Nk))
+    # values of keys no query sees are never read (a NaN there reaches no output)
+    seen = xp.any(visible, axis=0)[:, None] if visible.ndim == 2 else xp.any(visible, axis=(2, 3))[..., None]
+    v = xp.where(seen, v, xp.zeros_like(v))
     neg_inf = xp.asarray(-math.inf, dtype=s.dtype, device=device(q))
     m = xp.max(xp.where(visible, s, neg_inf), axis=-1, keepdims=True)
     m = xp.where(m == -math.inf, xp.zeros_like(m), m)                       # rows that see no key
@@ -81,3 +84,48 @@ def masked_attention(q, k, v, visible, softmax_scale=None, return_lse=False, sof
         return o
     lse = xp.where(seen, m + xp.log(l_safe), xp.full_like(l, -math.inf))
     return o, xp.reshape(lse, (B, Hq, Nq))
+
+
+def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
+                           softmax_scale=None, return_lse=False, window_size=None, softcap=None, alibi_slopes=None):
+    """Packed sequences, one dense masked attention per sequence b over all Tq x Tk pairs: query
+    row r of b (cu_q[b] <= r < cu_q[b + 1], position i = r - cu_q[b] < max_seqlen_q) sees key
+    row c of b (position j < max_seqlen_k) under flash_attention's rules at b's lengths, and
+    only b's values (others zeroed: nothing of another sequence reaches its rows, not even a
+    NaN); rows in no sequence get o = 0, lse = -inf. o [Tq, Hq, D], lse [Hq, Tq]."""
+    xp = array_namespace(q, k, v)
+    dev = device(q)
+    Tq, Hq, D = q.shape
+    Tk = k.shape[0]
+    cu_q, cu_k = (xp.astype(c, xp.int64) for c in (cu_seqlens_q, cu_seqlens_k))
+    left, right = (None, None) if window_size is None else tuple(None if w in (None, -1) else w for w in window_size)
+    if causal:
+        right = 0
+    qh, kh = (xp.permute_dims(t, (1, 0, 2))[None] for t in (q, k))      # [1, H, T, D]
+    # zeros, in the graph of q, k and v (with no sequence their gradients are zeros, not none)
+    o = xp.where(xp.zeros((1, 1, Tq, 1), dtype=xp.bool, device=dev), qh + xp.sum(k) + xp.sum(v), xp.zeros_like(qh))
+    lse = xp.full((1, Hq, Tq), -math.inf, dtype=q.dtype, device=dev)
+    for b in range(cu_q.shape[0] - 1):
+        def member(cu, T, longest):  # [T]: row in sequence b; its position there
+            pos = xp.arange(T, device=dev) - cu[b]
+            return (pos >= 0) & (pos < cu[b + 1] - cu[b]) & (pos < longest), pos
+
+        in_q, i = member(cu_q, Tq, max_seqlen_q)
+        in_k, j = member(cu_k, Tk, max_seqlen_k)
+        shift = xp.minimum(cu_k[b + 1] - cu_k[b], max_seqlen_k) - xp.minimum(cu_q[b + 1] - cu_q[b], max_seqlen_q)
+        rel = i[:, None] + shift - j[None, :]                                 # [Tq, Tk]: i + shift - j
+        visible = in_q[:, None] & in_k[None, :]
+        if right is not None:
+            visible = visible & (rel >= -right)
+        if left is not None:
+            visible = visible & (rel <= left)
+        bias = None
+        if alibi_slopes is not None:
+            slope = alibi_slopes[b] if alibi_slopes.ndim == 2 else alibi_slopes
+            bias = -xp.astype(slope, q.dtype)[None, :, None, None] * xp.astype(xp.abs(rel), q.dtype)[None, None]
+        vb = xp.permute_dims(xp.where(in_k[:, None, None], v, xp.zeros_like(v)), (1, 0, 2))[None]
+        ob, lb = masked_attention(qh, kh, vb, visible, softmax_scale, True, softcap=softcap or None, bias=bias)
+        o = xp.where(in_q[:, None], ob, o)
+        lse = xp.where(in_q, lb, lse)
+    o = xp.permute_dims(o[0], (1, 0, 2))
+    return (o, lse[0]) if return_lse else o

@@ -1,0 +1,56 @@
+"""flash_attention_varlen at small odd shapes (an empty and a one-token sequence, rows before
+and after every sequence, GQA, window, softcap, ALiBi; fp32 and bf16), forward and backward
+against the float64 reference, then cu_seqlens that break the rules (a sequence longer than
+max_seqlen, offsets past T, decreasing, negative: on a GPU no host check runs, the kernels
+clamp): run under compute-sanitizer (memcheck) on the GPU machine to find out-of-range
+accesses (varlen computes its own bounds).
+
+    compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-25_flash_varlen_memcheck.py
+"""
+import torch
+
+import ato_torch
+from ato_core.ops.flash_attention import reference
+
+CASES = [
+    # (cu_q, cu_k, Tq, Tk, Hq, Hkv, D, max_q, max_k, dtype, kwargs)
+    ((0, 77, 77, 78, 290), (0, 130, 131, 131, 300), 293, 305, 4, 2, 48, 212, 169, torch.bfloat16,
+     dict(causal=True, window_size=(33, None))),
+    ((3, 130, 207), (5, 82, 300), 210, 301, 2, 1, 80, 127, 218, torch.float32,
+     dict(window_size=(5, 9), softcap=3.0, alibi=True)),
+    ((0, 1, 200), (0, 300, 301), 200, 301, 4, 4, 128, 199, 300, torch.bfloat16, dict(causal=True)),
+]
+BROKEN = [  # cu_q, cu_k (Tq = Tk = 100), max_q, max_k
+    ((0, 60, 100), (0, 60, 100), 30, 30),      # sequences longer than max_seqlen
+    ((0, 50, 180), (0, 150, 100), 64, 150),    # past T, decreasing
+    ((-20, 40, 100), (0, 40, 1000), 128, 128),  # negative start, far past T
+]
+
+for cu_q, cu_k, Tq, Tk, Hq, Hkv, D, mq, mk, dtype, kw in CASES:
+    g = torch.Generator(device="cuda").manual_seed(Tq)
+    q = torch.randn(Tq, Hq, D, device="cuda", generator=g).to(dtype).requires_grad_()
+    k, v = (torch.randn(Tk, Hkv, D, device="cuda", generator=g).to(dtype).requires_grad_() for _ in range(2))
+    cq, ck = (torch.tensor(c, device="cuda", dtype=torch.int32) for c in (cu_q, cu_k))
+    opts = {n: kw[n] for n in ("causal", "window_size", "softcap") if n in kw}
+    if kw.get("alibi"):
+        opts["alibi_slopes"] = torch.rand(len(cu_q) - 1, Hq, device="cuda", generator=g) * 0.3
+    o, lse = ato_torch.flash_attention_varlen(q, k, v, cq, ck, mq, mk, return_lse=True, **opts)
+    do = torch.randn_like(o)
+    grads = torch.autograd.grad((o * do).sum(), (q, k, v))
+    qr, kr, vr = (a.detach().double().requires_grad_() for a in (q, k, v))
+    ropts = {n: (a.double() if torch.is_tensor(a) and a.is_floating_point() else a) for n, a in opts.items()}
+    ro, rlse = reference.flash_attention_varlen(qr, kr, vr, cq, ck, mq, mk, return_lse=True, **ropts)
+    rgrads = torch.autograd.grad((ro * do.double()).sum(), (qr, kr, vr))
+    errs = [float((a.double() - r).norm() / r.norm().clamp_min(1e-30)) for a, r in zip((o, *grads), (ro, *rgrads))]
+    same_inf = bool((torch.isinf(lse) == torch.isinf(rlse)).all())
+    print(f"cu_q {cu_q} cu_k {cu_k} H{Hq}/{Hkv} D{D} {dtype} {sorted(kw)}: rel err o/dq/dk/dv "
+          + " ".join(f"{e:.1e}" for e in errs) + f", lse -inf where the reference's: {same_inf}", flush=True)
+
+for cu_q, cu_k, mq, mk in BROKEN:
+    q, k, v = (torch.randn(100, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    cq, ck = (torch.tensor(c, device="cuda", dtype=torch.int32) for c in (cu_q, cu_k))
+    o = ato_torch.flash_attention_varlen(q, k, v, cq, ck, mq, mk, causal=True)
+    grads = torch.autograd.grad(o.float().sum(), (q, k, v))
+    torch.cuda.synchronize()
+    finite = all(bool(torch.isfinite(t).all()) for t in (o, *grads))
+    print(f"broken cu_q {cu_q} cu_k {cu_k} max {mq}/{mk}: ran, all finite: {finite}", flush=True)
