@@ -12,6 +12,7 @@ in its own row) are spread over the 100 calls; do_bench's CUDA events exclude th
 from __future__ import annotations
 
 import csv
+import itertools
 import os
 import statistics
 import sys
@@ -452,6 +453,74 @@ def flash_options_rows(quick: bool):
     for name, (f, b) in t.items():
         rows.append((f"{name} ato_torch fwd", shape, "x plain", f, f / t["plain"][0], ""))
         rows.append((f"{name} ato_torch fwd+bwd", shape, "x plain", b, b / t["plain"][1], ""))
+    return rows
+
+
+# issue 25's packed documents: 8 of mixed lengths (none a multiple of a tile), 32768 tokens
+VARLEN_DOCS = (9000, 7000, 5500, 4000, 3000, 2268, 1500, 500)
+
+
+def flash_varlen_rows(quick: bool):
+    """flash_attention_varlen, 8 documents of mixed lengths packed into 32768 tokens (H32 D128
+    bf16, causal): against the same documents run one by one as dense flash_attention calls
+    (their times summed), FlexAttention (compiled, a causal document block mask over the packed
+    sequence) and ato_jax's varlen."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    import ato_jax
+    import ato_torch
+
+    rows = []
+    reps = 3 if quick else 5
+    H, D, docs = 32, 128, VARLEN_DOCS
+    T = sum(docs)
+    shape = f"{len(docs)} docs, T{T} H{H} D{D} bf16 causal"
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+    cu = torch.tensor([0, *itertools.accumulate(docs)], device="cuda", dtype=torch.int32)
+    L = max(docs)
+    varlen = lambda a, b, c: ato_torch.flash_attention_varlen(a, b, c, cu, cu, L, L, causal=True)  # noqa: E731
+    t = {"ato_torch fwd": _bench_torch(lambda: varlen(q, k, v), quick),
+         "ato_torch fwd+bwd": _bench_torch(_torch_fwd_bwd(varlen, (q, k, v), do), quick)}
+    dense = lambda a, b, c: ato_torch.flash_attention(a, b, c, causal=True, layout="bnhd")  # noqa: E731
+    per_doc = {"fwd": 0.0, "fwd+bwd": 0.0}
+    for lo, n in zip(cu.tolist(), docs):
+        one = [x[lo:lo + n][None] for x in (q, k, v, do)]
+        per_doc["fwd"] += _bench_torch(lambda one=one: dense(*one[:3]), quick)
+        per_doc["fwd+bwd"] += _bench_torch(_torch_fwd_bwd(dense, one[:3], one[3]), quick)
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        doc = torch.repeat_interleave(torch.arange(len(docs), device="cuda"), torch.tensor(docs, device="cuda"))
+        mask = create_block_mask(lambda b, h, i, j: (doc[i] == doc[j]) & (j <= i), None, None, T, T, device="cuda")
+        flex = torch.compile(flex_attention)
+        qt, kt, vt, dot = (x.transpose(0, 1)[None].contiguous() for x in (q, k, v, do))  # [1, H, T, D]
+        fx = lambda a, b, c: flex(a, b, c, block_mask=mask)  # noqa: E731
+        t["FlexAttention fwd"] = _bench_torch(lambda: fx(qt, kt, vt), quick)
+        t["FlexAttention fwd+bwd"] = _bench_torch(_torch_fwd_bwd(fx, (qt, kt, vt), dot), quick)
+    except Exception as exc:  # report, don't hide
+        rows.append(("FlexAttention unavailable", shape, type(exc).__name__, None, None, str(exc)[:60]))
+    qj, kj, vj, doj = (jnp.asarray(x.float().cpu().numpy()).astype(jnp.bfloat16) for x in (q, k, v, do))
+    cuj = jnp.asarray(cu.cpu().numpy())
+    jfn = lambda a, b, c: ato_jax.flash_attention_varlen(a, b, c, cuj, cuj, L, L, causal=True)  # noqa: E731
+
+    def jfb(a, b, c, d):
+        return jax.vjp(jfn, a, b, c)[1](d)
+    t["ato_jax fwd"] = _median_jax(jax.jit(jfn), qj, kj, vj, reps=reps, calls=20)
+    t["ato_jax fwd+bwd"] = _median_jax(jax.jit(jfb), qj, kj, vj, doj, reps=reps, calls=10)
+    for mode in ("fwd", "fwd+bwd"):
+        base = per_doc[mode]
+        rows.append((f"dense per document, summed {mode}", shape, "x per-doc sum", base, 1.0,
+                     "ato_torch flash_attention, one call per document"))
+        for name in ("ato_torch", "ato_jax", "FlexAttention"):
+            if f"{name} {mode}" in t:
+                rows.append((f"varlen {name} {mode}", shape, "x per-doc sum", t[f"{name} {mode}"],
+                             t[f"{name} {mode}"] / base, ""))
+        if f"FlexAttention {mode}" in t:
+            rows.append((f"varlen ato_torch / FlexAttention {mode}", shape, "time ratio", None,
+                         t[f"ato_torch {mode}"] / t[f"FlexAttention {mode}"], ""))
     return rows
 
 
@@ -1091,7 +1160,7 @@ def linear_cross_entropy_rows(quick: bool):
 
 # One table per op family, or per group of families (ato_core.ops.GROUPS).
 TABLES = {"linear_attention": linear_attention_rows, "based": based_rows, "flash_attention": flash_attention_rows,
-          "flash_options": flash_options_rows,
+          "flash_options": flash_options_rows, "flash_varlen": flash_varlen_rows,
           "decode": decode_rows, "block_sparse": block_sparse_rows, "transformer_ops": transformer_ops_rows,
           "linear_cross_entropy": linear_cross_entropy_rows}
 
