@@ -366,7 +366,7 @@ def flash_options_rows(quick: bool):
     N 16384 (B1 H32): against causal time x the fraction of tiles the window visits, FlexAttention
     (compiled, sliding-window block mask) and cuDNN's local window (jax.nn.dot_product_attention).
     Each option's cost over plain causal at B4 H32 N4096: softcap, ALiBi, q/kv lengths (full
-    length), segment ids (one segment), bnhd."""
+    length), segment ids (one segment), bnhd, a bias and a mask."""
     import jax
     import jax.numpy as jnp
     import torch
@@ -444,6 +444,9 @@ def flash_options_rows(quick: bool):
         "q/kv lengths": ((q, k, v), do, {"q_lengths": full, "kv_lengths": full}),
         "segment ids": ((q, k, v), do, {"segment_ids": seg}),
         "bnhd": ((qn, kn, vn), don, {"layout": "bnhd"}),
+        "bias [H, N, N]": ((q, k, v), do, {"bias": torch.randn(H, N, N, device="cuda", dtype=torch.bfloat16,
+                                                               generator=g)}),
+        "mask [N, N] all true": ((q, k, v), do, {"mask": torch.ones(N, N, device="cuda", dtype=torch.bool)}),
     }
     t = {}
     for name, (inputs, cot, kw) in variants.items():

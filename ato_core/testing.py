@@ -36,7 +36,7 @@ class Case:
     # how inputs are drawn: "scale" (logits = scale * N(0, 1)), "ignore_every" (every n-th
     # target is -100), "nonneg" (|N(0, 1)| for q and k: features without a feature map),
     # "magnitude" (see magnitude_of), "taylor_state" (S0, z0 made by a prefill: _taylor_state),
-    # "density" (the fraction of true entries of an int input named block_mask, drawn as bool),
+    # "density" (the fraction of true entries of an int input named block_mask or mask, drawn as bool),
     # "block_masked" (attention restricted to some key blocks: tests/helpers.causal_masked),
     # "sorted" (integer inputs named *segment_ids sorted along their last axis), "values"
     # ((name, values), ...: integer inputs given, e.g. cu_seqlens)
@@ -146,7 +146,7 @@ def make_inputs(case: Case) -> Dict[str, np.ndarray]:
             a = np.asarray(fixed[name], np.int64).reshape(shape)
         if name == "targets" and opt.get("ignore_every"):
             a.reshape(-1)[:: opt["ignore_every"]] = -100
-        if name == "block_mask":  # bool, each entry true with probability "density"
+        if name in ("block_mask", "mask"):  # bool, each entry true with probability "density"
             a = rng.random(shape) < opt.get("density", 0.5)
         if name.endswith("segment_ids") and opt.get("sorted"):  # packed documents
             a = np.sort(a, axis=-1)

@@ -73,6 +73,8 @@ def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
     for launch in plan.launches:
         compiled = compile_sm90(launch, plan, inputs)
         assert compiled.asm["ptx"], f"{name}: {launch.name}"
+        # what an H100 (and H200) gives one block; more fails at launch (OutOfResources)
+        assert compiled.metadata.shared <= 232448, f"{name}: {launch.name} needs {compiled.metadata.shared} B"
 
 
 # The kernels that stream [rows, width] arrays, and the scalar 16-bit loads and stores each may

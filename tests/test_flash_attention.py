@@ -221,6 +221,12 @@ OPTION_CASES = {
     "causal_window_softcap_gqa": (2, 4, 2, 70, 70, 48, dict(window=(15, None), causal=True, softcap=1.5)),
     "all": (2, 4, 2, 50, 61, 16, dict(window=(12, 4), causal=True, softcap=2.0, alibi="bh", lengths="both",
                                       segments=3)),
+    "bias": (2, 2, 1, 37, 45, 16, dict(bias="full")),
+    "bias_broadcast_causal": (1, 4, 2, 45, 60, 24, dict(bias="heads_keys", causal=True)),
+    "mask_pairs_causal": (2, 2, 2, 41, 41, 16, dict(mask="pairs", causal=True)),
+    "mask_full_nq_gt_nk": (2, 4, 2, 50, 21, 16, dict(mask="full")),
+    "bias_mask_window_softcap_alibi": (2, 4, 2, 45, 50, 16, dict(bias="full", mask="full", window=(9, 3),
+                                                                 softcap=3.0, alibi="h", lengths="kv")),
 }
 
 
@@ -306,6 +312,10 @@ OPTION_BAD_INPUTS = [
     ("lengths too long", dict(q_lengths="lengths_long"), ValueError, "q_lengths: expected values in [0, 5]"),
     ("segments shape", dict(segment_ids="lengths3"), ValueError, "q_segment_ids: expected shape (2, 5)"),
     ("segments one of two", dict(segment_ids=("seg_q", None)), ValueError, "segment_ids: expected both"),
+    ("bias shape", dict(bias="bias_bad"), ValueError, "bias: expected a shape broadcastable to (2, 4, 5, 6)"),
+    ("bias int", dict(bias="lengths3"), TypeError, "bias: expected"),
+    ("mask not bool", dict(mask="mask_int"), TypeError, "mask: expected a bool array"),
+    ("mask rank 5", dict(mask="mask_5d"), ValueError, "mask: expected a shape broadcastable"),
 ]
 
 
@@ -316,7 +326,9 @@ def test_option_bad_inputs(framework, desc, kw, exc, fragment):
     x = _bad_input_args(framework)
     named = {"slopes3": np.ones(3, np.float32), "slopes_half": np.ones(4, np.float16),
              "lengths_float": np.ones(2, np.float32), "lengths3": np.ones(3, np.int32),
-             "lengths_long": np.array([2, 6], np.int32), "seg_q": np.zeros((2, 5), np.int32)}
+             "lengths_long": np.array([2, 6], np.int32), "seg_q": np.zeros((2, 5), np.int32),
+             "bias_bad": np.zeros((3, 5, 5), np.float32), "mask_int": np.ones((5, 5), np.int32),
+             "mask_5d": np.ones((1, 2, 4, 5, 5), bool)}
 
     def fill(a):
         if isinstance(a, tuple):
@@ -362,3 +374,36 @@ def test_options_under_torch_compile():
         runs.append((o.detach(), *torch.autograd.grad(o.sum(), (q, k, v))))
     for a, b in zip(*runs):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_bias_takes_no_gradient(framework):
+    """bias is not differentiated: torch gives it no .grad, JAX a zero cotangent; q, k, v's
+    gradients are those with the bias as a constant."""
+    rng = np.random.default_rng(13)
+    q, k, v = (rng.standard_normal((1, 2, 20, 16)).astype(np.float32) for _ in range(3))
+    bias = rng.standard_normal((2, 20, 20)).astype(np.float32)
+    if framework == "torch":
+        leaves = [torch.from_numpy(a).requires_grad_() for a in (q, k, v, bias)]
+        ato_torch.flash_attention(*leaves[:3], causal=True, bias=leaves[3]).sum().backward()
+        assert leaves[3].grad is None and all(t.grad is not None for t in leaves[:3])
+    else:
+        g = jax.grad(lambda *a: jnp.sum(ato_jax.flash_attention(*a[:3], causal=True, bias=a[3])), argnums=(0, 3))(
+            *map(jnp.asarray, (q, k, v, bias)))
+        assert np.all(np.asarray(g[1]) == 0) and np.any(np.asarray(g[0]) != 0)
+
+
+def test_mask_is_torch_sdpa_attn_mask():
+    """A boolean mask means what torch's scaled_dot_product_attention's does (True: take part),
+    on rows that keep a key (SDPA gives NaN for a row with none; ato zeros)."""
+    rng = np.random.default_rng(14)
+    q, k, v = (torch.from_numpy(rng.standard_normal((2, 4, 30, 32)).astype(np.float32)) for _ in range(3))
+    mask = torch.from_numpy(rng.random((2, 1, 30, 30)) < 0.6)
+    mask[..., 0] = True
+    bias = torch.from_numpy(rng.standard_normal((4, 30, 30)).astype(np.float32))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    np.testing.assert_allclose(ato_torch.flash_attention(q, k, v, mask=mask).numpy(), want.numpy(), rtol=1e-5,
+                               atol=1e-5)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    np.testing.assert_allclose(ato_torch.flash_attention(q, k, v, bias=bias).numpy(), want.numpy(), rtol=1e-5,
+                               atol=1e-5)

@@ -199,6 +199,8 @@ FA_OPTION_GPU = {
     "segments": ((2, 4, 4, 1024, 1024, 64), dict(segments=5, causal=True)),
     "all_bnhd": ((2, 8, 2, 900, 1100, 128), dict(window=(250, None), causal=True, softcap=20.0, alibi="h",
                                                   lengths="both", segments=3, layout="bnhd")),
+    "bias_mask": ((2, 8, 2, 1000, 1100, 128), dict(bias="heads_keys", mask="full", causal=True)),
+    "bias_full_mask_pairs": ((1, 4, 4, 777, 513, 64), dict(bias="full", mask="pairs")),
 }
 
 

@@ -20,7 +20,8 @@ class Flash(NamedTuple):
 
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bhnd", window_size=None,
-                    softcap=None, alibi_slopes=None, q_lengths=None, kv_lengths=None, segment_ids=None):
+                    softcap=None, alibi_slopes=None, q_lengths=None, kv_lengths=None, segment_ids=None, bias=None,
+                    mask=None):
     """Softmax attention, o = softmax(q k^T * softmax_scale) v, tiled (never Nq x Nk in memory).
 
     Args:
@@ -51,6 +52,13 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
       segment_ids: integer [B, N] (Nq == Nk), or a pair (q_segment_ids [B, Nq],
         kv_segment_ids [B, Nk]): query i sees key j only within its segment (documents packed
         into one sequence). Combines with every option above.
+      bias: float, broadcastable to [B, Hq, Nq, Nk] (numpy's rules; size-1 axes are read with
+        stride 0, never expanded): added to the scores after the softcap and ALiBi. Not
+        differentiated (no gradient flows to it).
+      mask: bool, broadcastable to [B, Hq, Nq, Nk]: True where the pair takes part
+        (jax.nn.dot_product_attention's and torch's boolean attn_mask convention); a query
+        with no True left gets o = 0 and lse = -inf. A bias or mask makes every key block take
+        the masked path: for a structure the options above describe, they are faster.
 
     Returns:
       o [B, Hq, Nq, D] (or [B, Nq, Hq, D]) in q's dtype, or (o, lse). Differentiable with
@@ -66,7 +74,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     q_seg, kv_seg = segment_ids if pair else (segment_ids, segment_ids)
     if (q_seg is None) != (kv_seg is None):
         raise ValueError("segment_ids: expected both q_segment_ids and kv_segment_ids, got one of them None")
-    return (q, k, v, alibi_slopes, q_lengths, kv_lengths, q_seg, kv_seg), \
+    return (q, k, v, alibi_slopes, q_lengths, kv_lengths, q_seg, kv_seg, bias, mask), \
         Flash(causal, softmax_scale, return_lse, layout, options)
 
 

@@ -6,11 +6,12 @@ from ato_core.testing import Case, In, gpu_spec
 
 
 def fa_case(B, Hq, Hkv, Nq, Nk, D, dtype="float32", causal=False, lse=True, scale=None, seed=0, layout="bhnd",
-            window=None, softcap=None, alibi=None, lengths=None, segments=None):
+            window=None, softcap=None, alibi=None, lengths=None, segments=None, bias=None, mask=None):
     """layout "bnhd": q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D]. Options: window (left, right),
     softcap, alibi "h" ([Hq] slopes) or "bh" ([B, Hq]), lengths "q", "kv" or "both" (random
     q_lengths / kv_lengths in [0, N]), segments: the number of segment ids (sorted per row,
-    as packed documents)."""
+    as packed documents), bias "full" ([B, Hq, Nq, Nk]) or "heads_keys" ([Hq, 1, Nk], broadcast),
+    mask "full" or "pairs" ([Nq, Nk], broadcast; each entry True with probability 0.7)."""
     q, kv = ((B, Hq, Nq, D), (B, Hkv, Nk, D)) if layout == "bhnd" else ((B, Nq, Hq, D), (B, Nk, Hkv, D))
     shapes = (("q", q), ("k", kv), ("v", kv))
     kwargs = (("causal", causal), ("softmax_scale", scale), ("return_lse", lse))
@@ -26,14 +27,21 @@ def fa_case(B, Hq, Hkv, Nq, Nk, D, dtype="float32", causal=False, lse=True, scal
         if lengths in (side, "both"):
             ints += ((f"{side}_lengths", (B,), 0, n + 1),)
             kwargs += ((f"{side}_lengths", In(f"{side}_lengths")),)
+    if bias is not None:
+        shapes += (("bias", (B, Hq, Nq, Nk) if bias == "full" else (Hq, 1, Nk)),)
+        kwargs += (("bias", In("bias")),)
+    if mask is not None:
+        ints += (("mask", (B, Hq, Nq, Nk) if mask == "full" else (Nq, Nk), 0, 2),)
+        kwargs += (("mask", In("mask")),)
+        options += (("density", 0.7),)
     if segments is not None:
         ints += (("q_segment_ids", (B, Nq), 0, segments), ("kv_segment_ids", (B, Nk), 0, segments))
         kwargs += (("segment_ids", (In("q_segment_ids"), In("kv_segment_ids"))),)
         options += (("sorted", True),)
-    if window is not None or lengths is not None or segments is not None:
+    if window is not None or lengths is not None or segments is not None or mask is not None:
         options += (("block_masked", True),)  # keys each query never sees (test_fuzz's NaN tiers)
     return Case("flash_attention", shapes, dtype, (In("q"), In("k"), In("v")), kwargs, seed, fp32_inputs=fp32,
-                int_inputs=ints, nondiff=fp32, options=options)
+                int_inputs=ints, nondiff=fp32 + (("bias",) if bias is not None else ()), options=options)
 
 
 def fa_varlen_case(seqs_q, seqs_k, Hq, Hkv, D, dtype="float32", causal=False, lse=True, scale=None, seed=0,
@@ -68,8 +76,9 @@ def check_cases(gpu: bool, dtype: str, quick: bool):
         [(1, 4, 2, 45, 29, 48), (1, 2, 2, 37, 70, 16)]
     cases = [fa_case(*d, dtype=dtype, causal=causal, seed=i) for i, d in enumerate(dims[:1] if quick else dims)
              for causal in (False, True)]
-    # the options together: window, softcap, ALiBi, padding lengths, segment ids
-    options = dict(window=(200 if gpu else 20, None), softcap=20.0, alibi="bh", lengths="both", segments=3)
+    # the options together: window, softcap, ALiBi, padding lengths, segment ids, bias, mask
+    options = dict(window=(200 if gpu else 20, None), softcap=20.0, alibi="bh", lengths="both", segments=3,
+                   bias="heads_keys", mask="pairs")
     dims = (2, 8, 2, 1000, 1500, 128) if gpu else (2, 2, 1, 50, 61, 16)
     # packed sequences (an empty one, rows outside every sequence) with a window and softcap
     seqs = ((700, 0, 1, 2000, 333), (900, 5, 1, 2000, 40)) if gpu else ((20, 0, 1, 45), (30, 5, 1, 40))
@@ -85,7 +94,8 @@ COMPILE = [("flash_attention", "flash_attention", (gpu_spec((1, 8, 256, 128)), g
             (gpu_spec((2, 8, 256, 128)), gpu_spec((2, 2, 256, 128)), gpu_spec((2, 2, 256, 128))),
             {"causal": True, "window_size": (64, None), "softcap": 30.0, "alibi_slopes": gpu_spec((8,), "float32"),
              "q_lengths": gpu_spec((2,), "int32"), "kv_lengths": gpu_spec((2,), "int32"),
-             "segment_ids": gpu_spec((2, 256), "int32")}),
+             "segment_ids": gpu_spec((2, 256), "int32"), "bias": gpu_spec((8, 256, 256)),
+             "mask": gpu_spec((2, 1, 256, 256), "bool")}),
            ("flash_attention_varlen", "flash_attention_varlen",
             (gpu_spec((1024, 8, 128)), gpu_spec((1024, 2, 128)), gpu_spec((1024, 2, 128)), gpu_spec((5,), "int32"),
              gpu_spec((5,), "int32"), 512, 512), {"causal": True, "return_lse": True})]
@@ -100,7 +110,8 @@ def fuzz(pick):
         scale=pick.choice((None, 0.3)), seed=pick.int(0, 99), layout=pick.choice(("bhnd", "bnhd")),
         window=pick.choice((None, None, (pick.int(0, 40), pick.choice((None, pick.int(0, 40)))))),
         softcap=pick.choice((None, None, 5.0)), alibi=pick.choice((None, None, "h", "bh")),
-        lengths=pick.choice((None, None, "q", "kv", "both")), segments=pick.choice((None, None, 3))),
+        lengths=pick.choice((None, None, "q", "kv", "both")), segments=pick.choice((None, None, 3)),
+        bias=pick.choice((None, None, "full", "heads_keys")), mask=pick.choice((None, None, "full", "pairs"))),
         "flash_attention_varlen": _fuzz_varlen(pick)}
 
 

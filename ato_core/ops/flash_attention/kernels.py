@@ -127,6 +127,22 @@ def _visible(qpos, kpos, kv_len, lo_shift, hi_shift, qseg, kseg, KEYS: tl.conste
 
 
 @triton.jit
+def _pair_terms(s, visible, BIAS, AMASK, qrows, kcols, sbi, sbj, smi, smj, Nq, Nk, HAS_BIAS: tl.constexpr,
+                HAS_MASK: tl.constexpr):
+    """The bias (HAS_BIAS, times log2(e)) added to base-2 scores s and the boolean mask (HAS_MASK)
+    anded into ``visible`` at query rows qrows and keys kcols (broadcast against each other);
+    BIAS and AMASK point at the head's [Nq, Nk] (strides 0 on broadcast axes)."""
+    inside = (qrows < Nq) & (kcols < Nk)
+    if HAS_BIAS:
+        s = s + tl.load(BIAS + qrows.to(tl.int64) * sbi + kcols.to(tl.int64) * sbj, mask=inside,
+                        other=0.0).to(tl.float32) * LOG2E
+    if HAS_MASK:
+        visible = visible & (tl.load(AMASK + qrows.to(tl.int64) * smi + kcols.to(tl.int64) * smj, mask=inside,
+                                     other=0) != 0)
+    return s, visible
+
+
+@triton.jit
 def _segment_ids(SEG, b, sb, sn, idx, n, other, SEGMENTS: tl.constexpr):
     """Segment ids of positions idx (< n) of batch b (``other`` past n; 0 without SEGMENTS)."""
     if SEGMENTS:
@@ -137,13 +153,15 @@ def _segment_ids(SEG, b, sb, sn, idx, n, other, SEGMENTS: tl.constexpr):
 
 @triton.jit
 def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len, shift, lo_shift, hi_shift, dmask,
-                qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn,
-                BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+                qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BIAS, AMASK, sbi, sbj, smi,
+                smj, Nq, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
                 PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
-                ALIBI: tl.constexpr, SEGMENTS: tl.constexpr):
+                ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
+                HAS_MASK: tl.constexpr = False):
     """Key blocks [start, end): the online-softmax update. With MASK, keys past kv_len, those
-    outside each query's band and (SEGMENTS) segment score -inf; a row with no visible key so
-    far keeps m = -inf, and its p and rescale factor come out 0 rather than NaN."""
+    outside each query's band, (SEGMENTS) segment and (HAS_MASK) mask score -inf; a row with
+    no visible key so far keeps m = -inf, and its p and rescale factor come out 0 rather than
+    NaN. HAS_BIAS (only with MASK): the bias added (_pair_terms)."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs += tl.cast(start, tl.int64) * aligned(skn, ALIGN)
     v_ptrs += tl.cast(start, tl.int64) * aligned(svn, ALIGN)
@@ -156,6 +174,8 @@ def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len
             kseg = _segment_ids(KSEG, b, sksb, sksn, keys, Nk, -1, SEGMENTS)
             visible = _visible(offs_m[:, None], keys[None, :], kv_len, lo_shift, hi_shift, qseg[:, None],
                                kseg[None, :], True, CAUSAL, WINDOW, SEGMENTS)
+            s, visible = _pair_terms(s, visible, BIAS, AMASK, offs_m[:, None], keys[None, :], sbi, sbj, smi, smj, Nq,
+                                     Nk, HAS_BIAS, HAS_MASK)
             s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -371,15 +391,16 @@ def _live_ranges(first, q_len, BLOCK_M: tl.constexpr, kv_len, lo_shift, hi_shift
 def _query_options(QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, sqsb, sqsn,
                    first, offs_m, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                    WINDOW: tl.constexpr, ALIBI: tl.constexpr, Q_LENS: tl.constexpr, KV_LENS: tl.constexpr,
-                   SEGMENTS: tl.constexpr, VARLEN: tl.constexpr):
+                   SEGMENTS: tl.constexpr, VARLEN: tl.constexpr, DENSE: tl.constexpr):
     """A query block's options (the forward's and dq's): _options, its rows' segment ids and
-    its key ranges (_live_ranges)."""
+    its key ranges (_live_ranges; DENSE: every block masked, as segment ids, a bias or a mask
+    need)."""
     q_len, kv_len, shift, lo_shift, hi_shift, slope2, q_row0, k_row0 = _options(
         QLEN, KVLEN, SLOPES, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, Q_LENS, KV_LENS, WINDOW, ALIBI,
         VARLEN)
     qseg = _segment_ids(QSEG, b, sqsb, sqsn, offs_m, Nq, -2, SEGMENTS)
     start, full_start, full_end, end = _live_ranges(first, q_len, BLOCK_M, kv_len, lo_shift, hi_shift, BLOCK_N,
-                                                    CAUSAL, WINDOW, SEGMENTS, Q_LENS or VARLEN)
+                                                    CAUSAL, WINDOW, DENSE, Q_LENS or VARLEN)
     return (q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end, q_row0,
             k_row0)
 
@@ -388,7 +409,7 @@ def _query_options(QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, Tq, Tk, nseq, left,
 def _query_program(QLEN, KVLEN, SLOPES, QSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
                    ALIGN: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, Q_LENS: tl.constexpr,
-                   KV_LENS: tl.constexpr, SEGMENTS: tl.constexpr, VARLEN: tl.constexpr):
+                   KV_LENS: tl.constexpr, SEGMENTS: tl.constexpr, VARLEN: tl.constexpr, DENSE: tl.constexpr):
     """A query-block program of the forward or dq: _query_tile, its rows, the number of
     sequences of a varlen grid ((B + 1) * Hq programs on axis 1) and _query_options."""
     bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
@@ -396,7 +417,8 @@ def _query_program(QLEN, KVLEN, SLOPES, QSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, ri
     nseq = tl.num_programs(1) // Hq - 1
     q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end, q_row0, k_row0 = \
         _query_options(QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, sqsb, sqsn,
-                       first, offs_m, BLOCK_M, BLOCK_N, CAUSAL, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN)
+                       first, offs_m, BLOCK_M, BLOCK_N, CAUSAL, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN,
+                       DENSE)
     return (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift,
             hi_shift, slope2, qseg, start, full_start, full_end, end, q_row0, k_row0)
 
@@ -410,17 +432,18 @@ def _lse_rows(bh, hq, N, T, row0, VARLEN: tl.constexpr):
         return bh.to(tl.int64) * N
 
 
-@kernel(inputs=8, outputs=3)
+@kernel(inputs=10, outputs=3)
 def fa_fwd_kernel(
-    Q, K, V, SLOPES, QLEN, KVLEN, QSEG, KSEG,
+    Q, K, V, SLOPES, QLEN, KVLEN, QSEG, KSEG, BIAS, AMASK,
     Hq, G, Nq, Nk, D, qk_scale, left, right, cap_in, cap_out,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod, s_ab, s_ah,
-    sqsb, sqsn, sksb, sksn, Tq, Tk,
+    sqsb, sqsn, sksb, sksn, sbb, sbh, sbi, sbj, smb, smh, smi, smj, Tq, Tk,
     O, LSE, LSE2,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
     EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, Q_LENS: tl.constexpr = False,
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False,
 ):
     """Grid (query blocks, B*Hq). o[rows] and lse[rows] of one query block of one head (with
     SOFTCAP or ALIBI also LSE2, the base-2 lse the backward reads; +inf for no key).
@@ -431,7 +454,7 @@ def fa_fwd_kernel(
     (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift, hi_shift,
      slope2, qseg, start, full_start, full_end, end, q_row0, k_row0) = _query_program(
         QLEN, KVLEN, SLOPES, QSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn, BLOCK_M, BLOCK_N, BD,
-        CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN)
+        CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN, SEGMENTS or HAS_BIAS or HAS_MASK)
     n_store = _stored(Nq, q_len, VARLEN)
     q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, q_row0 + first, offs_r, q_row0 + n_store, offs_d, dmask, EVEN_D,
                     ALIGN)
@@ -440,19 +463,21 @@ def fa_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BD], tl.float32)
-    if WINDOW or SEGMENTS:
+    bias_h = BIAS + b * sbb + hq * sbh
+    mask_h = AMASK + b * smb + hq * smh
+    if WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
         acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift,
                                     lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
-                                    sksn, skn, svn, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                                    ALIBI, SEGMENTS)
+                                    sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                                    ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK)
     acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, full_start, full_end, Nk, kv_len, shift,
                                 lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
-                                sksn, skn, svn, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                                ALIBI, SEGMENTS)
+                                sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                                ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK)
     acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, kv_len, shift,
                                 lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
-                                sksn, skn, svn, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                                ALIBI, SEGMENTS)
+                                sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                                ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK)
     empty = l_i == 0.0
     if Q_LENS:
         empty = empty | (offs_m >= q_len)
@@ -464,7 +489,7 @@ def fa_fwd_kernel(
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m < n_store)[:, None] & dmask[None, :])
     lse_rows = _lse_rows(bh, hq, Nq, Tq, q_row0, VARLEN)
     tl.store(LSE + lse_rows + offs_m, lse, mask=offs_m < n_store)
-    if SOFTCAP or ALIBI:
+    if SOFTCAP or ALIBI or HAS_BIAS:
         # the base-2 lse for the backward as the scores have it: lse * log2(e) rounds twice,
         # which at scores of 1e6 moves p by up to 4% once the scores are not s * log2(e) exactly
         tl.store(LSE2 + lse_rows + offs_m,
@@ -504,10 +529,11 @@ def fa_bwd_delta_kernel(
 
 @triton.jit
 def _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start, end, Nq, q_len, shift, lo_shift, hi_shift,
-                 dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG, b, sqsb, sqsn, sqn, sdn, BLOCK_M: tl.constexpr,
-                 MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, PRECISION: tl.constexpr,
-                 ALIGN: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
-                 SEGMENTS: tl.constexpr):
+                 dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG, b, sqsb, sqsn, sqn, sdn, BIAS, AMASK, sbi, sbj,
+                 smi, smj, Nk, BLOCK_M: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+                 PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                 ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
+                 HAS_MASK: tl.constexpr = False):
     """Query blocks [start, end) of one query head into dk, dv of one key block. LSE2 and
     DELTA point at the head's rows. With MASK, rows past q_len read as 0 (and p = 0 there,
     lse2 = +inf) and p = 0 outside the band and segment."""
@@ -523,12 +549,18 @@ def _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start, end,
             lse2 = tl.load(LSE2 + rows)
         sT = _dot(k, tl.trans(q), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PRECISION)
         sT, tT = _scores(sT, rows[None, :] + shift, offs_n[:, None], qk_scale, cap_in, cap_out, slope2, SOFTCAP, ALIBI)
-        pT = tl.math.exp2(sT - lse2[None, :])
         if MASK:
-            if CAUSAL or WINDOW or SEGMENTS:
+            if CAUSAL or WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
                 qseg = _segment_ids(QSEG, b, sqsb, sqsn, rows, Nq, -2, SEGMENTS)
-                pT = tl.where(_visible(rows[None, :], offs_n[:, None], 0, lo_shift, hi_shift, qseg[None, :],
-                                       kseg[:, None], False, CAUSAL, WINDOW, SEGMENTS), pT, 0.0)
+                visible = _visible(rows[None, :], offs_n[:, None], 0, lo_shift, hi_shift, qseg[None, :],
+                                   kseg[:, None], False, CAUSAL, WINDOW, SEGMENTS)
+                sT, visible = _pair_terms(sT, visible, BIAS, AMASK, rows[None, :], offs_n[:, None], sbi, sbj, smi, smj,
+                                          Nq, Nk, HAS_BIAS, HAS_MASK)
+                pT = tl.where(visible, tl.math.exp2(sT - lse2[None, :]), 0.0)
+            else:
+                pT = tl.math.exp2(sT - lse2[None, :])
+        else:
+            pT = tl.math.exp2(sT - lse2[None, :])
         do = _load_rows(do_ptrs, rows, q_len, dmask, MASK, EVEN_D)
         dv = _dot(pT.to(do.dtype), do, dv, PRECISION)
         dpT = _dot(v, tl.trans(do), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PRECISION)
@@ -576,17 +608,18 @@ def _query_ranges(first, q_len, kv_len, lo_shift, hi_shift, BLOCK_M: tl.constexp
         return lo, tl.minimum(full_lo, q_len), full_lo, q_full, tl.maximum(full_lo, q_full), q_len
 
 
-@kernel(inputs=11, outputs=2)
+@kernel(inputs=13, outputs=2)
 def fa_bwd_dkdv_kernel(
-    Q, K, V, DO, LSE2, DELTA, SLOPES, QLEN, KVLEN, QSEG, KSEG,
+    Q, K, V, DO, LSE2, DELTA, SLOPES, QLEN, KVLEN, QSEG, KSEG, BIAS, AMASK,
     Hkv, G, Nq, Nk, D, qk_scale, softmax_scale, left, right, cap_in, cap_out,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd,
-    sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd, s_ab, s_ah, sqsb, sqsn, sksb, sksn, Tq, Tk,
+    sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sbb, sbh, sbi, sbj, smb, smh, smi, smj, Tq, Tk,
     DK, DV,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
     EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, Q_LENS: tl.constexpr = False,
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False,
 ):
     """Grid (key blocks, B*Hkv). dk, dv of one key block, summed over the G query heads of
     its kv head in order. For each head, the query blocks split into the band's boundaries
@@ -609,10 +642,12 @@ def fa_bwd_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, BD], tl.float32)
     dv = tl.zeros([BLOCK_N, BD], tl.float32)
     m0, m1, u0, u1, e0, e1 = _query_ranges(first, q_len, kv_len, lo_shift, hi_shift, BLOCK_M, BLOCK_N, CAUSAL, WINDOW,
-                                           SEGMENTS, KV_LENS or VARLEN)
+                                           SEGMENTS or HAS_BIAS or HAS_MASK, KV_LENS or VARLEN)
     for g in range(0, G):
         hq = hk * G + g
         slope2 = _slope(SLOPES, b, hq, s_ab, s_ah, nseq, ALIBI, VARLEN)
+        bias_h = BIAS + b * sbb + hq * sbh
+        mask_h = AMASK + b * smb + hq * smh
         q_ptrs = _tile_ptrs(_head_base(Q, b, hq, sqb, sqh, ALIGN), q_row0, offs_r, offs_d, sqn, sqd, ALIGN)
         do_ptrs = _tile_ptrs(_head_base(DO, b, hq, sdb, sdh, ALIGN), q_row0, offs_r, offs_d, sdn, sdd, ALIGN)
         if VARLEN:
@@ -621,16 +656,19 @@ def fa_bwd_dkdv_kernel(
             rows_base = ((b * Hkv + hk) * G + g) * Nq
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, m0, m1, Nq,
                               q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
-                              b, sqsb, sqsn, sqn, sdn, BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                              ALIBI, SEGMENTS)
+                              b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
+                              BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                              ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK)
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, u0, u1, Nq,
                               q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
-                              b, sqsb, sqsn, sqn, sdn, BLOCK_M, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW,
-                              SOFTCAP, ALIBI, SEGMENTS)
+                              b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
+                              BLOCK_M, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW,
+                              SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK)
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, e0, e1, Nq,
                               q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
-                              b, sqsb, sqsn, sqn, sdn, BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                              ALIBI, SEGMENTS)
+                              b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
+                              BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                              ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK)
     if KV_LENS:
         kv = (offs_n < kv_len)[:, None]
         dk = tl.where(kv, dk, 0.0)
@@ -647,10 +685,11 @@ def fa_bwd_dkdv_kernel(
 
 @triton.jit
 def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len, shift, lo_shift, hi_shift,
-               dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BLOCK_N: tl.constexpr,
-               MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, PRECISION: tl.constexpr,
-               ALIGN: tl.constexpr, WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
-               ALIBI: tl.constexpr = False, SEGMENTS: tl.constexpr = False):
+               dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BIAS, AMASK, sbi, sbj,
+               smi, smj, Nq, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+               PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+               ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
+               HAS_MASK: tl.constexpr = False):
     """Key blocks [start, end) into dq of one query block (unscaled); MASK as _fwd_blocks."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs += tl.cast(start, tl.int64) * aligned(skn, ALIGN)
@@ -661,11 +700,15 @@ def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, k
         v = _load_rows(v_ptrs, keys, kv_len, dmask, MASK, EVEN_D)
         s = _dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), PRECISION)
         s, t = _scores(s, offs_m[:, None] + shift, keys[None, :], qk_scale, cap_in, cap_out, slope2, SOFTCAP, ALIBI)
-        p = tl.math.exp2(s - lse2[:, None])
         if MASK:
             kseg = _segment_ids(KSEG, b, sksb, sksn, keys, Nk, -1, SEGMENTS)
-            p = tl.where(_visible(offs_m[:, None], keys[None, :], kv_len, lo_shift, hi_shift, qseg[:, None],
-                                  kseg[None, :], True, CAUSAL, WINDOW, SEGMENTS), p, 0.0)
+            visible = _visible(offs_m[:, None], keys[None, :], kv_len, lo_shift, hi_shift, qseg[:, None],
+                               kseg[None, :], True, CAUSAL, WINDOW, SEGMENTS)
+            s, visible = _pair_terms(s, visible, BIAS, AMASK, offs_m[:, None], keys[None, :], sbi, sbj, smi, smj, Nq,
+                                     Nk, HAS_BIAS, HAS_MASK)
+            p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)
+        else:
+            p = tl.math.exp2(s - lse2[:, None])
         dp = _dot(do, tl.trans(v), tl.zeros([q.shape[0], BLOCK_N], tl.float32), PRECISION)
         ds = p * (dp - delta[:, None])
         if SOFTCAP:
@@ -717,39 +760,45 @@ def _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale,
     tl.store(dq_ptrs, (dq * softmax_scale).to(DQ.dtype.element_ty), mask=mmask[:, None] & dmask[None, :])
 
 
-@kernel(inputs=11, outputs=1)
+@kernel(inputs=13, outputs=1)
 def fa_bwd_dq_kernel(
-    Q, K, V, DO, LSE2, DELTA, SLOPES, QLEN, KVLEN, QSEG, KSEG,
+    Q, K, V, DO, LSE2, DELTA, SLOPES, QLEN, KVLEN, QSEG, KSEG, BIAS, AMASK,
     Hq, G, Nq, Nk, D, qk_scale, softmax_scale, left, right, cap_in, cap_out,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd, sgb, sgh, sgn, sgd,
-    s_ab, s_ah, sqsb, sqsn, sksb, sksn, Tq, Tk,
+    s_ab, s_ah, sqsb, sqsn, sksb, sksn, sbb, sbh, sbi, sbj, smb, smh, smi, smj, Tq, Tk,
     DQ,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
     EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, Q_LENS: tl.constexpr = False,
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False,
 ):
     """Grid (query blocks, B*Hq). dq of one query block, over the keys it sees (causal: the
     last blocks first). VARLEN: as fa_fwd_kernel."""
     (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift, hi_shift,
      slope2, qseg, start, full_start, full_end, end, q_row0, k_row0) = _query_program(
         QLEN, KVLEN, SLOPES, QSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn, BLOCK_M, BLOCK_N, BD,
-        CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN)
+        CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN, SEGMENTS or HAS_BIAS or HAS_MASK)
     offs_m, mmask, q, do, lse2, delta, k_ptrs, v_ptrs = _dq_rows(
         Q, K, V, DO, LSE2, DELTA, b, hq, hk, q_row0, k_row0, _stored(Nq, q_len, VARLEN),
         _lse_rows(bh, hq, Nq, Tq, q_row0, VARLEN), first, offs_r, offs_n, offs_d, dmask, sqb, sqh, sqn, sqd, skb, skh,
         skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd, EVEN_D, ALIGN)
     dq = tl.zeros([BLOCK_M, BD], tl.float32)
-    if WINDOW or SEGMENTS:
+    bias_h = BIAS + b * sbb + hq * sbh
+    mask_h = AMASK + b * smb + hq * smh
+    if WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
         dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift,
                         lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn,
-                        svn, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS)
+                        svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
+                    HAS_MASK)
     dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_start, full_end, Nk, kv_len, shift, lo_shift,
-                    hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BLOCK_N,
-                    False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS)
+                    hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N,
+                    False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
+                    HAS_MASK)
     dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, kv_len, shift, lo_shift,
-                    hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BLOCK_N,
-                    True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS)
+                    hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N,
+                    True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
+                    HAS_MASK)
     if Q_LENS:
         dq = tl.where((offs_m < q_len)[:, None], dq, 0.0)
     _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd, ALIGN, q_row0)

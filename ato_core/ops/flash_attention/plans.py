@@ -163,7 +163,8 @@ class Options(NamedTuple):
 
 NO_OPTIONS = Options()
 # the optional arrays, in the kernels' pointer order after their own inputs
-OPTION_ARRAYS = ("alibi_slopes", "q_lengths", "kv_lengths", "q_segment_ids", "kv_segment_ids")
+OPTION_ARRAYS = ("alibi_slopes", "q_lengths", "kv_lengths", "q_segment_ids", "kv_segment_ids", "bias", "mask")
+NO_ARRAYS = (None,) * len(OPTION_ARRAYS)
 
 
 def check_window(window_size) -> Optional[Tuple[Optional[int], Optional[int]]]:
@@ -195,7 +196,8 @@ def check_softcap(softcap) -> Optional[float]:
 
 def check_option_arrays(arrays: dict, q: ArraySpec, B: int, Hq: int, Nq: int, Nk: int) -> None:
     """The optional arrays' shapes and dtypes: alibi_slopes fp32 [Hq] or [B, Hq]; q_lengths,
-    kv_lengths integer [B]; q_segment_ids [B, Nq] and kv_segment_ids [B, Nk], integer."""
+    kv_lengths integer [B]; q_segment_ids [B, Nq] and kv_segment_ids [B, Nk], integer; bias
+    (float) and mask (bool) broadcastable to [B, Hq, Nq, Nk]."""
     slopes = arrays.get("alibi_slopes")
     if slopes is not None:
         if slopes.dtype != "float32":
@@ -209,17 +211,46 @@ def check_option_arrays(arrays: dict, q: ArraySpec, B: int, Hq: int, Nq: int, Nk
         if spec is not None:
             checks.check_int(name, spec)
             checks.check_shape(name, spec, shape, "[B]" if len(shape) == 1 else "[B, N]")
+    for name, kind in (("bias", "float"), ("mask", "bool")):
+        spec = arrays.get(name)
+        if spec is None:
+            continue
+        if kind == "float":
+            checks.check_float(name, spec)
+        elif spec.dtype != "bool":
+            raise TypeError(f"{name}: expected a bool array (True: the pair takes part), got {spec.dtype}")
+        pair_strides(name, spec, (B, Hq, Nq, Nk))
     present = [(n, s) for n, s in arrays.items() if s is not None]
     checks.check_same_device(("q", *(n for n, _ in present)), (q, *(s for _, s in present)))
 
 
+def pair_strides(name: str, spec: Optional[ArraySpec], shape: Tuple[int, int, int, int]) -> Tuple[int, ...]:
+    """The [B, Hq, Nq, Nk] strides of a bias or mask broadcastable to ``shape`` (numpy's rules:
+    at most 4 axes, each its size or 1), 0 on the broadcast axes; zeros for None."""
+    if spec is None:
+        return (0, 0, 0, 0)
+    dims = tuple(spec.shape)
+    if len(dims) > 4 or any(d not in (1, want) for d, want in zip(dims[::-1], shape[::-1])):
+        raise ValueError(f"{name}: expected a shape broadcastable to {shape} ([B, Hq, Nq, Nk]), got {dims}")
+    strides = (0,) * (4 - len(dims)) + tuple(spec.strides)
+    full = (1,) * (4 - len(dims)) + dims
+    return tuple(0 if d == 1 else st for d, st in zip(full, strides))
+
+
+def _stages(tiles: Tiles, constexprs: dict) -> int:
+    """Pipelining depth: at most 2 with a bias or mask, whose [BLOCK_M, BLOCK_N] tiles are
+    staged in shared memory beside k and v (3 stages at D 128 need 256 KiB; Hopper has 227)."""
+    return min(tiles.stages, 2) if constexprs["HAS_BIAS"] or constexprs["HAS_MASK"] else tiles.stages
+
+
 def _base2_lse(constexprs: dict) -> bool:
     """Whether the forward saves its base-2 lse for the backward: with scores that are not
-    q k^T * scale * log2(e) as rounded (softcap, ALiBi), lse * log2(e) would not give them back."""
-    return constexprs["SOFTCAP"] or constexprs["ALIBI"]
+    q k^T * scale * log2(e) as rounded (softcap, ALiBi, a bias), lse * log2(e) would not give
+    them back."""
+    return constexprs["SOFTCAP"] or constexprs["ALIBI"] or constexprs["HAS_BIAS"]
 
 
-def _option_launch(opts: Options, arrays: dict, causal: bool, scale: float, Nq: int, Nk: int):
+def _option_launch(opts: Options, arrays: dict, causal: bool, scale: float, B: int, Hq: int, Nq: int, Nk: int):
     """(the kernels' option inputs, scalars, constexprs) for ``opts`` and the optional arrays
     (absent ones read as q: never loaded)."""
     far = Nq + Nk + 1  # an unbounded side: past every key and query
@@ -234,10 +265,12 @@ def _option_launch(opts: Options, arrays: dict, causal: bool, scale: float, Nq: 
     inputs = tuple(n if arrays.get(n) is not None else "q" for n in OPTION_ARRAYS)
     scalars = (far if left is None else left, far if right is None else right,
                scale / cap if cap else 0.0, cap * LOG2E if cap else 0.0)
+    pairs = tuple(st for n in ("bias", "mask") for st in pair_strides(n, arrays.get(n), (B, Hq, Nq, Nk)))
     constexprs = {"WINDOW": window, "SOFTCAP": cap is not None, "ALIBI": slopes is not None,
                   "Q_LENS": arrays.get("q_lengths") is not None, "KV_LENS": arrays.get("kv_lengths") is not None,
-                  "SEGMENTS": qseg is not None}
-    return inputs, scalars, alibi_strides + seg_strides, constexprs
+                  "SEGMENTS": qseg is not None, "HAS_BIAS": arrays.get("bias") is not None,
+                  "HAS_MASK": arrays.get("mask") is not None}
+    return inputs, scalars, alibi_strides + seg_strides + pairs, constexprs
 
 
 def dot_precision(dtype: str) -> str:
@@ -261,7 +294,7 @@ def _constexprs(cfg: Config, tiles: Tiles, D: int, causal: bool, align: int) -> 
 @cached_plan
 def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, softmax_scale: Optional[float],
                  target: Target, settings: Optional[Settings] = None, layout: str = "bhnd",
-                 options: Options = NO_OPTIONS, arrays: Tuple[Optional[ArraySpec], ...] = (None,) * 5) -> Plan:
+                 options: Options = NO_OPTIONS, arrays: Tuple[Optional[ArraySpec], ...] = NO_ARRAYS) -> Plan:
     """Inputs: q, k, v (laid out as ``layout``) and the optional arrays OPTION_ARRAYS (in that
     order: None for an absent one). Results: o (q's shape and dtype), lse [B, Hq, Nq] (fp32,
     natural log; -inf for a query that sees no key)."""
@@ -272,7 +305,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     cfg = config(D, q.dtype, target, settings)
     scale = resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
-    o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, Nq, Nk)
+    o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     launch = Launch(
         kern.fa_fwd_kernel, (cdiv(Nq, cfg.fwd.m), B * Hq), ("q", "k", "v", *o_inputs),
         (Hq, Hq // Hkv if Hkv else 1, Nq, Nk, D, scale * LOG2E, *o_scalars, *q.strides, *k.strides, *v.strides,
@@ -280,7 +313,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
         (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32"),
          optional_output("lse_base2", (B, Hq, Nq), "float32", _base2_lse(o_const))),
         {**_constexprs(cfg, cfg.fwd, D, causal, _align(D, q, k, v)), **o_const}, num_warps=cfg.fwd.warps,
-        num_stages=cfg.fwd.stages,
+        num_stages=_stages(cfg.fwd, o_const),
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
@@ -289,7 +322,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
 def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, causal: bool,
                   softmax_scale: Optional[float], has_dlse: bool, target: Target,
                   settings: Optional[Settings] = None, layout: str = "bhnd", options: Options = NO_OPTIONS,
-                  arrays: Tuple[Optional[ArraySpec], ...] = (None,) * 5) -> Plan:
+                  arrays: Tuple[Optional[ArraySpec], ...] = NO_ARRAYS) -> Plan:
     """Inputs: q, k, v, o (the forward's), do (o's shape), lse and, with has_dlse, dlse (the
     cotangent of lse), the optional arrays as forward_plan. Results: dq, dk, dv (the shapes
     and dtype of q, k, v), all laid out as ``layout``."""
@@ -310,7 +343,7 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
         {"BLOCK_M": cfg.delta_rows, "BD": cfg.BD, "HAS_DLSE": has_dlse, "ALIGN": _align(D, do)}, num_warps=4,
     )
     align = _align(D, q, k, v, do)
-    o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, Nq, Nk)
+    o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     lse2 = "lse_base2" if _base2_lse(o_const) else "lse2"
     dkdv = Launch(
         kern.fa_bwd_dkdv_kernel, (cdiv(Nk, cfg.dkdv.n), B * Hkv), ("q", "k", "v", "do", lse2, "delta", *o_inputs),
@@ -318,14 +351,15 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
          *bhnd_strides(k.shape, layout), *bhnd_strides(v.shape, layout), *o_strides, Nq, Nk),
         (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype)),
         {**_constexprs(cfg, cfg.dkdv, D, causal, align), **o_const}, num_warps=cfg.dkdv.warps,
-        num_stages=cfg.dkdv.stages,
+        num_stages=_stages(cfg.dkdv, o_const),
     )
     dq = Launch(
         kern.fa_bwd_dq_kernel, (cdiv(Nq, cfg.dq.m), B * Hq), ("q", "k", "v", "do", lse2, "delta", *o_inputs),
         (Hq, G, Nq, Nk, D, scale * LOG2E, scale, *o_scalars, *q.strides, *k.strides, *v.strides, *do.strides,
          *bhnd_strides(q.shape, layout), *o_strides, Nq, Nk),
         (Buffer("dq", laid_out(q.shape, layout), q.dtype),),
-        {**_constexprs(cfg, cfg.dq, D, causal, align), **o_const}, num_warps=cfg.dq.warps, num_stages=cfg.dq.stages,
+        {**_constexprs(cfg, cfg.dq, D, causal, align), **o_const}, num_warps=cfg.dq.warps,
+        num_stages=_stages(cfg.dq, o_const),
     )
     return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "lse_base2"))
 
@@ -342,9 +376,10 @@ def _packed(strides: Tuple[int, ...]) -> Tuple[int, int, int, int]:
     return (0, strides[1], strides[0], strides[2])
 
 
-def _varlen_options(options: Options, alibi: Optional[ArraySpec], causal: bool, scale: float, Nq: int, Nk: int):
+def _varlen_options(options: Options, alibi: Optional[ArraySpec], causal: bool, scale: float, B: int, Hq: int,
+                    Nq: int, Nk: int):
     """_option_launch for packed sequences: cu_seqlens_q, cu_seqlens_k in the lengths' places."""
-    inputs, scalars, strides, const = _option_launch(options, {"alibi_slopes": alibi}, causal, scale, Nq, Nk)
+    inputs, scalars, strides, const = _option_launch(options, {"alibi_slopes": alibi}, causal, scale, B, Hq, Nq, Nk)
     return (inputs[0], "cu_seqlens_q", "cu_seqlens_k", *inputs[3:]), scalars, strides, {**const, "VARLEN": True}
 
 
@@ -366,7 +401,7 @@ def varlen_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySpe
     check_option_arrays({"alibi_slopes": alibi}, q, B, Hq, max_seqlen_q, max_seqlen_k)
     cfg = config(D, q.dtype, target, settings)
     scale = resolve_scale(softmax_scale, D)
-    o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, causal, scale, max_seqlen_q,
+    o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, causal, scale, B, Hq, max_seqlen_q,
                                                               max_seqlen_k)
     launch = Launch(
         kern.fa_fwd_kernel, (_varlen_blocks(Tq, max_seqlen_q, cfg.fwd.m), (B + 1) * Hq), ("q", "k", "v", *o_inputs),
@@ -404,7 +439,7 @@ def varlen_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySp
         {"BLOCK_M": cfg.delta_rows, "BD": cfg.BD, "HAS_DLSE": has_dlse, "ALIGN": _align(D, do)}, num_warps=4,
     )
     align = _align(D, q, k, v, do)
-    o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, causal, scale, max_seqlen_q,
+    o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, causal, scale, B, Hq, max_seqlen_q,
                                                               max_seqlen_k)
     lse2 = "lse_base2" if _base2_lse(o_const) else "lse2"
     common = (max_seqlen_q, max_seqlen_k, D, scale * LOG2E, scale, *o_scalars, *_packed(q.strides),

@@ -16,10 +16,11 @@ from ato_core.layout import bnhd_reference
 
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bhnd", window_size=None,
-                    softcap=None, alibi_slopes=None, q_lengths=None, kv_lengths=None, segment_ids=None):
+                    softcap=None, alibi_slopes=None, q_lengths=None, kv_lengths=None, segment_ids=None, bias=None,
+                    mask=None):
     xp = array_namespace(q, k, v)
     options = dict(window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, q_lengths=q_lengths,
-                   kv_lengths=kv_lengths, segment_ids=segment_ids)
+                   kv_lengths=kv_lengths, segment_ids=segment_ids, bias=bias, mask=mask)
     if layout == "bnhd":
         return bnhd_reference(xp, flash_attention, q, k, v, causal=causal, softmax_scale=softmax_scale,
                               return_lse=return_lse, **options)
@@ -42,11 +43,14 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     if segment_ids is not None:
         q_seg, kv_seg = segment_ids if isinstance(segment_ids, (tuple, list)) else (segment_ids, segment_ids)
         visible = visible & (q_seg[:, :, None] == kv_seg[:, None, :])
-    bias = None
+    bias = None if bias is None else xp.astype(bias, q.dtype)    # added after the softcap, as ALiBi
     if alibi_slopes is not None:
         slopes = alibi_slopes if alibi_slopes.ndim == 2 else alibi_slopes[None, :]
-        bias = -xp.astype(slopes, q.dtype)[:, :, None, None] * xp.astype(xp.abs(rel), q.dtype)[:, None]
+        alibi = -xp.astype(slopes, q.dtype)[:, :, None, None] * xp.astype(xp.abs(rel), q.dtype)[:, None]
+        bias = alibi if bias is None else bias + alibi
     visible = xp.broadcast_to(visible[:, None], (B, Hq, Nq, Nk))
+    if mask is not None:
+        visible = visible & xp.broadcast_to(mask, (B, Hq, Nq, Nk))
     return masked_attention(q, k, v, visible, softmax_scale, return_lse, softcap=softcap or None, bias=bias)
 
 
