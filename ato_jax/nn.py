@@ -116,23 +116,35 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, dropout_rn
                           module=None, is_causal: bool = False, **unused):
     """flax's ``attention_fn`` contract on ato's flash_attention: query [..., Nq, H, D], key and
     value [..., Nk, Hkv, D] (Hkv divides H), returns [..., Nq, H, D]. Causal masks align to
-    the bottom right (flash_attention's). No mask, bias, dropout or sown weights: flash
-    attention takes only the causal mask and never forms the weights."""
-    for name, value_, what in (("mask", mask, "a mask (use is_causal)"), ("bias", bias, "an attention bias"),
-                               ("module", module, "sow_weights")):
-        if value_ is not None:
-            raise ValueError(f"dot_product_attention: {name}: ato's flash attention does not take {what} "
-                             f"(expected None)")
+    the bottom right (flash_attention's). ``mask`` (bool, True: attend) and ``bias``,
+    [..., H, Nq, Nk] or broadcastable, go to flash_attention's mask and bias (a query whose
+    mask is all False gets zeros, where flax's softmax gives a uniform row). No dropout or
+    sown weights: flash attention never forms the weights."""
+    if module is not None:
+        raise ValueError("dot_product_attention: module: ato's flash attention does not take sow_weights "
+                         "(expected None)")
     if dropout_rate > 0.0 and not deterministic:
         raise ValueError(f"dot_product_attention: dropout_rate: attention dropout is not supported by ato "
                          f"(expected 0 or deterministic=True), got {dropout_rate}")
     if dtype is not None:
         query, key, value = (jnp.asarray(t, dtype) for t in (query, key, value))
-    B = math.prod(query.shape[:-3])
+    lead = query.shape[:-3]
+    B = math.prod(lead)
     # flax's [..., N, H, D] is flash attention's bnhd layout: no transpose
     o = ato_jax.flash_attention(*(t.reshape(B, *t.shape[-3:]) for t in (query, key, value)), causal=bool(is_causal),
-                                layout="bnhd")
+                                layout="bnhd", bias=_batched(bias, lead), mask=_batched(mask, lead))
     return o.reshape(query.shape)
+
+
+def _batched(x, lead):
+    """A flax mask or bias [..., H, Nq, Nk] (any axis of size 1: broadcast) with the batch axes
+    ``lead`` flattened into one, as flash_attention takes it: [B or 1, H or 1, Nq or 1, Nk or 1]."""
+    if x is None or x.ndim <= 3:
+        return x
+    batch = x.shape[:-3]
+    if all(d == 1 for d in batch):
+        return x.reshape(x.shape[-3:])
+    return jnp.broadcast_to(x, (*lead, *x.shape[-3:])).reshape(math.prod(lead), *x.shape[-3:])
 
 
 class MultiHeadAttention(nnx.MultiHeadAttention):

@@ -176,10 +176,13 @@ class MultiheadAttention(nn.Module):
     """torch.nn.MultiheadAttention on ato's flash_attention: its constructor arguments and
     state_dict keys (in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias), so a torch
     module's state_dict loads into it. forward(query, key, value, ...) returns (output, None):
-    flash attention never forms the attention weights, so ``need_weights`` must be False, and
-    it takes no mask but the causal one (``is_causal=True``, with or without the causal
-    ``attn_mask`` torch asks for beside it). Self- or cross-attention with embed_dim-wide keys
-    and values (kdim = vdim = embed_dim); no dropout, bias_kv or zero_attn."""
+    flash attention never forms the attention weights, so ``need_weights`` must be False.
+    Masks as torch's: ``attn_mask`` [Nq, Nk] or [B * num_heads, Nq, Nk], bool (True: not
+    allowed) or float (added); ``key_padding_mask`` [B, Nk], bool (True: ignored) or float;
+    ``is_causal=True`` (with or without the causal attn_mask torch asks for beside it) uses
+    flash attention's causal mask. A query left with no key gets zeros (torch: NaN).
+    Self- or cross-attention with embed_dim-wide keys and values (kdim = vdim = embed_dim); no
+    dropout, bias_kv or zero_attn."""
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim=None, vdim=None,
@@ -213,11 +216,6 @@ class MultiheadAttention(nn.Module):
         if need_weights:
             raise ValueError("MultiheadAttention: need_weights: ato's flash attention does not form the attention "
                              "weights (expected need_weights=False)")
-        if key_padding_mask is not None:
-            raise ValueError("MultiheadAttention: key_padding_mask: not supported by ato (expected None)")
-        if attn_mask is not None and not is_causal:
-            raise ValueError("MultiheadAttention: attn_mask: ato takes only the causal mask (is_causal=True), "
-                             "got a mask without is_causal")
         if not self.batch_first:  # [N, B, E] -> [B, N, E]
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         E, H, D = self.embed_dim, self.num_heads, self.head_dim
@@ -225,9 +223,31 @@ class MultiheadAttention(nn.Module):
         b = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None,) * 3
         q, k, v = (nn.functional.linear(t, wi, bi).unflatten(-1, (H, D)).transpose(1, 2)
                    for t, wi, bi in zip((query, key, value), w, b))
-        o = ato_torch.flash_attention(q, k, v, causal=bool(is_causal))
+        bias, mask = _mha_masks(attn_mask if not is_causal else None, key_padding_mask, q.shape[0], H)
+        o = ato_torch.flash_attention(q, k, v, causal=bool(is_causal), bias=bias, mask=mask)
         o = self.out_proj(o.transpose(1, 2).flatten(-2))
         return (o if self.batch_first else o.transpose(0, 1)), None
+
+
+def _mha_masks(attn_mask, key_padding_mask, B: int, H: int):
+    """torch.nn.MultiheadAttention's attn_mask ([Nq, Nk] or [B * H, Nq, Nk]) and key_padding_mask
+    ([B, Nk]) as flash_attention's (bias, mask) over [B, H, Nq, Nk]: a bool mask's True is
+    "not allowed" there, "takes part" here; a float one is a bias."""
+    bias = mask = None
+    if attn_mask is not None:
+        if attn_mask.dim() == 3:
+            attn_mask = attn_mask.view(B, H, *attn_mask.shape[1:])
+        if attn_mask.dtype == torch.bool:
+            mask = ~attn_mask
+        else:
+            bias = attn_mask
+    if key_padding_mask is not None:
+        kpm = key_padding_mask[:, None, None, :]
+        if kpm.dtype == torch.bool:
+            mask = ~kpm if mask is None else mask & ~kpm
+        else:
+            bias = kpm if bias is None else bias + kpm
+    return bias, mask
 
 
 class _LinearAttentionLayer(nn.Module):

@@ -157,10 +157,27 @@ def test_multi_head_attention_matches_flax(num_kv_heads, causal):
         _assert_close(ours(x, kv), theirs(x, kv), atol=1e-5 * max(1.0, scale))
 
 
+def test_dot_product_attention_mask_and_bias_match_flax():
+    """flax's mask (True: attend; [batch..., H, Nq, Nk] and broadcast forms) and bias, against
+    flax's own dot_product_attention, every query keeping a key."""
+    rng = np.random.default_rng(6)
+    q, k, v = (jnp.asarray(rng.standard_normal((2, 3, 7, 4, 16)).astype(np.float32)) for _ in range(3))
+    mask = rng.random((2, 3, 4, 7, 7)) < 0.6
+    mask[..., 0] = True
+    bias = jnp.asarray(rng.standard_normal((2, 3, 1, 7, 7)).astype(np.float32))
+    for m in (jnp.asarray(mask), jnp.asarray(mask[:, :, :1])):
+        got = ann.dot_product_attention(q, k, v, bias=bias, mask=m)
+        want = nnx.dot_product_attention(q, k, v, bias=bias, mask=m)
+        _assert_close(got, want, atol=1e-5)
+    # batch axes broadcast too (flax's own function takes them only whole)
+    part = jnp.asarray(mask[:1, :, :1])
+    np.testing.assert_array_equal(ann.dot_product_attention(q, k, v, bias=bias[:1], mask=part),
+                                  ann.dot_product_attention(q, k, v, bias=jnp.broadcast_to(bias[:1], bias.shape),
+                                                            mask=jnp.broadcast_to(part, (2, 3, 4, 7, 7))))
+
+
 def test_dot_product_attention_refuses_what_it_lacks():
     m, x = ann.MultiHeadAttention(2, 16, decode=False, rngs=nnx.Rngs(0)), _x(1, 5, 16)
-    with pytest.raises(ValueError, match="mask: ato's flash attention does not take a mask"):
-        m(x, mask=jnp.ones((1, 2, 5, 5), bool))
     with pytest.raises(ValueError, match="dropout_rate: attention dropout is not supported"):
         ann.MultiHeadAttention(2, 16, dropout_rate=0.1, decode=False, rngs=nnx.Rngs(0))(x, deterministic=False)
 

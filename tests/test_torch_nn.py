@@ -139,9 +139,26 @@ def test_multihead_attention_refuses_what_it_lacks():
     m, x = ann.MultiheadAttention(16, 2), torch.randn(5, 1, 16)
     with pytest.raises(ValueError, match="need_weights: ato's flash attention does not form the attention weights"):
         m(x, x, x)
-    with pytest.raises(ValueError, match="key_padding_mask: not supported"):
-        m(x, x, x, need_weights=False, key_padding_mask=torch.zeros(1, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match="attn_mask: ato takes only the causal mask"):
-        m(x, x, x, need_weights=False, attn_mask=torch.zeros(5, 5))
     with pytest.raises(ValueError, match="dropout: not supported by ato"):
         ann.MultiheadAttention(16, 2, dropout=0.1)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_multihead_attention_masks(kind):
+    """attn_mask ([N, N] and [B * H, N, N]) and key_padding_mask as torch's MultiheadAttention
+    reads them, bool (True: not allowed) and float (added), with every query keeping a key."""
+    torch.manual_seed(5)
+    theirs = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+    ours = ann.MultiheadAttention(32, 4, batch_first=True)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(2, 9, 32)
+    blocked = torch.rand(2 * 4, 9, 9) < 0.4
+    blocked[..., 0] = False
+    padding = torch.zeros(2, 9, dtype=torch.bool)
+    padding[1, 6:] = True
+    if kind == "float":
+        blocked, padding = (torch.where(t, -1e9, torch.randn(t.shape)) for t in (blocked, padding))
+    for attn_mask in (blocked, blocked[0]):
+        ya, yb = (m(x, x, x, need_weights=False, attn_mask=attn_mask, key_padding_mask=padding)[0]
+                  for m in (ours, theirs))
+        _close_at_scale(ya, yb)
