@@ -94,11 +94,14 @@ def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", re
     cts = cotangents(case, outs)
     if diff:  # (a forward-only op's cases differentiate nothing)
         loss = sum((o.double() * torch.from_numpy(c).double().to(device)).sum() for o, c in zip(outs, cts))
-        loss.backward()
+        if loss.requires_grad:  # (the reference of a call whose outputs use no input: all zero gradients)
+            loss.backward()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     secs = time.perf_counter() - start
-    return Result([_f64(o) for o in outs], {n: _f64(t_in[n].grad) for n in diff}, secs)
+    # an input that no output depends on has a zero gradient (autograd leaves it None)
+    grads = {n: _f64(t_in[n].grad if t_in[n].grad is not None else torch.zeros_like(t_in[n])) for n in diff}
+    return Result([_f64(o) for o in outs], grads, secs)
 
 
 def _strided(t):

@@ -5,10 +5,15 @@ mask tiles are read with their own bounds).
 
     compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-25_flash_bias_mask_memcheck.py
 """
+import sys
+
 import torch
 
 import ato_torch
 from ato_core.ops.flash_attention import reference
+
+sys.path.insert(0, "benchmarks/tools")
+from fa_against_reference import against_reference  # noqa: E402
 
 CASES = [
     # (B, Hq, Hkv, Nq, Nk, D, dtype, bias shape or None, mask shape or None, kwargs)
@@ -29,14 +34,5 @@ for B, Hq, Hkv, Nq, Nk, D, dtype, bshape, mshape, kw in CASES:
     if kw.get("lengths"):
         opts["q_lengths"] = torch.tensor([Nq - 1, 0, Nq // 2][:B], device="cuda", dtype=torch.int32)
         opts["kv_lengths"] = torch.tensor([Nk, Nk // 3, 0][:B], device="cuda", dtype=torch.int32)
-    o, lse = ato_torch.flash_attention(q, k, v, return_lse=True, **opts)
-    do = torch.randn_like(o)
-    grads = torch.autograd.grad((o * do).sum(), (q, k, v))
-    qr, kr, vr = (a.detach().double().requires_grad_() for a in (q, k, v))
-    ropts = {n: (a.double() if torch.is_tensor(a) and a.is_floating_point() else a) for n, a in opts.items()}
-    ro, rlse = reference.flash_attention(qr, kr, vr, return_lse=True, **ropts)
-    rgrads = torch.autograd.grad((ro * do.double()).sum(), (qr, kr, vr))
-    errs = [float((a.double() - r).norm() / r.norm().clamp_min(1e-30)) for a, r in zip((o, *grads), (ro, *rgrads))]
-    same_inf = bool((torch.isinf(lse) == torch.isinf(rlse)).all())
-    print(f"{B}x{Hq}x{Hkv}x{Nq}x{Nk}x{D} {dtype} bias {bshape} mask {mshape} {sorted(kw)}: rel err o/dq/dk/dv "
-          + " ".join(f"{e:.1e}" for e in errs) + f", lse -inf where the reference's: {same_inf}", flush=True)
+    result = against_reference(ato_torch.flash_attention, reference.flash_attention, q, k, v, **opts)
+    print(f"{B}x{Hq}x{Hkv}x{Nq}x{Nk}x{D} {dtype} bias {bshape} mask {mshape} {sorted(kw)}: " + result, flush=True)

@@ -6,10 +6,15 @@ their own bounds).
 
     compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-25_flash_options_memcheck.py
 """
+import sys
+
 import torch
 
 import ato_torch
 from ato_core.ops.flash_attention import reference
+
+sys.path.insert(0, "benchmarks/tools")
+from fa_against_reference import against_reference  # noqa: E402
 
 CASES = [
     # (B, Hq, Hkv, Nq, Nk, D, dtype, kwargs); lengths/segments filled below
@@ -34,14 +39,5 @@ for B, Hq, Hkv, Nq, Nk, D, dtype, kw in CASES:
     if kw.get("segments"):
         opts["segment_ids"] = (torch.sort(torch.randint(0, 4, (B, Nq), device="cuda", generator=g)).values,
                                torch.sort(torch.randint(0, 4, (B, Nk), device="cuda", generator=g)).values)
-    o, lse = ato_torch.flash_attention(q, k, v, return_lse=True, **opts)
-    do = torch.randn_like(o)
-    grads = torch.autograd.grad((o * do).sum(), (q, k, v))
-    qr, kr, vr = (a.detach().double().requires_grad_() for a in (q, k, v))
-    ropts = {n: (a.double() if torch.is_tensor(a) and a.is_floating_point() else a) for n, a in opts.items()}
-    ro, rlse = reference.flash_attention(qr, kr, vr, return_lse=True, **ropts)
-    rgrads = torch.autograd.grad((ro * do.double()).sum(), (qr, kr, vr))
-    errs = [float((a.double() - r).norm() / r.norm().clamp_min(1e-30)) for a, r in zip((o, *grads), (ro, *rgrads))]
-    same_inf = bool((torch.isinf(lse) == torch.isinf(rlse)).all())
-    print(f"{B}x{Hq}x{Hkv}x{Nq}x{Nk}x{D} {dtype} {sorted(kw)}: rel err o/dq/dk/dv "
-          + " ".join(f"{e:.1e}" for e in errs) + f", lse -inf where the reference's: {same_inf}", flush=True)
+    result = against_reference(ato_torch.flash_attention, reference.flash_attention, q, k, v, **opts)
+    print(f"{B}x{Hq}x{Hkv}x{Nq}x{Nk}x{D} {dtype} {sorted(kw)}: " + result, flush=True)

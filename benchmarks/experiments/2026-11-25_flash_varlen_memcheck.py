@@ -7,10 +7,15 @@ accesses (varlen computes its own bounds).
 
     compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-25_flash_varlen_memcheck.py
 """
+import sys
+
 import torch
 
 import ato_torch
 from ato_core.ops.flash_attention import reference
+
+sys.path.insert(0, "benchmarks/tools")
+from fa_against_reference import against_reference  # noqa: E402
 
 CASES = [
     # (cu_q, cu_k, Tq, Tk, Hq, Hkv, D, max_q, max_k, dtype, kwargs)
@@ -34,17 +39,9 @@ for cu_q, cu_k, Tq, Tk, Hq, Hkv, D, mq, mk, dtype, kw in CASES:
     opts = {n: kw[n] for n in ("causal", "window_size", "softcap") if n in kw}
     if kw.get("alibi"):
         opts["alibi_slopes"] = torch.rand(len(cu_q) - 1, Hq, device="cuda", generator=g) * 0.3
-    o, lse = ato_torch.flash_attention_varlen(q, k, v, cq, ck, mq, mk, return_lse=True, **opts)
-    do = torch.randn_like(o)
-    grads = torch.autograd.grad((o * do).sum(), (q, k, v))
-    qr, kr, vr = (a.detach().double().requires_grad_() for a in (q, k, v))
-    ropts = {n: (a.double() if torch.is_tensor(a) and a.is_floating_point() else a) for n, a in opts.items()}
-    ro, rlse = reference.flash_attention_varlen(qr, kr, vr, cq, ck, mq, mk, return_lse=True, **ropts)
-    rgrads = torch.autograd.grad((ro * do.double()).sum(), (qr, kr, vr))
-    errs = [float((a.double() - r).norm() / r.norm().clamp_min(1e-30)) for a, r in zip((o, *grads), (ro, *rgrads))]
-    same_inf = bool((torch.isinf(lse) == torch.isinf(rlse)).all())
-    print(f"cu_q {cu_q} cu_k {cu_k} H{Hq}/{Hkv} D{D} {dtype} {sorted(kw)}: rel err o/dq/dk/dv "
-          + " ".join(f"{e:.1e}" for e in errs) + f", lse -inf where the reference's: {same_inf}", flush=True)
+    result = against_reference(ato_torch.flash_attention_varlen, reference.flash_attention_varlen, q, k, v, cq, ck,
+                               mq, mk, **opts)
+    print(f"cu_q {cu_q} cu_k {cu_k} H{Hq}/{Hkv} D{D} {dtype} {sorted(kw)}: " + result, flush=True)
 
 for cu_q, cu_k, mq, mk in BROKEN:
     q, k, v = (torch.randn(100, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))

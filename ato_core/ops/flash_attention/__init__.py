@@ -98,8 +98,14 @@ def _check_values(s, st: Flash, host):
     n_axis = plans.axes(st.layout)[1]
     for name, n in (("q_lengths", s["q"].shape[n_axis]), ("kv_lengths", s["k"].shape[n_axis])):
         values = host(name) if s.get(name) is not None else None
-        if values is not None and values.size and (values.min() < 0 or values.max() > n):
-            raise ValueError(f"{name}: expected values in [0, {n}], got [{values.min()}, {values.max()}]")
+        if values is not None and values.size:
+            _check_within(name, values.min(), values.max(), n)
+
+
+def _check_within(name: str, lo, hi, n: int) -> None:
+    """Host values of lengths or offsets (least lo, largest hi) within [0, n]."""
+    if lo < 0 or hi > n:
+        raise ValueError(f"{name}: expected values in [0, {n}], got [{lo}, {hi}]")
 
 
 FLASH_ATTENTION = Op(
@@ -174,8 +180,7 @@ def _check_varlen_values(s, st: FlashVarlen, host):
         cu = host(name)
         if cu is None:
             continue
-        if cu[0] < 0 or cu[-1] > t:
-            raise ValueError(f"{name}: expected values in [0, {t}] (T = {side}.shape[0]), got [{cu[0]}, {cu[-1]}]")
+        _check_within(name, cu[0], cu[-1], t)
         lengths = cu[1:] - cu[:-1]
         if lengths.size and lengths.min() < 0:
             raise ValueError(f"{name}: expected non-decreasing values, got {cu.tolist()}")
