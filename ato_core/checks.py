@@ -91,3 +91,32 @@ def check_heads(module: str, hidden_size: int, num_heads: int, num_kv_heads) -> 
     if num_kv_heads < 1 or num_heads % num_kv_heads:
         raise ValueError(f"{module}: num_kv_heads: expected a divisor of num_heads={num_heads}, got {num_kv_heads}")
     return num_kv_heads, hidden_size // num_heads
+
+
+def check_dropout_p(name: str, p) -> None:
+    """A dropout probability: a Python float in [0, 1)."""
+    if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p < 1.0):
+        raise ValueError(f"{name}: expected a float in [0, 1), got {p!r}")
+
+
+def check_seed(seed) -> None:
+    """A static dropout seed: an int in [0, 2**31), or None when an array carries it."""
+    if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2 ** 31):
+        raise ValueError(f"seed: expected an int in [0, 2**31), a 0-d integer array or a random key, got {seed!r}")
+
+
+def seed_words(seed: ArraySpec, like_name: str, like: ArraySpec) -> int:
+    """How a kernel reads a seed array (SEED_WORDS of triton_helpers.dropout_seed): 1 for a 0-d
+    int32/int64/uint32, 2 for a JAX key's data (uint32 or int32 [2]); checks it (on ``like``'s
+    device)."""
+    if seed.dtype not in ("int32", "int64", "uint32"):
+        raise TypeError(f"seed: expected an int, or an array of dtype int32, int64 or uint32, got {seed.dtype}")
+    if seed.shape == ():
+        words = 1
+    elif tuple(seed.shape) == (2,) and seed.dtype != "int64":
+        words = 2
+    else:
+        raise ValueError(f"seed: expected a 0-d integer array or a random key's data (uint32 [2]), got shape "
+                         f"{tuple(seed.shape)} of {seed.dtype}")
+    check_same_device((like_name, "seed"), (like, seed))
+    return words

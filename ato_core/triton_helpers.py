@@ -42,3 +42,18 @@ def tanh(x):
     x2 = x * x
     small = x + x * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (62.0 / 2835.0))))
     return tl.where(a < 0.25, small, tl.where(x < 0.0, -big, big))
+
+
+@triton.jit
+def dropout_seed(SEED, seed, SEED_WORDS: tl.constexpr):
+    """A dropout seed: the scalar ``seed`` (SEED_WORDS 0), or read by the kernel, so that one
+    compiled kernel serves every seed: SEED_WORDS 1, a 0-d integer array; 2, two uint32 words,
+    high first (a JAX key's data). Seed s reads the same whichever way it comes."""
+    if SEED_WORDS == 1:
+        return tl.load(SEED)
+    elif SEED_WORDS == 2:
+        hi = tl.load(SEED).to(tl.uint32, bitcast=True).to(tl.uint64)
+        lo = tl.load(SEED + 1).to(tl.uint32, bitcast=True).to(tl.uint64)
+        return (hi << 32) | lo
+    else:
+        return seed

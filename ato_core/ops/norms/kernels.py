@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned, widen
+from ato_core.triton_helpers import aligned, dropout_seed, widen
 
 
 @triton.jit
@@ -34,19 +34,6 @@ def _dropout_keep(seed, row, cols, N, p):
     """The dropout mask of (row, cols): Philox on the element index, keep iff U >= p."""
     idx = row.to(tl.int64) * N + cols
     return tl.rand(seed, idx) >= p
-
-
-@triton.jit
-def _seed(SEED, seed, SEED_WORDS: tl.constexpr):
-    """The dropout seed: the scalar argument, or read from SEED (see the module docstring)."""
-    if SEED_WORDS == 1:
-        return tl.load(SEED)
-    elif SEED_WORDS == 2:
-        hi = tl.load(SEED).to(tl.uint32, bitcast=True).to(tl.uint64)
-        lo = tl.load(SEED + 1).to(tl.uint32, bitcast=True).to(tl.uint64)
-        return (hi << 32) | lo
-    else:
-        return seed
 
 
 @triton.jit
@@ -108,7 +95,7 @@ def norm_fwd_kernel(
     """Grid (M,). One row: y, and h (HAS_RES), mean (LayerNorm) and rstd, [M] fp32.
     R, W, B, SEED, H, MEAN are dummies when unused."""
     row = tl.program_id(0).to(tl.int64)
-    seed = _seed(SEED, seed, SEED_WORDS)
+    seed = dropout_seed(SEED, seed, SEED_WORDS)
     N = aligned(N, ALIGN)
     offs = tl.arange(0, BLOCK_N)
     if SINGLE:
@@ -220,7 +207,7 @@ def norm_bwd_kernel(
     """Grid (P,). Rows [pid * rows_per_program, ...): dx (and dresidual), and this program's
     partial dw, db rows ([P, N] fp32, zero-initialised). HX is h (with a residual) or x."""
     pid = tl.program_id(0)
-    seed = _seed(SEED, seed, SEED_WORDS)
+    seed = dropout_seed(SEED, seed, SEED_WORDS)
     N = aligned(N, ALIGN)
     offs = tl.arange(0, BLOCK_N)
     first = pid * rows_per_program

@@ -85,28 +85,14 @@ def check_norm(name_x: str, x: ArraySpec, weight: Optional[ArraySpec], bias: Opt
 def check_dropout(p, seed, training) -> float:
     """Validates the dropout arguments (``seed``: the int, or None when an array carries it);
     returns the dropout probability that applies (0 when not training)."""
-    if not (isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p < 1.0):
-        raise ValueError(f"p: expected a float in [0, 1), got {p!r}")
-    if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2 ** 31):
-        raise ValueError(f"seed: expected an int in [0, 2**31), a 0-d integer array or a random key, got {seed!r}")
+    checks.check_dropout_p("p", p)
+    checks.check_seed(seed)
     checks.check_bool("training", training)
     return float(p) if training else 0.0
 
 
 def seed_words(seed: Optional[ArraySpec], x: ArraySpec) -> int:
-    """How the kernel reads a seed array (SEED_WORDS): 1 for a 0-d int32/int64/uint32, 2 for
-    a JAX key's data (uint32 or int32 [2]); checks it."""
-    if seed.dtype not in ("int32", "int64", "uint32"):
-        raise TypeError(f"seed: expected an int, or an array of dtype int32, int64 or uint32, got {seed.dtype}")
-    if seed.shape == ():
-        words = 1
-    elif tuple(seed.shape) == (2,) and seed.dtype != "int64":
-        words = 2
-    else:
-        raise ValueError(f"seed: expected a 0-d integer array or a random key's data (uint32 [2]), got shape "
-                         f"{tuple(seed.shape)} of {seed.dtype}")
-    checks.check_same_device(("x", "seed"), (x, seed))
-    return words
+    return checks.seed_words(seed, "x", x)
 
 
 def _dtype(spec: Optional[ArraySpec], default: str) -> str:
