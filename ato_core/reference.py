@@ -6,7 +6,7 @@ reading; kernels never call it."""
 
 from .ops.based.reference import based_attention, based_step, taylor_feature_map  # noqa: F401
 from .ops.cross_entropy.reference import cross_entropy  # noqa: F401
-from .ops.flash_attention.reference import flash_attention, flash_attention_varlen  # noqa: F401
+from .ops.flash_attention.reference import dropout_keep, flash_attention, flash_attention_varlen  # noqa: F401
 from .ops.linear_attention.reference import (  # noqa: F401
     elu_plus_one, linear_attention, linear_attention_recurrent, linear_attention_step)
 from .ops.norms.reference import dropout_residual_layer_norm, layer_norm, rms_norm  # noqa: F401

@@ -96,6 +96,9 @@ CASES = [
       for what, B, Nq, Nk, check in (("B0", 0, 5, 5, None), ("Nq0", 1, 0, 5, _zeros("k", "v")),
                                      ("Nk0", 1, 5, 0, _no_key))
       for c in (False, True)],
+    ("flash_attention B0 dropout", "flash_attention",
+     {"q": _r(0, 2, 5, 16), "k": _r(0, 1, 5, 16), "v": _r(0, 1, 5, 16)},
+     lambda f, a: f(a["q"], a["k"], a["v"], causal=True, dropout_p=0.1, seed=3), None),
     *[(f"flash_attention_varlen {what} causal={c}", "flash_attention_varlen",
        {"q": _r(Tq, 2, 16), "k": _r(Tk, 1, 16), "v": _r(Tk, 1, 16), "cq": np.array(cq, np.int32),
         "ck": np.array(ck, np.int32)},

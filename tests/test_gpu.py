@@ -201,6 +201,9 @@ FA_OPTION_GPU = {
                                                   lengths="both", segments=3, layout="bnhd")),
     "bias_mask": ((2, 8, 2, 1000, 1100, 128), dict(bias="heads_keys", mask="full", causal=True)),
     "bias_full_mask_pairs": ((1, 4, 4, 777, 513, 64), dict(bias="full", mask="pairs")),
+    "dropout_causal": ((2, 8, 2, 1024, 1100, 128), dict(dropout=0.1, causal=True)),
+    "dropout_window_lengths_bnhd": ((2, 4, 2, 900, 700, 64), dict(dropout=0.3, window=(200, 50), lengths="both",
+                                                                 layout="bnhd")),
 }
 
 
@@ -221,6 +224,7 @@ FA_VARLEN_GPU = {
     "window_softcap_alibi": (((1000, 777), (1000, 1200)), 4, 4, 64,
                              dict(causal=True, window=(300, None), softcap=20.0, alibi="bh", start=(5, 0))),
     "full_d80": (((513, 1024), (600, 100)), 4, 1, 80, dict()),
+    "dropout_causal": (((700, 1, 1500), (900, 1, 1500)), 8, 2, 128, dict(causal=True, dropout=0.2)),
 }
 
 
@@ -232,6 +236,45 @@ def test_flash_attention_varlen_gpu(name, dtype):
     seqs, Hq, Hkv, D, kw = FA_VARLEN_GPU[name]
     t, j, _ = _check(fa_varlen_case(*seqs, Hq, Hkv, D, dtype=dtype, seed=D, **kw))
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
+def test_flash_attention_dropout_mask_and_cuda_graph_gpu():
+    """The compiled kernels draw reference.dropout_keep's mask (q = k = 0, v the identity over
+    256 keys: o = keep * scale / Nk), in both frameworks; under a CUDA graph a seed tensor
+    written in place draws a new mask each replay, equal to an eager call with that seed."""
+    import jax.numpy as jnp
+    import torch
+
+    import ato_jax
+    import ato_torch
+    from ato_core.ops.flash_attention import plans
+    from ato_core.ops.flash_attention.reference import dropout_keep
+
+    B, Hq, Hkv, Nq, Nk, p = 2, 8, 2, 300, 256, 0.1
+    q = torch.zeros(B, Hq, Nq, Nk, device="cuda", dtype=torch.bfloat16)
+    k = torch.zeros(B, Hkv, Nk, Nk, device="cuda", dtype=torch.bfloat16)
+    v = torch.eye(Nk, device="cuda", dtype=torch.bfloat16).expand(B, Hkv, Nk, Nk).contiguous()
+    want = dropout_keep(123, p, np.arange(B * Hq).reshape(B, Hq, 1, 1), np.arange(Nq)[:, None],
+                        np.arange(Nk)[None, :])
+    scale = plans.dropout_threshold(p)[1] / Nk
+    o = ato_torch.flash_attention(q, k, v, dropout_p=p, seed=123).float().cpu().numpy()
+    np.testing.assert_array_equal(o != 0, want)
+    np.testing.assert_allclose(o[want], scale, rtol=2 ** -8)
+    oj = ato_jax.flash_attention(*(jnp.asarray(x.float().cpu().numpy(), jnp.bfloat16) for x in (q, k, v)),
+                                 dropout_p=p, seed=jnp.int32(123))
+    np.testing.assert_array_equal(np.asarray(oj.astype(jnp.float32)) != 0, want)
+
+    seed = torch.tensor(0, device="cuda")
+    ato_torch.flash_attention(q, k, v, dropout_p=p, seed=seed)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ato_torch.flash_attention(q, k, v, dropout_p=p, seed=seed)
+    for s in (5, 6):
+        seed.fill_(s)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, ato_torch.flash_attention(q, k, v, dropout_p=p, seed=s))
+    assert not torch.equal(out, ato_torch.flash_attention(q, k, v, dropout_p=p, seed=5))
 
 
 def test_flash_attention_varlen_is_each_sequence_alone_gpu():

@@ -21,7 +21,7 @@ class Flash(NamedTuple):
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, layout="bhnd", window_size=None,
                     softcap=None, alibi_slopes=None, q_lengths=None, kv_lengths=None, segment_ids=None, bias=None,
-                    mask=None):
+                    mask=None, dropout_p=0.0, seed=None):
     """Softmax attention, o = softmax(q k^T * softmax_scale) v, tiled (never Nq x Nk in memory).
 
     Args:
@@ -59,6 +59,16 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
         (jax.nn.dot_product_attention's and torch's boolean attn_mask convention); a query
         with no True left gets o = 0 and lse = -inf. A bias or mask makes every key block take
         the masked path: for a structure the options above describe, they are faster.
+      dropout_p: attention dropout, o = (softmax(s) * keep / (1 - dropout_p)) v: a Python float
+        in [0, 1), rounded to a multiple of 2**-8 as FlashAttention 2 does (kept values are
+        scaled so that the expectation stays exact). The mask is drawn from Philox4x32-7 keyed
+        by the seed on counters of (b * Hq + h, i, j) (``reference.dropout_keep``), never
+        stored: the backward draws it again.
+      seed: required with dropout_p > 0, as dropout_residual_layer_norm takes it: a Python int
+        in [0, 2**31) (static), or read by the kernels (traced under jax.jit without retrace,
+        updated in place under CUDA graphs): a 0-d int32/int64 array on q's device, a
+        jax.random key (typed, or raw uint32 [2]), a torch.Generator (a seed drawn from it,
+        advancing it). The same seed gives the same mask in both frameworks, CPU and GPU.
 
     Returns:
       o [B, Hq, Nq, D] (or [B, Nq, Hq, D]) in q's dtype, or (o, lse). Differentiable with
@@ -74,8 +84,16 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     q_seg, kv_seg = segment_ids if pair else (segment_ids, segment_ids)
     if (q_seg is None) != (kv_seg is None):
         raise ValueError("segment_ids: expected both q_segment_ids and kv_segment_ids, got one of them None")
-    return (q, k, v, alibi_slopes, q_lengths, kv_lengths, q_seg, kv_seg, bias, mask), \
+    options, seed = _dropout(options, dropout_p, seed)
+    return (q, k, v, alibi_slopes, q_lengths, kv_lengths, q_seg, kv_seg, bias, mask, seed), \
         Flash(causal, softmax_scale, return_lse, layout, options)
+
+
+def _dropout(options: plans.Options, dropout_p, seed):
+    """(options with dropout_p and an int seed, the seed array or None)."""
+    p, static_seed = plans.check_dropout(dropout_p, seed)
+    array = None if static_seed is not None or p == 0 else seed
+    return options._replace(dropout_p=p, seed=static_seed), array
 
 
 def _arrays(s):
@@ -113,7 +131,7 @@ FLASH_ATTENTION = Op(
     returns=lambda st: ("o", "lse") if st.return_lse else ("o",), optional_cotangents=(("dlse",),),
     optional=plans.OPTION_ARRAYS, saved=("q", "k", "v", "o", "lse", "lse_base2", *plans.OPTION_ARRAYS),
     differentiable=("q", "k", "v"), forward=_forward, backward=_backward, check_values=_check_values,
-    reference=reference.flash_attention, family="flash_attention",
+    reference=reference.flash_attention, family="flash_attention", random=("seed",),
     batch=("q", "k", "v", "q_lengths", "kv_lengths", "q_segment_ids", "kv_segment_ids"))
 
 
@@ -128,7 +146,8 @@ class FlashVarlen(NamedTuple):
 
 
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
-                           softmax_scale=None, return_lse=False, window_size=None, softcap=None, alibi_slopes=None):
+                           softmax_scale=None, return_lse=False, window_size=None, softcap=None, alibi_slopes=None,
+                           dropout_p=0.0, seed=None):
     """Softmax attention over packed variable-length sequences (FlashAttention 2's
     flash_attn_varlen_func): sequence b is the rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q
     and [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v, and attends only within itself.
@@ -147,19 +166,22 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         windows aligned to each sequence's bottom right).
       return_lse: also return lse [Hq, Tq] (fp32, natural log).
       alibi_slopes: fp32 [Hq] or [B, Hq], as flash_attention. Not differentiated.
+      dropout_p, seed: as flash_attention, with b the sequence and i, j positions within it.
 
     Returns:
       o [Tq, Hq, D] in q's dtype, or (o, lse). Differentiable with respect to q, k and v.
     """
     checks.check_bool("return_lse", return_lse)
-    options = plans.Options(plans.check_window(window_size), plans.check_softcap(softcap))
-    return (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes), \
+    options, seed = _dropout(plans.Options(plans.check_window(window_size), plans.check_softcap(softcap)),
+                             dropout_p, seed)
+    return (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seed), \
         FlashVarlen(max_seqlen_q, max_seqlen_k, causal, softmax_scale, return_lse, options)
 
 
 def _varlen_kwargs(s, st: FlashVarlen, target):
     return dict(max_seqlen_q=st.max_seqlen_q, max_seqlen_k=st.max_seqlen_k, causal=st.causal,
-                softmax_scale=st.softmax_scale, target=target, options=st.options, alibi=s.get("alibi_slopes"))
+                softmax_scale=st.softmax_scale, target=target, options=st.options, alibi=s.get("alibi_slopes"),
+                seed=s.get("seed"))
 
 
 def _varlen_forward(s, st: FlashVarlen, target):
@@ -189,10 +211,10 @@ def _check_varlen_values(s, st: FlashVarlen, host):
 
 
 FLASH_ATTENTION_VARLEN = Op(
-    flash_attention_varlen, inputs=("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes"),
+    flash_attention_varlen, inputs=("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes", "seed"),
     results=("o", "lse", "lse_base2"), returns=lambda st: ("o", "lse") if st.return_lse else ("o",),
-    optional_cotangents=(("dlse",),), optional=("alibi_slopes",),
-    saved=("q", "k", "v", "o", "lse", "lse_base2", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes"),
+    optional_cotangents=(("dlse",),), optional=("alibi_slopes", "seed"), random=("seed",),
+    saved=("q", "k", "v", "o", "lse", "lse_base2", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes", "seed"),
     differentiable=("q", "k", "v"), forward=_varlen_forward, backward=_varlen_backward,
     check_values=_check_varlen_values, reference=reference.flash_attention_varlen, family="flash_attention")
 

@@ -6,18 +6,20 @@ from ato_core.testing import Case, In, gpu_spec
 
 
 def fa_case(B, Hq, Hkv, Nq, Nk, D, dtype="float32", causal=False, lse=True, scale=None, seed=0, layout="bhnd",
-            window=None, softcap=None, alibi=None, lengths=None, segments=None, bias=None, mask=None):
+            window=None, softcap=None, alibi=None, lengths=None, segments=None, bias=None, mask=None, dropout=None):
     """layout "bnhd": q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D]. Options: window (left, right),
     softcap, alibi "h" ([Hq] slopes) or "bh" ([B, Hq]), lengths "q", "kv" or "both" (random
     q_lengths / kv_lengths in [0, N]), segments: the number of segment ids (sorted per row,
     as packed documents), bias "full" ([B, Hq, Nq, Nk]) or "heads_keys" ([Hq, 1, Nk], broadcast),
-    mask "full" or "pairs" ([Nq, Nk], broadcast; each entry True with probability 0.7)."""
+    mask "full" or "pairs" ([Nq, Nk], broadcast; each entry True with probability 0.7), dropout
+    (dropout_p, with an int seed drawn from ``seed``)."""
     q, kv = ((B, Hq, Nq, D), (B, Hkv, Nk, D)) if layout == "bhnd" else ((B, Nq, Hq, D), (B, Nk, Hkv, D))
     shapes = (("q", q), ("k", kv), ("v", kv))
     kwargs = (("causal", causal), ("softmax_scale", scale), ("return_lse", lse))
     kwargs += (("layout", layout),) if layout != "bhnd" else ()
     kwargs += (("window_size", window),) if window is not None else ()
     kwargs += (("softcap", softcap),) if softcap is not None else ()
+    kwargs += _dropout_kwargs(dropout, seed)
     ints, fp32, options = (), (), ()
     if alibi is not None:
         shapes += (("alibi_slopes", (Hq,) if alibi == "h" else (B, Hq)),)
@@ -44,8 +46,12 @@ def fa_case(B, Hq, Hkv, Nq, Nk, D, dtype="float32", causal=False, lse=True, scal
                 int_inputs=ints, nondiff=fp32 + (("bias",) if bias is not None else ()), options=options)
 
 
+def _dropout_kwargs(dropout, seed):
+    return (("dropout_p", dropout), ("seed", 1000 + 7919 * seed)) if dropout else ()
+
+
 def fa_varlen_case(seqs_q, seqs_k, Hq, Hkv, D, dtype="float32", causal=False, lse=True, scale=None, seed=0,
-                   window=None, softcap=None, alibi=None, start=(0, 0), pad=(0, 0), max_seqlen=None):
+                   window=None, softcap=None, alibi=None, start=(0, 0), pad=(0, 0), max_seqlen=None, dropout=None):
     """flash_attention_varlen over sequences of these lengths (seqs_q[b] queries, seqs_k[b]
     keys), packed from row start and followed by pad rows that no sequence covers;
     max_seqlen (q, k) defaults to the longest."""
@@ -58,6 +64,7 @@ def fa_varlen_case(seqs_q, seqs_k, Hq, Hkv, D, dtype="float32", causal=False, ls
     kwargs = (("causal", causal), ("softmax_scale", scale), ("return_lse", lse))
     kwargs += (("window_size", window),) if window is not None else ()
     kwargs += (("softcap", softcap),) if softcap is not None else ()
+    kwargs += _dropout_kwargs(dropout, seed)
     fp32 = ()
     if alibi is not None:
         shapes += (("alibi_slopes", (Hq,) if alibi == "h" else (B, Hq)),)
@@ -76,9 +83,9 @@ def check_cases(gpu: bool, dtype: str, quick: bool):
         [(1, 4, 2, 45, 29, 48), (1, 2, 2, 37, 70, 16)]
     cases = [fa_case(*d, dtype=dtype, causal=causal, seed=i) for i, d in enumerate(dims[:1] if quick else dims)
              for causal in (False, True)]
-    # the options together: window, softcap, ALiBi, padding lengths, segment ids, bias, mask
+    # the options together: window, softcap, ALiBi, padding lengths, segment ids, bias, mask, dropout
     options = dict(window=(200 if gpu else 20, None), softcap=20.0, alibi="bh", lengths="both", segments=3,
-                   bias="heads_keys", mask="pairs")
+                   bias="heads_keys", mask="pairs", dropout=0.1)
     dims = (2, 8, 2, 1000, 1500, 128) if gpu else (2, 2, 1, 50, 61, 16)
     # packed sequences (an empty one, rows outside every sequence) with a window and softcap
     seqs = ((700, 0, 1, 2000, 333), (900, 5, 1, 2000, 40)) if gpu else ((20, 0, 1, 45), (30, 5, 1, 40))
@@ -96,6 +103,9 @@ COMPILE = [("flash_attention", "flash_attention", (gpu_spec((1, 8, 256, 128)), g
              "q_lengths": gpu_spec((2,), "int32"), "kv_lengths": gpu_spec((2,), "int32"),
              "segment_ids": gpu_spec((2, 256), "int32"), "bias": gpu_spec((8, 256, 256)),
              "mask": gpu_spec((2, 1, 256, 256), "bool")}),
+           ("flash_attention dropout", "flash_attention",
+            (gpu_spec((2, 8, 256, 128)), gpu_spec((2, 2, 256, 128)), gpu_spec((2, 2, 256, 128))),
+            {"causal": True, "dropout_p": 0.1, "seed": gpu_spec((), "int64")}),
            ("flash_attention_varlen", "flash_attention_varlen",
             (gpu_spec((1024, 8, 128)), gpu_spec((1024, 2, 128)), gpu_spec((1024, 2, 128)), gpu_spec((5,), "int32"),
              gpu_spec((5,), "int32"), 512, 512), {"causal": True, "return_lse": True})]
@@ -111,7 +121,8 @@ def fuzz(pick):
         window=pick.choice((None, None, (pick.int(0, 40), pick.choice((None, pick.int(0, 40)))))),
         softcap=pick.choice((None, None, 5.0)), alibi=pick.choice((None, None, "h", "bh")),
         lengths=pick.choice((None, None, "q", "kv", "both")), segments=pick.choice((None, None, 3)),
-        bias=pick.choice((None, None, "full", "heads_keys")), mask=pick.choice((None, None, "full", "pairs"))),
+        bias=pick.choice((None, None, "full", "heads_keys")), mask=pick.choice((None, None, "full", "pairs")),
+        dropout=pick.choice((None, None, 0.3))),
         "flash_attention_varlen": _fuzz_varlen(pick)}
 
 
@@ -125,7 +136,9 @@ def _fuzz_varlen(pick):
         causal=pick.choice((False, True)), lse=pick.choice((False, True)), scale=pick.choice((None, 0.3)),
         seed=pick.int(0, 99), window=pick.choice((None, None, (pick.int(0, 20), pick.choice((None, pick.int(0, 20)))))),
         softcap=pick.choice((None, None, 5.0)), alibi=pick.choice((None, None, "h", "bh")) if B else None,
-        start=(pick.int(0, 3), pick.int(0, 3)), pad=(pick.int(int(not sum(seqs_q)), 3), pick.int(int(not sum(seqs_k)), 3)))
+        start=(pick.int(0, 3), pick.int(0, 3)),
+        pad=(pick.int(int(not sum(seqs_q)), 3), pick.int(int(not sum(seqs_k)), 3)),
+        dropout=pick.choice((None, None, 0.3)))
 
 
 # Magnitudes (Case option "magnitude") at which each op must match the reference (the

@@ -31,7 +31,11 @@ SOFTCAP: a score s becomes cap tanh(s / cap) (its gradient times 1 - tanh^2). AL
 -slope_h |i + shift - j| after the softcap (slopes fp32 [Hq] or [B, Hq]). Q_LENS, KV_LENS:
 batch b has q_len = QLEN[b] queries and kv_len = KVLEN[b] keys (the rest: o = 0, lse = -inf,
 zero gradients; shift = kv_len - q_len). SEGMENTS: query i sees key j only if QSEG[b, i] ==
-KSEG[b, j] (every key block then takes the masked path).
+KSEG[b, j] (every key block then takes the masked path). DROPOUT: p is kept where
+_dropout_keep draws so (seed: SEED_WORDS as triton_helpers.dropout_seed) and scaled by
+DROP_SCALE (l still sums every p). The backward draws the mask again: dv from the kept, scaled
+p, dp = keep * DROP_SCALE * (do v^T), and ds = p (dp - delta) as without (delta = rowsum(o do)
+is sum_j p_ij dp_ij with the dropout).
 
 Conventions as in the other families: input pointers, scalars, output pointers,
 constexprs; explicit (b, h, n, d) strides; D and the b, h, n strides are multiples of
@@ -43,10 +47,11 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned, tanh
+from ato_core.triton_helpers import aligned, dropout_seed, tanh
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
+DROPOUT_ROUNDS = tl.constexpr(7)  # Philox rounds of the dropout draw (plans.DROPOUT_ROUNDS)
 
 
 @triton.jit
@@ -152,12 +157,40 @@ def _segment_ids(SEG, b, sb, sn, idx, n, other, SEGMENTS: tl.constexpr):
 
 
 @triton.jit
+def _dropout_keep(seed, bh, row0, col0, thr, R: tl.constexpr, C: tl.constexpr):
+    """The attention-dropout keep-mask of query rows [row0, row0 + R) and keys [col0, col0 + C)
+    of head bh = b * Hq + hq ([R, C], True where kept; row0, R multiples of 16, col0, C of 32).
+    One Philox4x32-7 call under key ``seed`` draws 16 bytes for queries {i, i + 8} x keys
+    {j + 8 n + c: n < 4, c < 2} (i % 16 < 8, j % 32 < 8, j even): counter ((j // 32) * 4 +
+    (j // 2) % 4, (i // 16) * 8 + i % 8, bh, 0); query i + 8 h, key j + 8 n + c takes byte
+    c + 2 (n % 2) of word n // 2 + 2 h, kept iff >= thr. A group is the elements one thread
+    holds in a tensor-core accumulator tile, so the draws need no data movement."""
+    # axes: rows (R/16, h, 8), keys (C/32, n, 4, c)
+    a = tl.arange(0, R // 16)[:, None, None, None, None, None, None]
+    r = tl.arange(0, 8)[None, None, :, None, None, None, None]
+    g = tl.arange(0, C // 32)[None, None, None, :, None, None, None]
+    q = tl.arange(0, 4)[None, None, None, None, None, :, None]
+    c1 = ((row0 // 16 + a) * 8 + r).to(tl.uint32)
+    c0 = ((col0 // 32 + g) * 4 + q).to(tl.uint32)
+    zero = c0 * 0 + c1 * 0
+    w0, w1, w2, w3 = tl.philox(seed, c0 + zero, c1 + zero, zero + bh.to(tl.uint32), zero, DROPOUT_ROUNDS)
+    h = tl.arange(0, 2)[None, :, None, None, None, None, None]
+    n = tl.arange(0, 4)[None, None, None, None, :, None, None]
+    c = tl.arange(0, 2)[None, None, None, None, None, None, :]
+    word = n // 2 + 2 * h
+    w = tl.where(word < 2, tl.where(word == 0, w0, w1), tl.where(word == 2, w2, w3))
+    draws = (w >> (8 * (c + 2 * (n % 2))).to(tl.uint32)) & 0xFF
+    return tl.reshape(draws, [R, C]) >= thr
+
+
+@triton.jit
 def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len, shift, lo_shift, hi_shift, dmask,
                 qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BIAS, AMASK, sbi, sbj, smi,
                 smj, Nq, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
                 PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
                 ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
-                HAS_MASK: tl.constexpr = False):
+                HAS_MASK: tl.constexpr = False, seed=0, bh=0, row0=0, DROP_THR: tl.constexpr = 0,
+                DROPOUT: tl.constexpr = False):
     """Key blocks [start, end): the online-softmax update. With MASK, keys past kv_len, those
     outside each query's band, (SEGMENTS) segment and (HAS_MASK) mask score -inf; a row with
     no visible key so far keeps m = -inf, and its p and rescale factor come out 0 rather than
@@ -185,6 +218,8 @@ def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len
         p = tl.math.exp2(s - m_use[:, None])
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
+        if DROPOUT:  # l sums every p; dropped ones leave o (scaled by 1/(1 - p_drop) at the end)
+            p = tl.where(_dropout_keep(seed, bh, row0, start_n, DROP_THR, q.shape[0], BLOCK_N), p, 0.0)
         v = _load_rows(v_ptrs, keys, kv_len, dmask, MASK, EVEN_D)
         acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], PRECISION)
         m_i = m_new
@@ -432,18 +467,19 @@ def _lse_rows(bh, hq, N, T, row0, VARLEN: tl.constexpr):
         return bh.to(tl.int64) * N
 
 
-@kernel(inputs=10, outputs=3)
+@kernel(inputs=11, outputs=3)
 def fa_fwd_kernel(
-    Q, K, V, SLOPES, QLEN, KVLEN, QSEG, KSEG, BIAS, AMASK,
+    Q, K, V, SLOPES, QLEN, KVLEN, QSEG, KSEG, BIAS, AMASK, SEED,
     Hq, G, Nq, Nk, D, qk_scale, left, right, cap_in, cap_out,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, son, sod, s_ab, s_ah,
-    sqsb, sqsn, sksb, sksn, sbb, sbh, sbi, sbj, smb, smh, smi, smj, Tq, Tk,
+    sqsb, sqsn, sksb, sksn, sbb, sbh, sbi, sbj, smb, smh, smi, smj, seed, Tq, Tk,
     O, LSE, LSE2,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
     EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, Q_LENS: tl.constexpr = False,
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
-    HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False, DROPOUT: tl.constexpr = False,
+    SEED_WORDS: tl.constexpr = 0, DROP_THR: tl.constexpr = 0, DROP_SCALE: tl.constexpr = 1.0,
 ):
     """Grid (query blocks, B*Hq). o[rows] and lse[rows] of one query block of one head (with
     SOFTCAP or ALIBI also LSE2, the base-2 lse the backward reads; +inf for no key).
@@ -463,25 +499,28 @@ def fa_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BD], tl.float32)
+    seed = dropout_seed(SEED, seed, SEED_WORDS)
     bias_h = BIAS + b * sbb + hq * sbh
     mask_h = AMASK + b * smb + hq * smh
     if WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
         acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift,
                                     lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
                                     sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                                    ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK)
+                                    ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROPOUT)
     acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, full_start, full_end, Nk, kv_len, shift,
                                 lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
                                 sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                                ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK)
+                                ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROPOUT)
     acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, kv_len, shift,
                                 lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
                                 sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                                ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK)
+                                ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROPOUT)
     empty = l_i == 0.0
     if Q_LENS:
         empty = empty | (offs_m >= q_len)
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
+    if DROPOUT:
+        o = o * DROP_SCALE
     if Q_LENS:
         o = tl.where(empty[:, None], 0.0, o)
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
@@ -533,10 +572,12 @@ def _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start, end,
                  smi, smj, Nk, BLOCK_M: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
                  PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
                  ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
-                 HAS_MASK: tl.constexpr = False):
+                 HAS_MASK: tl.constexpr = False, seed=0, bh=0, key0=0, DROP_THR: tl.constexpr = 0,
+                 DROP_SCALE: tl.constexpr = 1.0, DROPOUT: tl.constexpr = False):
     """Query blocks [start, end) of one query head into dk, dv of one key block. LSE2 and
     DELTA point at the head's rows. With MASK, rows past q_len read as 0 (and p = 0 there,
-    lse2 = +inf) and p = 0 outside the band and segment."""
+    lse2 = +inf) and p = 0 outside the band and segment. DROPOUT: the mask of query head bh =
+    b * Hq + hq and keys key0 + [0, BLOCK_N)."""
     offs_r = tl.arange(0, BLOCK_M)
     q_ptrs += tl.cast(start, tl.int64) * aligned(sqn, ALIGN)
     do_ptrs += tl.cast(start, tl.int64) * aligned(sdn, ALIGN)
@@ -562,8 +603,14 @@ def _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start, end,
         else:
             pT = tl.math.exp2(sT - lse2[None, :])
         do = _load_rows(do_ptrs, rows, q_len, dmask, MASK, EVEN_D)
-        dv = _dot(pT.to(do.dtype), do, dv, PRECISION)
+        if DROPOUT:  # dv from the kept p * 1/(1 - p_drop); dp through the same mask
+            keepT = tl.trans(_dropout_keep(seed, bh, start_m, key0, DROP_THR, BLOCK_M, k.shape[0]))
+            dv = _dot(tl.where(keepT, pT * DROP_SCALE, 0.0).to(do.dtype), do, dv, PRECISION)
+        else:
+            dv = _dot(pT.to(do.dtype), do, dv, PRECISION)
         dpT = _dot(v, tl.trans(do), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PRECISION)
+        if DROPOUT:
+            dpT = tl.where(keepT, dpT * DROP_SCALE, 0.0)
         if MASK:
             delta = tl.load(DELTA + rows, mask=rows < q_len, other=0.0)
         else:
@@ -608,18 +655,20 @@ def _query_ranges(first, q_len, kv_len, lo_shift, hi_shift, BLOCK_M: tl.constexp
         return lo, tl.minimum(full_lo, q_len), full_lo, q_full, tl.maximum(full_lo, q_full), q_len
 
 
-@kernel(inputs=13, outputs=2)
+@kernel(inputs=14, outputs=2)
 def fa_bwd_dkdv_kernel(
-    Q, K, V, DO, LSE2, DELTA, SLOPES, QLEN, KVLEN, QSEG, KSEG, BIAS, AMASK,
+    Q, K, V, DO, LSE2, DELTA, SLOPES, QLEN, KVLEN, QSEG, KSEG, BIAS, AMASK, SEED,
     Hkv, G, Nq, Nk, D, qk_scale, softmax_scale, left, right, cap_in, cap_out,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd,
-    sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sbb, sbh, sbi, sbj, smb, smh, smi, smj, Tq, Tk,
+    sgkb, sgkh, sgkn, sgkd, sgvb, sgvh, sgvn, sgvd, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sbb, sbh, sbi, sbj, smb, smh,
+    smi, smj, seed, Tq, Tk,
     DK, DV,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
     EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, Q_LENS: tl.constexpr = False,
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
-    HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False, DROPOUT: tl.constexpr = False,
+    SEED_WORDS: tl.constexpr = 0, DROP_THR: tl.constexpr = 0, DROP_SCALE: tl.constexpr = 1.0,
 ):
     """Grid (key blocks, B*Hkv). dk, dv of one key block, summed over the G query heads of
     its kv head in order. For each head, the query blocks split into the band's boundaries
@@ -643,6 +692,7 @@ def fa_bwd_dkdv_kernel(
     dv = tl.zeros([BLOCK_N, BD], tl.float32)
     m0, m1, u0, u1, e0, e1 = _query_ranges(first, q_len, kv_len, lo_shift, hi_shift, BLOCK_M, BLOCK_N, CAUSAL, WINDOW,
                                            SEGMENTS or HAS_BIAS or HAS_MASK, KV_LENS or VARLEN)
+    seed = dropout_seed(SEED, seed, SEED_WORDS)
     for g in range(0, G):
         hq = hk * G + g
         slope2 = _slope(SLOPES, b, hq, s_ab, s_ah, nseq, ALIBI, VARLEN)
@@ -658,17 +708,20 @@ def fa_bwd_dkdv_kernel(
                               q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
                               b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
                               BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                              ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK)
+                              ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, (b * Hkv + hk) * G + g, first,
+                              DROP_THR, DROP_SCALE, DROPOUT)
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, u0, u1, Nq,
                               q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
                               b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
                               BLOCK_M, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW,
-                              SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK)
+                              SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, (b * Hkv + hk) * G + g, first,
+                              DROP_THR, DROP_SCALE, DROPOUT)
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, e0, e1, Nq,
                               q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
                               b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
                               BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                              ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK)
+                              ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, (b * Hkv + hk) * G + g, first,
+                              DROP_THR, DROP_SCALE, DROPOUT)
     if KV_LENS:
         kv = (offs_n < kv_len)[:, None]
         dk = tl.where(kv, dk, 0.0)
@@ -689,7 +742,9 @@ def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, k
                smi, smj, Nq, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
                PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
                ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
-               HAS_MASK: tl.constexpr = False):
+               HAS_MASK: tl.constexpr = False, seed=0, bh=0, row0=0, DROP_THR: tl.constexpr = 0,
+               DROP_SCALE: tl.constexpr = 1.0,
+               DROPOUT: tl.constexpr = False):
     """Key blocks [start, end) into dq of one query block (unscaled); MASK as _fwd_blocks."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs += tl.cast(start, tl.int64) * aligned(skn, ALIGN)
@@ -710,6 +765,9 @@ def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, k
         else:
             p = tl.math.exp2(s - lse2[:, None])
         dp = _dot(do, tl.trans(v), tl.zeros([q.shape[0], BLOCK_N], tl.float32), PRECISION)
+        if DROPOUT:
+            keep = _dropout_keep(seed, bh, row0, start_n, DROP_THR, q.shape[0], BLOCK_N)
+            dp = tl.where(keep, dp * DROP_SCALE, 0.0)
         ds = p * (dp - delta[:, None])
         if SOFTCAP:
             ds = ds * (1.0 - t * t)
@@ -760,18 +818,19 @@ def _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale,
     tl.store(dq_ptrs, (dq * softmax_scale).to(DQ.dtype.element_ty), mask=mmask[:, None] & dmask[None, :])
 
 
-@kernel(inputs=13, outputs=1)
+@kernel(inputs=14, outputs=1)
 def fa_bwd_dq_kernel(
-    Q, K, V, DO, LSE2, DELTA, SLOPES, QLEN, KVLEN, QSEG, KSEG, BIAS, AMASK,
+    Q, K, V, DO, LSE2, DELTA, SLOPES, QLEN, KVLEN, QSEG, KSEG, BIAS, AMASK, SEED,
     Hq, G, Nq, Nk, D, qk_scale, softmax_scale, left, right, cap_in, cap_out,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd, sgb, sgh, sgn, sgd,
-    s_ab, s_ah, sqsb, sqsn, sksb, sksn, sbb, sbh, sbi, sbj, smb, smh, smi, smj, Tq, Tk,
+    s_ab, s_ah, sqsb, sqsn, sksb, sksn, sbb, sbh, sbi, sbj, smb, smh, smi, smj, seed, Tq, Tk,
     DQ,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
     EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, Q_LENS: tl.constexpr = False,
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
-    HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False, DROPOUT: tl.constexpr = False,
+    SEED_WORDS: tl.constexpr = 0, DROP_THR: tl.constexpr = 0, DROP_SCALE: tl.constexpr = 1.0,
 ):
     """Grid (query blocks, B*Hq). dq of one query block, over the keys it sees (causal: the
     last blocks first). VARLEN: as fa_fwd_kernel."""
@@ -784,21 +843,22 @@ def fa_bwd_dq_kernel(
         _lse_rows(bh, hq, Nq, Tq, q_row0, VARLEN), first, offs_r, offs_n, offs_d, dmask, sqb, sqh, sqn, sqd, skb, skh,
         skn, skd, svb, svh, svn, svd, sdb, sdh, sdn, sdd, EVEN_D, ALIGN)
     dq = tl.zeros([BLOCK_M, BD], tl.float32)
+    seed = dropout_seed(SEED, seed, SEED_WORDS)
     bias_h = BIAS + b * sbb + hq * sbh
     mask_h = AMASK + b * smb + hq * smh
     if WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
         dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift,
                         lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn,
                         svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
-                    HAS_MASK)
+                    HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE, DROPOUT)
     dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_start, full_end, Nk, kv_len, shift, lo_shift,
                     hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N,
                     False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
-                    HAS_MASK)
+                    HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE, DROPOUT)
     dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, kv_len, shift, lo_shift,
                     hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N,
                     True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
-                    HAS_MASK)
+                    HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE, DROPOUT)
     if Q_LENS:
         dq = tl.where((offs_m < q_len)[:, None], dq, 0.0)
     _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd, ALIGN, q_row0)

@@ -64,6 +64,8 @@ _GPU_TILES_FP32 = {
 # The interpreter: small, unequal blocks, so that short test sequences still cross
 # several blocks and every boundary case (masked and unmasked ranges) runs.
 _INTERPRETER_TILES = (Tiles(32, 16, 4, 1), Tiles(16, 32, 4, 1), Tiles(32, 16, 4, 1))
+# With dropout (a Philox draw covers 16 queries x 32 keys: kernels._dropout_keep), key blocks of 32.
+_INTERPRETER_DROPOUT_TILES = (Tiles(16, 32, 4, 1), Tiles(16, 32, 4, 1), Tiles(16, 32, 4, 1))
 
 
 class Settings(NamedTuple):
@@ -74,14 +76,17 @@ class Settings(NamedTuple):
     dq: Tiles
 
 
-def config(D: int, dtype: str, target: Target, settings: Optional[Settings] = None) -> Config:
+def config(D: int, dtype: str, target: Target, settings: Optional[Settings] = None, dropout: bool = False) -> Config:
     BD = max(16, next_pow2(D))
     if target.interpret:
-        fwd, dkdv, dq = _INTERPRETER_TILES
+        fwd, dkdv, dq = _INTERPRETER_DROPOUT_TILES if dropout else _INTERPRETER_TILES
     elif settings is not None:
         fwd, dkdv, dq = settings
     else:
         fwd, dkdv, dq = (_GPU_TILES_FP32 if dtype == "float32" else _GPU_TILES)[BD]
+    if dropout and any(t.m % 16 or t.n % 32 for t in (fwd, dkdv, dq)):
+        raise ValueError(f"settings: dropout needs query blocks of a multiple of 16 and key blocks of a multiple "
+                         f"of 32 rows (one Philox draw's), got {(fwd, dkdv, dq)}")
     return Config(BD, fwd, dkdv, dq, delta_rows=64 if BD <= 128 else 32,
                   precision=dot_precision(dtype))
 
@@ -155,16 +160,47 @@ def check_softmax_scale(softmax_scale) -> None:
 
 class Options(NamedTuple):
     """flash_attention's score and mask options, checked and normalised (the static part):
-    window (left, right), None for an unbounded side, or None; softcap > 0 or None."""
+    window (left, right), None for an unbounded side, or None; softcap > 0 or None; the
+    dropout probability and its seed (an int, or None when the array "seed" carries it)."""
 
     window: Optional[Tuple[Optional[int], Optional[int]]] = None
     softcap: Optional[float] = None
+    dropout_p: float = 0.0
+    seed: Optional[int] = None
 
 
 NO_OPTIONS = Options()
 # the optional arrays, in the kernels' pointer order after their own inputs
-OPTION_ARRAYS = ("alibi_slopes", "q_lengths", "kv_lengths", "q_segment_ids", "kv_segment_ids", "bias", "mask")
+OPTION_ARRAYS = ("alibi_slopes", "q_lengths", "kv_lengths", "q_segment_ids", "kv_segment_ids", "bias", "mask", "seed")
 NO_ARRAYS = (None,) * len(OPTION_ARRAYS)
+# The dropout draw (kernels._dropout_keep): Philox4x32-7 (FlashAttention 2's; the fewest rounds
+# that pass BigCrush, Salmon et al. 2011), 8 bits a pair: p is rounded to a multiple of 2**-8.
+DROPOUT_ROUNDS = 7
+DROPOUT_BITS = 8
+
+
+def check_dropout(dropout_p, seed) -> Tuple[float, Optional[int]]:
+    """(dropout_p as a float, the int seed or None): dropout_p a float in [0, 1); with
+    dropout_p > 0 a seed is required (an int here; an array is checked with the arrays)."""
+    checks.check_dropout_p("dropout_p", dropout_p)
+    if dropout_p > 0 and seed is None:
+        raise ValueError("seed: expected an int, a 0-d integer array, a jax.random key or a torch.Generator "
+                         f"with dropout_p={dropout_p}, got None")
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        checks.check_seed(int(seed))
+        return float(dropout_p), int(seed)
+    if isinstance(seed, (bool, float, str)):
+        checks.check_seed(seed)
+    return float(dropout_p), None
+
+
+def dropout_threshold(dropout_p: float) -> Tuple[int, float]:
+    """(thr, scale): a draw u of DROPOUT_BITS bits keeps its element iff u >= thr, so the drop
+    probability is thr / 2**8 (dropout_p rounded, at most 1 - 2**-8), and kept elements are
+    scaled by 1 / (1 - thr / 2**8): the expectation of the output is exact."""
+    full = 1 << DROPOUT_BITS
+    thr = min(int(round(dropout_p * full)), full - 1)
+    return thr, full / (full - thr)
 
 
 def check_window(window_size) -> Optional[Tuple[Optional[int], Optional[int]]]:
@@ -197,7 +233,8 @@ def check_softcap(softcap) -> Optional[float]:
 def check_option_arrays(arrays: dict, q: ArraySpec, B: int, Hq: int, Nq: int, Nk: int) -> None:
     """The optional arrays' shapes and dtypes: alibi_slopes fp32 [Hq] or [B, Hq]; q_lengths,
     kv_lengths integer [B]; q_segment_ids [B, Nq] and kv_segment_ids [B, Nk], integer; bias
-    (float) and mask (bool) broadcastable to [B, Hq, Nq, Nk]."""
+    (float) and mask (bool) broadcastable to [B, Hq, Nq, Nk]; seed a 0-d integer or a key's
+    data."""
     slopes = arrays.get("alibi_slopes")
     if slopes is not None:
         if slopes.dtype != "float32":
@@ -211,6 +248,8 @@ def check_option_arrays(arrays: dict, q: ArraySpec, B: int, Hq: int, Nq: int, Nk
         if spec is not None:
             checks.check_int(name, spec)
             checks.check_shape(name, spec, shape, "[B]" if len(shape) == 1 else "[B, N]")
+    if arrays.get("seed") is not None:
+        checks.seed_words(arrays["seed"], "q", q)
     for name, kind in (("bias", "float"), ("mask", "bool")):
         spec = arrays.get(name)
         if spec is None:
@@ -251,8 +290,8 @@ def _base2_lse(constexprs: dict) -> bool:
 
 
 def _option_launch(opts: Options, arrays: dict, causal: bool, scale: float, B: int, Hq: int, Nq: int, Nk: int):
-    """(the kernels' option inputs, scalars, constexprs) for ``opts`` and the optional arrays
-    (absent ones read as q: never loaded)."""
+    """(the kernels' option inputs, scalars, the scalars after the option arrays' strides, constexprs)
+    for ``opts`` and the optional arrays (absent ones read as q: never loaded)."""
     far = Nq + Nk + 1  # an unbounded side: past every key and query
     left, right = opts.window if opts.window is not None else (None, None)
     window = opts.window is not None and (left is not None or not causal)
@@ -262,15 +301,21 @@ def _option_launch(opts: Options, arrays: dict, causal: bool, scale: float, B: i
     qseg, kseg = arrays.get("q_segment_ids"), arrays.get("kv_segment_ids")
     seg_strides = (*(qseg.strides if qseg is not None else (0, 0)), *(kseg.strides if kseg is not None else (0, 0)))
     alibi_strides = (0, 0) if slopes is None else ((0, 1) if len(slopes.shape) == 1 else tuple(slopes.strides))
-    inputs = tuple(n if arrays.get(n) is not None else "q" for n in OPTION_ARRAYS)
+    dropout = opts.dropout_p > 0
+    seed = arrays.get("seed") if dropout else None
+    inputs = tuple(n if arrays.get(n) is not None and (n != "seed" or dropout) else "q" for n in OPTION_ARRAYS)
     scalars = (far if left is None else left, far if right is None else right,
                scale / cap if cap else 0.0, cap * LOG2E if cap else 0.0)
     pairs = tuple(st for n in ("bias", "mask") for st in pair_strides(n, arrays.get(n), (B, Hq, Nq, Nk)))
+    thr, drop_scale = dropout_threshold(opts.dropout_p)
     constexprs = {"WINDOW": window, "SOFTCAP": cap is not None, "ALIBI": slopes is not None,
                   "Q_LENS": arrays.get("q_lengths") is not None, "KV_LENS": arrays.get("kv_lengths") is not None,
                   "SEGMENTS": qseg is not None, "HAS_BIAS": arrays.get("bias") is not None,
-                  "HAS_MASK": arrays.get("mask") is not None}
-    return inputs, scalars, alibi_strides + seg_strides + pairs, constexprs
+                  "HAS_MASK": arrays.get("mask") is not None, "DROPOUT": dropout,
+                  "SEED_WORDS": 0 if seed is None else (1 if tuple(seed.shape) == () else 2), "DROP_THR": thr,
+                  "DROP_SCALE": drop_scale}
+    tail = (*alibi_strides, *seg_strides, *pairs, int(opts.seed or 0) if dropout else 0)
+    return inputs, scalars, tail, constexprs
 
 
 def dot_precision(dtype: str) -> str:
@@ -302,7 +347,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     named = dict(zip(OPTION_ARRAYS, arrays))
     check_option_arrays(named, q, B, Hq, Nq, Nk)
     q, k, v = (as_bhnd(s, layout) for s in (q, k, v))
-    cfg = config(D, q.dtype, target, settings)
+    cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     scale = resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
@@ -331,7 +376,7 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
     checks.check_shape("do", do, tuple(q.shape), "the shape of the output")
     checks.check_same_dtype(("q", "do"), (q, do))
     q, k, v, do = (as_bhnd(s, layout) for s in (q, k, v, do))
-    cfg = config(D, q.dtype, target, settings)
+    cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     scale = resolve_scale(softmax_scale, D)
     G = Hq // Hkv if Hkv else 1
     o_strides = bhnd_strides(q.shape, layout)
@@ -376,10 +421,11 @@ def _packed(strides: Tuple[int, ...]) -> Tuple[int, int, int, int]:
     return (0, strides[1], strides[0], strides[2])
 
 
-def _varlen_options(options: Options, alibi: Optional[ArraySpec], causal: bool, scale: float, B: int, Hq: int,
-                    Nq: int, Nk: int):
+def _varlen_options(options: Options, alibi: Optional[ArraySpec], seed: Optional[ArraySpec], causal: bool,
+                    scale: float, B: int, Hq: int, Nq: int, Nk: int):
     """_option_launch for packed sequences: cu_seqlens_q, cu_seqlens_k in the lengths' places."""
-    inputs, scalars, strides, const = _option_launch(options, {"alibi_slopes": alibi}, causal, scale, B, Hq, Nq, Nk)
+    inputs, scalars, strides, const = _option_launch(options, {"alibi_slopes": alibi, "seed": seed}, causal, scale,
+                                                     B, Hq, Nq, Nk)
     return (inputs[0], "cu_seqlens_q", "cu_seqlens_k", *inputs[3:]), scalars, strides, {**const, "VARLEN": True}
 
 
@@ -393,15 +439,15 @@ def _varlen_blocks(rows: int, max_seqlen: int, block: int) -> int:
 def varlen_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySpec, cu_k: ArraySpec, *,
                         max_seqlen_q: int, max_seqlen_k: int, causal: bool, softmax_scale: Optional[float],
                         target: Target, options: Options = NO_OPTIONS, alibi: Optional[ArraySpec] = None,
-                        settings: Optional[Settings] = None) -> Plan:
-    """Inputs: q, k, v, cu_seqlens_q, cu_seqlens_k and alibi_slopes (or None). Results: o [Tq,
+                        seed: Optional[ArraySpec] = None, settings: Optional[Settings] = None) -> Plan:
+    """Inputs: q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes and seed (each or None). Results: o [Tq,
     Hq, D] (q's dtype), lse [Hq, Tq] (fp32), lse_base2 (with softcap or ALiBi)."""
     B, Hq, Hkv, Tq, Tk, D = check_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, causal=causal,
                                          softmax_scale=softmax_scale)
-    check_option_arrays({"alibi_slopes": alibi}, q, B, Hq, max_seqlen_q, max_seqlen_k)
-    cfg = config(D, q.dtype, target, settings)
+    check_option_arrays({"alibi_slopes": alibi, "seed": seed}, q, B, Hq, max_seqlen_q, max_seqlen_k)
+    cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     scale = resolve_scale(softmax_scale, D)
-    o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, causal, scale, B, Hq, max_seqlen_q,
+    o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, seed, causal, scale, B, Hq, max_seqlen_q,
                                                               max_seqlen_k)
     launch = Launch(
         kern.fa_fwd_kernel, (_varlen_blocks(Tq, max_seqlen_q, cfg.fwd.m), (B + 1) * Hq), ("q", "k", "v", *o_inputs),
@@ -411,7 +457,7 @@ def varlen_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySpe
         (Buffer("o", (Tq, Hq, D), q.dtype), Buffer("lse", (Hq, Tq), "float32"),
          optional_output("lse_base2", (Hq, Tq), "float32", _base2_lse(o_const))),
         {**_constexprs(cfg, cfg.fwd, D, causal, _align(D, q, k, v)), **o_const}, num_warps=cfg.fwd.warps,
-        num_stages=cfg.fwd.stages,
+        num_stages=_stages(cfg.fwd, o_const),
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
@@ -421,14 +467,14 @@ def varlen_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySp
                          do: ArraySpec, *, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                          softmax_scale: Optional[float], has_dlse: bool, target: Target,
                          options: Options = NO_OPTIONS, alibi: Optional[ArraySpec] = None,
-                         settings: Optional[Settings] = None) -> Plan:
+                         seed: Optional[ArraySpec] = None, settings: Optional[Settings] = None) -> Plan:
     """Inputs: varlen_forward_plan's, o, lse (and lse_base2), do and with has_dlse dlse.
     Results: dq, dk, dv (the shapes and dtype of q, k, v)."""
     B, Hq, Hkv, Tq, Tk, D = check_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, causal=causal,
                                          softmax_scale=softmax_scale)
     checks.check_shape("do", do, tuple(q.shape), "the shape of the output")
     checks.check_same_dtype(("q", "do"), (q, do))
-    cfg = config(D, q.dtype, target, settings)
+    cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     scale = resolve_scale(softmax_scale, D)
     G = Hq // Hkv if Hkv else 1
     o_rows = _packed(row_major_strides((Tq, Hq, D)))
@@ -439,7 +485,7 @@ def varlen_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySp
         {"BLOCK_M": cfg.delta_rows, "BD": cfg.BD, "HAS_DLSE": has_dlse, "ALIGN": _align(D, do)}, num_warps=4,
     )
     align = _align(D, q, k, v, do)
-    o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, causal, scale, B, Hq, max_seqlen_q,
+    o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, seed, causal, scale, B, Hq, max_seqlen_q,
                                                               max_seqlen_k)
     lse2 = "lse_base2" if _base2_lse(o_const) else "lse2"
     common = (max_seqlen_q, max_seqlen_k, D, scale * LOG2E, scale, *o_scalars, *_packed(q.strides),
@@ -451,13 +497,14 @@ def varlen_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySp
          *o_strides, Tq, Tk),
         (Buffer("dk", (Tk, Hkv, D), k.dtype), Buffer("dv", (Tk, Hkv, D), v.dtype)),
         {**_constexprs(cfg, cfg.dkdv, D, causal, align), **o_const}, num_warps=cfg.dkdv.warps,
-        num_stages=cfg.dkdv.stages,
+        num_stages=_stages(cfg.dkdv, o_const),
     )
     dq = Launch(
         kern.fa_bwd_dq_kernel, (_varlen_blocks(Tq, max_seqlen_q, cfg.dq.m), (B + 1) * Hq),
         ("q", "k", "v", "do", lse2, "delta", *o_inputs),
         (Hq, G, *common, *o_rows, *o_strides, Tq, Tk),
         (Buffer("dq", (Tq, Hq, D), q.dtype),),
-        {**_constexprs(cfg, cfg.dq, D, causal, align), **o_const}, num_warps=cfg.dq.warps, num_stages=cfg.dq.stages,
+        {**_constexprs(cfg, cfg.dq, D, causal, align), **o_const}, num_warps=cfg.dq.warps,
+        num_stages=_stages(cfg.dq, o_const),
     )
     return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "lse_base2"))
