@@ -447,6 +447,7 @@ def flash_options_rows(quick: bool):
         "bias [H, N, N]": ((q, k, v), do, {"bias": torch.randn(H, N, N, device="cuda", dtype=torch.bfloat16,
                                                                generator=g)}),
         "mask [N, N] all true": ((q, k, v), do, {"mask": torch.ones(N, N, device="cuda", dtype=torch.bool)}),
+        "dropout 0.1": ((q, k, v), do, {"dropout_p": 0.1, "seed": torch.tensor(1, device="cuda")}),
     }
     t = {}
     for name, (inputs, cot, kw) in variants.items():
@@ -456,7 +457,28 @@ def flash_options_rows(quick: bool):
     for name, (f, b) in t.items():
         rows.append((f"{name} ato_torch fwd", shape, "x plain", f, f / t["plain"][0], ""))
         rows.append((f"{name} ato_torch fwd+bwd", shape, "x plain", b, b / t["plain"][1], ""))
+    rows += _sdpa_dropout_rows((q, k, v), do, shape, quick)
     return rows
+
+
+def _sdpa_dropout_rows(inputs, do, shape, quick):
+    """torch's SDPA (its FlashAttention 2 backend) causal, with dropout 0.1 against without: the
+    cost of dropout in a peer, beside ato's."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    t = {}
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            for p in (0.0, 0.1):
+                fn = lambda a, b, c, p=p: torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
+                    a, b, c, is_causal=True, dropout_p=p)
+                t[p] = (_bench_torch(lambda fn=fn: fn(*inputs), quick),
+                        _bench_torch(_torch_fwd_bwd(fn, inputs, do), quick))
+    except Exception as exc:  # report, don't hide
+        return [("torch SDPA flash unavailable", shape, type(exc).__name__, None, None, str(exc)[:60])]
+    return [(f"torch SDPA flash {name} {mode}", shape, "x SDPA flash plain", t[p][i], t[p][i] / t[0.0][i], "")
+            for name, p in (("plain", 0.0), ("dropout 0.1", 0.1)) for i, mode in enumerate(("fwd", "fwd+bwd"))]
 
 
 # issue 25's packed documents: 8 of mixed lengths (none a multiple of a tile), 32768 tokens
