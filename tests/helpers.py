@@ -151,11 +151,12 @@ def bf16_rounding_values():
     return np.concatenate([np.array(special), rand]).astype(np.float32)
 
 
-def assert_bnhd_is_bhnd(op: str, q, k, v, cotangent, **kwargs):
+def assert_bnhd_is_bhnd(op: str, q, k, v, cotangent, extra=(), **kwargs):
     """``op`` (an attention op with ``layout``) called on [B, N, H, D] arrays with
     layout="bnhd" gives, in torch and in JAX, bitwise the bhnd call's output and gradients of
     q, k, v, transposed (the kernels do the same arithmetic in the same order; only the
-    strides differ). q, k, v, cotangent: [B, H, N, D] NumPy arrays (cotangent o's shape)."""
+    strides differ). q, k, v, cotangent: [B, H, N, D] NumPy arrays (cotangent o's shape);
+    extra: NumPy arrays passed after q, k, v as they are (a block mask)."""
     import jax
     import jax.numpy as jnp
     import torch
@@ -170,13 +171,13 @@ def assert_bnhd_is_bhnd(op: str, q, k, v, cotangent, **kwargs):
 
     def t_run(arrays, cot, layout):
         ts = [torch.from_numpy(np.ascontiguousarray(a)).requires_grad_() for a in arrays]
-        o = first(getattr(ato_torch, op)(*ts, layout=layout, **kwargs))
+        o = first(getattr(ato_torch, op)(*ts, *map(torch.from_numpy, extra), layout=layout, **kwargs))
         (o * torch.from_numpy(np.ascontiguousarray(cot))).sum().backward()
         return [o.detach().numpy()] + [t.grad.numpy() for t in ts]
 
     def j_run(arrays, cot, layout):
         def f(a, b, c):
-            o = first(getattr(ato_jax, op)(a, b, c, layout=layout, **kwargs))
+            o = first(getattr(ato_jax, op)(a, b, c, *map(jnp.asarray, extra), layout=layout, **kwargs))
             return jnp.sum(o * jnp.asarray(cot)), o
         grads, o = jax.grad(f, argnums=(0, 1, 2), has_aux=True)(*map(jnp.asarray, arrays))
         return [np.asarray(o)] + [np.asarray(g) for g in grads]

@@ -20,7 +20,7 @@ import pytest
 from ato_cli import harness as h
 from ato_core.ops.block_sparse.cases import bs_case, cab_case, coarsen_case
 from ato_core.testing import round_to
-from helpers import check, check_special, frontend, raises_naming
+from helpers import assert_bnhd_is_bhnd, check, check_special, frontend, raises_naming
 
 
 def _exact(t, r, dtype="float32"):
@@ -157,6 +157,18 @@ def test_masked_rows_give_zeros():
     inputs["block_mask"][:] = False
     t, _, _ = check(case, inputs)
     assert all(np.all(x[np.isfinite(x)] == 0) for x in (t.outputs[0], *t.grads.values()))
+
+
+def test_block_sparse_bnhd_layout_is_bhnd():
+    """layout="bnhd" ([B, N, H, D] q, k, v, o, read and written through strides): bitwise the
+    bhnd call's output and gradients, in both frameworks (GQA, causal, partial blocks)."""
+    rng = np.random.default_rng(21)
+    q = rng.standard_normal((2, 4, 45, 32)).astype(np.float32)
+    k, v = (rng.standard_normal((2, 2, 50, 32)).astype(np.float32) for _ in range(2))
+    mask = rng.random((2, 4, 3, 4)) < 0.6
+    assert_bnhd_is_bhnd("block_sparse_attention", q, k, v, rng.standard_normal(q.shape).astype(np.float32),
+                        extra=(mask,), block_size=16, causal=True)
+    check(bs_case(1, 4, 2, 37, 50, 16, 16, causal=True, seed=3, layout="bnhd"))  # the reference's bnhd too
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])

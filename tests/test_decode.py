@@ -214,3 +214,35 @@ def test_schedule_agrees_with_seq_first(framework, dtype, split_tiles):
                                         torch.from_numpy(table), torch.from_numpy(lens), schedule=ts)
         jo = jax.jit(lambda *x: ops.decode_attention(*x[:5], schedule=x[5]))(*args, sched)
         assert np.array_equal(to.float().numpy(), np.asarray(jo, np.float32)), "torch and jax differ"
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("scheduled", [False, True], ids=["seq_first", "schedule"])
+def test_bhnd_cache_layout_is_bnhd(framework, scheduled):
+    """Caches laid out [num_blocks, Hkv, block_size, D] (layout="bhnd", read through strides)
+    give the bits of the same caches as [num_blocks, block_size, Hkv, D], with and without a
+    schedule, and agree with the reference told the layout; its errors name the layout's axes."""
+    ops, arr = frontend(framework)
+    BS = 16
+    table, lens = _shared_layout(BS)
+    inputs = _inputs(decode_case(8, 8, 2, 48, BS, 60, 7, dtype="bfloat16"), lens)
+    inputs["block_table"] = table
+    q, k, v = (inputs[n] for n in ("q", "k_cache", "v_cache"))
+    kh, vh = (np.ascontiguousarray(c.transpose(0, 2, 1, 3)) for c in (k, v))
+    to = (lambda x: h.to_torch(x)) if framework == "torch" else arr
+    tail = (to(table), to(lens))
+    kw = {"return_lse": True}
+    if scheduled:
+        kw["schedule"] = ops.decode_schedule(*tail, block_size=BS)
+    want = ops.decode_attention(to(q), to(k), to(v), *tail, **kw)
+    got = ops.decode_attention(to(q), to(kh), to(vh), *tail, layout="bhnd", **kw)
+    host = (lambda x: x.float().numpy()) if framework == "torch" else (lambda x: np.asarray(x, np.float32))
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(host(a), host(b))
+    from ato_core.ops.decode.reference import decode_attention as ref
+    r = ref(q.astype(np.float64), kh.astype(np.float64), vh.astype(np.float64), table, lens, layout="bhnd")
+    assert h.rel_err(host(got[0]).astype(np.float64), r) < h.TOLERANCE["bfloat16"]
+    raises_naming(ValueError, "k_cache.shape[2] (block_size)", ops.decode_attention, to(q), to(k), to(v), *tail,
+                  layout="bhnd")
+    raises_naming(ValueError, "layout: expected one of", ops.decode_attention, to(q), to(k), to(v), *tail,
+                  layout="nhd")

@@ -829,6 +829,39 @@ def test_decode_gpu(dims, dtype):
     assert h.bitwise_equal(t, j)
 
 
+@pytest.mark.parametrize("scheduled", [False, True], ids=["seq_first", "schedule"])
+def test_decode_bhnd_cache_gpu(scheduled):
+    """Caches [num_blocks, Hkv, block_size, D] (layout="bhnd") give the bits of the same caches
+    [num_blocks, block_size, Hkv, D], in both frameworks, with and without a schedule."""
+    import jax.numpy as jnp
+    import torch
+
+    import ato_jax
+    import ato_torch
+
+    g = torch.Generator().manual_seed(3)
+    B, Hq, Hkv, D, BS, NB = 16, 32, 8, 128, 16, 700
+    table = torch.stack([torch.cat([torch.arange(20), 20 + torch.randperm(NB - 20, generator=g)[:20]])
+                         for _ in range(B)]).int()  # a shared 320-token prefix, then private blocks
+    lens = torch.randint(300, 640, (B,), generator=g).int()
+    q = torch.randn(B, Hq, D, generator=g).bfloat16().cuda()
+    kc, vc = (torch.randn(NB, BS, Hkv, D, generator=g).bfloat16().cuda() for _ in range(2))
+    kh, vh = (c.transpose(1, 2).contiguous() for c in (kc, vc))
+    table, lens = table.cuda(), lens.cuda()
+    kw = {"return_lse": True}
+    if scheduled:
+        kw["schedule"] = ato_torch.decode_schedule(table, lens, block_size=BS)
+    want = ato_torch.decode_attention(q, kc, vc, table, lens, **kw)
+    got = ato_torch.decode_attention(q, kh, vh, table, lens, layout="bhnd", **kw)
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    j = lambda t: jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16 if t.is_floating_point() else jnp.int32)  # noqa: E731
+    jkw = {"return_lse": True}
+    if scheduled:
+        jkw["schedule"] = ato_jax.decode_schedule(j(table.cpu()), j(lens.cpu()), block_size=BS)
+    got_j = ato_jax.decode_attention(j(q), j(kh), j(vh), j(table), j(lens), layout="bhnd", **jkw)
+    np.testing.assert_array_equal(np.asarray(got_j[0].astype(jnp.float32)), got[0].float().cpu().numpy())
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_merge_attention_states_gpu(dtype):
     from ato_core.ops.decode.cases import merge_case
@@ -958,6 +991,17 @@ def test_block_sparse_attention_gpu(dims, density, causal, dtype):
     from ato_core.ops.block_sparse.cases import bs_case
 
     case = bs_case(*dims, causal=causal, density=density, dtype=dtype, seed=sum(dims))
+    _check(case)
+    t, j, _ = _run(case)
+    assert h.bitwise_equal(t, j)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_block_sparse_attention_bnhd_gpu(dtype):
+    """layout="bnhd" at a real size: o, lse and gradients against the reference, torch == JAX."""
+    from ato_core.ops.block_sparse.cases import bs_case
+
+    case = bs_case(1, 8, 2, 2000, 2048, 128, 64, causal=True, density=0.3, dtype=dtype, seed=5, layout="bnhd")
     _check(case)
     t, j, _ = _run(case)
     assert h.bitwise_equal(t, j)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ato_core import checks
+from ato_core.layout import LAYOUTS
 from ato_core.op import Op, forward_only
 
 from . import plans, reference
@@ -46,10 +47,11 @@ class Sparse(NamedTuple):
     causal: bool
     softmax_scale: object
     return_lse: bool
+    layout: str = "bhnd"
 
 
 def block_sparse_attention(q, k, v, block_mask, *, block_size=64, causal=False, softmax_scale=None,
-                           return_lse=False):
+                           return_lse=False, layout="bhnd"):
     """Softmax attention restricted to the kept (query block, key block) pairs of a block mask:
     flash attention's kernels (tiles, online softmax, GQA) walking, for each query block, the
     list of its kept key blocks (and, for dk and dv, each key block's list of query blocks),
@@ -65,25 +67,30 @@ def block_sparse_attention(q, k, v, block_mask, *, block_size=64, causal=False, 
         diagonal blocks too).
       softmax_scale: default 1 / sqrt(D). return_lse: also return lse [B, Hq, Nq] (natural
         log, fp32).
+      layout: "bhnd" (the shapes above) or "bnhd" (q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D], o
+        likewise), as flash_attention; block_mask and lse keep their shapes.
 
-    Returns: o [B, Hq, Nq, D] in q's dtype, or (o, lse). A query that sees no key (every block
+    Returns: o [B, Hq, Nq, D] (or [B, Nq, Hq, D]) in q's dtype, or (o, lse). A query that sees no key (every block
       of its row masked) gets zeros and lse -inf. With an all-true mask it equals
       flash_attention. Differentiable in q, k and v (through lse too).
     """
     checks.check_bool("return_lse", return_lse)
-    return (q, k, v, block_mask), Sparse(plans.check_block_size(block_size), causal, softmax_scale, return_lse)
+    checks.check_choice("layout", layout, LAYOUTS)
+    return (q, k, v, block_mask), Sparse(plans.check_block_size(block_size), causal, softmax_scale, return_lse,
+                                         layout)
 
 
 def _sparse_forward(s, st: Sparse, target):
     return plans.block_sparse_forward_plan(s["q"], s["k"], s["v"], s["block_mask"], block_size=st.block_size,
-                                           causal=st.causal, softmax_scale=st.softmax_scale, target=target)
+                                           causal=st.causal, softmax_scale=st.softmax_scale, target=target,
+                                           layout=st.layout)
 
 
 def _sparse_backward(s, st: Sparse, target):
     return plans.block_sparse_backward_plan(s["q"], s["k"], s["v"], s["block_mask"], s["do"],
                                             block_size=st.block_size, causal=st.causal,
                                             softmax_scale=st.softmax_scale, has_dlse=s.get("dlse") is not None,
-                                            target=target)
+                                            target=target, layout=st.layout)
 
 
 BLOCK_SPARSE_ATTENTION = Op(

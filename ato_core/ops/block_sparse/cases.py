@@ -59,11 +59,15 @@ MAGNITUDES = {"max_l2_coarsen": (1e-30, HALF_MAX), "block_sparse_attention": (1e
 # Gradients that are a cancellation at a huge magnitude (as flash_attention's).
 CANCELLING = {"block_sparse_attention": ("q", "k"), "cab_attention": ("q", "k")}
 
-def bs_case(B, Hq, Hkv, Nq, Nk, D, block_size, causal=False, density=0.5, dtype="float32", scale=None, seed=0):
+def bs_case(B, Hq, Hkv, Nq, Nk, D, block_size, causal=False, density=0.5, dtype="float32", scale=None, seed=0,
+            layout="bhnd"):
+    """layout "bnhd": q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D]."""
     M = (-(-Nq // block_size), -(-Nk // block_size))
-    shapes = (("q", (B, Hq, Nq, D)), ("k", (B, Hkv, Nk, D)), ("v", (B, Hkv, Nk, D)))
-    return Case("block_sparse_attention", shapes, dtype, (In("q"), In("k"), In("v"), In("block_mask")),
-                (("block_size", block_size), ("causal", causal), ("softmax_scale", scale), ("return_lse", True)),
+    q, kv = ((B, Hq, Nq, D), (B, Hkv, Nk, D)) if layout == "bhnd" else ((B, Nq, Hq, D), (B, Nk, Hkv, D))
+    shapes = (("q", q), ("k", kv), ("v", kv))
+    kwargs = (("block_size", block_size), ("causal", causal), ("softmax_scale", scale), ("return_lse", True))
+    kwargs += (("layout", layout),) if layout != "bhnd" else ()
+    return Case("block_sparse_attention", shapes, dtype, (In("q"), In("k"), In("v"), In("block_mask")), kwargs,
                 seed, int_inputs=(("block_mask", (B, Hq, *M), 0, 2),),
                 options=(("density", density), ("block_masked", density < 1)))
 

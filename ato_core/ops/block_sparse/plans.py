@@ -8,6 +8,7 @@ import struct
 from ato_core import checks
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, row_alignment,
                              row_major_strides)
+from ato_core.layout import as_bhnd, bhnd_strides, laid_out
 from ato_core.target import Target
 
 from ..flash_attention import kernels as fa_kern
@@ -78,9 +79,11 @@ def coarsen_backward_plan(x: ArraySpec, *, block_size: int, target: Target) -> P
 # -- block-sparse attention -------------------------------------------------------------
 
 def check_block_sparse(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: ArraySpec, block_size, causal,
-                       softmax_scale) -> tuple:
-    """Validates block_sparse_attention's arguments; returns (B, Hq, Hkv, Nq, Nk, D, Mq, Mk)."""
-    B, Hq, Hkv, Nq, Nk, D = fa_plans.check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale)
+                       softmax_scale, layout: str = "bhnd") -> tuple:
+    """Validates block_sparse_attention's arguments (q, k, v in ``layout``); returns (B, Hq, Hkv,
+    Nq, Nk, D, Mq, Mk)."""
+    B, Hq, Hkv, Nq, Nk, D = fa_plans.check_flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
+                                                           layout=layout)
     bs = check_block_size(block_size)
     Mq, Mk = cdiv(Nq, bs), cdiv(Nk, bs)
     checks.check_rank("block_mask", mask, 4, "[B, Hq, ceil(Nq / block_size), ceil(Nk / block_size)]")
@@ -117,10 +120,12 @@ def _lists(mask: ArraySpec, B: int, H: int, Mq: int, Mk: int, Nq: int, Nk: int, 
 
 @cached_plan
 def block_sparse_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: ArraySpec, *, block_size: int,
-                              causal: bool, softmax_scale, target: Target) -> Plan:
-    """Inputs: q, k, v, block_mask. Results: o [B, Hq, Nq, D] (q's dtype), lse [B, Hq, Nq] fp32,
-    rows, rows_count (each query block's kept key blocks, for the backward)."""
-    B, Hq, Hkv, Nq, Nk, D, Mq, Mk = check_block_sparse(q, k, v, mask, block_size, causal, softmax_scale)
+                              causal: bool, softmax_scale, target: Target, layout: str = "bhnd") -> Plan:
+    """Inputs: q, k, v (in ``layout``), block_mask. Results: o [B, Hq, Nq, D] (q's dtype, in
+    ``layout``), lse [B, Hq, Nq] fp32, rows, rows_count (each query block's kept key blocks, for
+    the backward)."""
+    B, Hq, Hkv, Nq, Nk, D, Mq, Mk = check_block_sparse(q, k, v, mask, block_size, causal, softmax_scale, layout)
+    q, k, v = (as_bhnd(s, layout) for s in (q, k, v))
     cfg = fa_plans.config(D, q.dtype, target)
     fwd, _, _ = _bs_tiles(cfg, block_size, target)
     scale = fa_plans.resolve_scale(softmax_scale, D)
@@ -128,8 +133,8 @@ def block_sparse_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: Ar
     launch = Launch(
         kern.bs_fwd_kernel, (cdiv(Nq, fwd.m), B * Hq), ("q", "k", "v", "rows", "rows_count"),
         (Hq, Hq // Hkv, Nq, Nk, D, Mq, Mk, scale * fa_plans.LOG2E, *q.strides, *k.strides, *v.strides,
-         *row_major_strides(o_shape)),
-        (Buffer("o", o_shape, q.dtype), Buffer("lse", (B, Hq, Nq), "float32")),
+         *bhnd_strides(o_shape, layout)),
+        (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32")),
         {"BS": block_size, **fa_plans._constexprs(cfg, fwd, D, causal, fa_plans._align(D, q, k, v))},
         num_warps=fwd.warps, num_stages=fwd.stages)
     return Plan((_lists(mask, B, Hq, Mq, Mk, Nq, Nk, block_size, causal, False), launch),
@@ -139,12 +144,13 @@ def block_sparse_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: Ar
 @cached_plan
 def block_sparse_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: ArraySpec, do: ArraySpec, *,
                                block_size: int, causal: bool, softmax_scale, has_dlse: bool,
-                               target: Target) -> Plan:
+                               target: Target, layout: str = "bhnd") -> Plan:
     """Inputs: q, k, v, block_mask, o, lse, rows, rows_count (the forward's), do and, with
-    has_dlse, dlse. Results: dq, dk, dv."""
-    B, Hq, Hkv, Nq, Nk, D, Mq, Mk = check_block_sparse(q, k, v, mask, block_size, causal, softmax_scale)
-    checks.check_shape("do", do, tuple(q.shape), "[B, Hq, Nq, D], the shape of the output")
+    has_dlse, dlse. Results: dq, dk, dv (q, k, v, do, o, dq, dk, dv in ``layout``)."""
+    B, Hq, Hkv, Nq, Nk, D, Mq, Mk = check_block_sparse(q, k, v, mask, block_size, causal, softmax_scale, layout)
+    checks.check_shape("do", do, tuple(q.shape), "the shape of the output")
     checks.check_same_dtype(("q", "do"), (q, do))
+    q, k, v, do = (as_bhnd(s, layout) for s in (q, k, v, do))
     cfg = fa_plans.config(D, q.dtype, target)
     _, dkdv_t, dq_t = _bs_tiles(cfg, block_size, target)
     scale = fa_plans.resolve_scale(softmax_scale, D)
@@ -152,7 +158,7 @@ def block_sparse_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: A
     rows = (B, Hq, Nq)
     delta = Launch(
         fa_kern.fa_bwd_delta_kernel, (cdiv(Nq, cfg.delta_rows), B * Hq), ("o", "do", "lse", "dlse" if has_dlse else "lse"),
-        (Hq, Nq, D, *row_major_strides(q.shape), *do.strides),
+        (Hq, Nq, D, *bhnd_strides(q.shape, layout), *do.strides),
         (Buffer("delta", rows, "float32"), Buffer("lse2", rows, "float32")),
         {"BLOCK_M": cfg.delta_rows, "BD": cfg.BD, "HAS_DLSE": has_dlse, "ALIGN": fa_plans._align(D, do)}, num_warps=4)
     align = fa_plans._align(D, q, k, v, do)
@@ -160,15 +166,15 @@ def block_sparse_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: A
     dkdv = Launch(
         kern.bs_bwd_dkdv_kernel, (cdiv(Nk, dkdv_t.n), B * Hkv),
         ("q", "k", "v", "do", "lse2", "delta", "cols", "cols_count"),
-        (Hkv, G, Nq, Nk, D, Mq, Mk, scale * fa_plans.LOG2E, scale, *strides, *row_major_strides(k.shape),
-         *row_major_strides(v.shape)),
-        (Buffer("dk", tuple(k.shape), k.dtype), Buffer("dv", tuple(v.shape), v.dtype)),
+        (Hkv, G, Nq, Nk, D, Mq, Mk, scale * fa_plans.LOG2E, scale, *strides, *bhnd_strides(k.shape, layout),
+         *bhnd_strides(v.shape, layout)),
+        (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype)),
         {"BS": block_size, **fa_plans._constexprs(cfg, dkdv_t, D, causal, align)}, num_warps=dkdv_t.warps,
         num_stages=dkdv_t.stages)
     dq = Launch(
         kern.bs_bwd_dq_kernel, (cdiv(Nq, dq_t.m), B * Hq), ("q", "k", "v", "do", "lse2", "delta", "rows", "rows_count"),
-        (Hq, G, Nq, Nk, D, Mq, Mk, scale * fa_plans.LOG2E, scale, *strides, *row_major_strides(q.shape)),
-        (Buffer("dq", tuple(q.shape), q.dtype),),
+        (Hq, G, Nq, Nk, D, Mq, Mk, scale * fa_plans.LOG2E, scale, *strides, *bhnd_strides(q.shape, layout)),
+        (Buffer("dq", laid_out(q.shape, layout), q.dtype),),
         {"BS": block_size, **fa_plans._constexprs(cfg, dq_t, D, causal, align)}, num_warps=dq_t.warps,
         num_stages=dq_t.stages)
     cols = _lists(mask, B, Hq, Mq, Mk, Nq, Nk, block_size, causal, True)

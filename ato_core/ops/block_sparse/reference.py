@@ -10,6 +10,8 @@ import math
 
 from array_api_compat import array_namespace, device
 
+from ato_core.layout import bnhd_reference
+
 from ..flash_attention.reference import masked_attention
 
 
@@ -34,8 +36,12 @@ def max_l2_coarsen(x, block_size):
 
 
 def block_sparse_attention(q, k, v, block_mask, *, block_size=64, causal=False, softmax_scale=None,
-                           return_lse=False):
+                           return_lse=False, layout="bhnd"):
     xp = array_namespace(q, k, v)
+    if layout == "bnhd":
+        return bnhd_reference(xp, lambda q, k, v, **kw: block_sparse_attention(q, k, v, block_mask, **kw), q, k, v,
+                              block_size=block_size, causal=causal, softmax_scale=softmax_scale,
+                              return_lse=return_lse)
     dev = device(q)
     Nq, Nk = q.shape[2], k.shape[2]
     bi = xp.arange(Nq, device=dev) // block_size

@@ -16,10 +16,11 @@ from .schedule import DecodeSchedule, decode_schedule  # noqa: F401  (the host-s
 class Decode(NamedTuple):
     softmax_scale: object
     return_lse: bool
+    layout: str = "bnhd"
 
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, softmax_scale=None, return_lse=False,
-                     schedule=None):
+                     schedule=None, layout="bnhd"):
     """Attention of one query token per sequence over its keys in a paged KV cache
     (flash-decoding: long sequences split over several programs, their partials merged).
 
@@ -40,29 +41,33 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, softmax_scal
         through the chunk-first kernel (read once per kv head for all of them), the rest through
         the seq-first one, and the partials are merged. It must be rebuilt when the table or the
         lengths change (a stale schedule gives wrong results; it is not checked on the device).
+      layout: the caches' layout, "bnhd" ([num_blocks, block_size, Hkv, D]: vLLM's and
+        FlashInfer's NHD) or "bhnd" ([num_blocks, Hkv, block_size, D]: FlashInfer's HND), read
+        in place through strides.
 
     Returns: o [B, Hq, D] in q's dtype, or (o, lse). Forward only: no gradient.
     """
     checks.check_bool("return_lse", return_lse)
+    checks.check_choice("layout", layout, plans.CACHE_LAYOUTS)
     if schedule is None:
         sched = (None,) * len(plans.SCHEDULE)
     elif isinstance(schedule, tuple) and len(schedule) == len(plans.SCHEDULE):
         sched = tuple(schedule)
     else:
         raise TypeError(f"schedule: expected None or a DecodeSchedule (decode_schedule's), got {type(schedule).__name__}")
-    return (q, k_cache, v_cache, block_table, seq_lens, *sched), Decode(softmax_scale, return_lse)
+    return (q, k_cache, v_cache, block_table, seq_lens, *sched), Decode(softmax_scale, return_lse, layout)
 
 
 def _check_values(s, st: Decode, host):
     table, lens = host("block_table"), host("seq_lens")
     if table is not None and lens is not None:
-        plans.check_decode_values(table, lens, s["k_cache"].shape[0], s["k_cache"].shape[1])
+        plans.check_decode_values(table, lens, s["k_cache"].shape[0], s["k_cache"].shape[plans.token_axis(st.layout)])
 
 
 def _forward(s, st: Decode, target):
     sched = None if s["sched_work"] is None else tuple(s[n] for n in plans.SCHEDULE)
     return plans.decode_plan(s["q"], s["k_cache"], s["v_cache"], s["block_table"], s["seq_lens"],
-                             softmax_scale=st.softmax_scale, target=target, schedule=sched)
+                             softmax_scale=st.softmax_scale, target=target, schedule=sched, layout=st.layout)
 
 
 DECODE_ATTENTION = Op(

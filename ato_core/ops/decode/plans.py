@@ -32,28 +32,50 @@ WARPS = 4
 STAGES = 2
 
 
+# The caches' layouts: "bnhd" [num_blocks, block_size, Hkv, D] (the kernels' view) or "bhnd"
+# [num_blocks, Hkv, block_size, D], read in place (the plan swaps axes 1 and 2 of its shape and strides).
+CACHE_LAYOUTS = ("bnhd", "bhnd")
+_CACHE_SHAPES = {"bnhd": "[num_blocks, block_size, Hkv, D]", "bhnd": "[num_blocks, Hkv, block_size, D]"}
+
+
+def token_axis(layout: str) -> int:
+    """The block_size axis of a cache in ``layout``."""
+    return 1 if layout == "bnhd" else 2
+
+
+def cache_view(spec: ArraySpec, layout: str) -> ArraySpec:
+    """The [num_blocks, block_size, Hkv, D] view of a 4-D cache in ``layout`` (the same memory)."""
+    if layout == "bnhd" or spec is None or len(spec.shape) != 4:
+        return spec
+    swap = (0, 2, 1, 3)
+    return ArraySpec(tuple(spec.shape[i] for i in swap), spec.dtype, tuple(spec.strides[i] for i in swap), spec.device)
+
+
 def check_decode(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens: ArraySpec,
-                 softmax_scale) -> Tuple[int, ...]:
-    """Validates decode_attention's arguments; returns (B, Hq, Hkv, D, num_blocks, BS, max_blocks)."""
+                 softmax_scale, layout: str = "bnhd") -> Tuple[int, ...]:
+    """Validates decode_attention's arguments (the caches in ``layout``); returns (B, Hq, Hkv, D,
+    num_blocks, BS, max_blocks)."""
+    desc = _CACHE_SHAPES[layout]
     checks.check_rank("q", q, 3, "[B, Hq, D]")
-    checks.check_rank("k_cache", k, 4, "[num_blocks, block_size, Hkv, D]")
-    checks.check_rank("v_cache", v, 4, "[num_blocks, block_size, Hkv, D]")
+    checks.check_rank("k_cache", k, 4, desc)
+    checks.check_rank("v_cache", v, 4, desc)
     for name, spec in (("q", q), ("k_cache", k), ("v_cache", v)):
         checks.check_float(name, spec)
     checks.check_same_dtype(("q", "k_cache", "v_cache"), (q, k, v))
     checks.check_same_device(("q", "k_cache", "v_cache", "block_table", "seq_lens"), (q, k, v, table, lens))
     B, Hq, D = q.shape
-    NB, BS, Hkv, Dk = k.shape
-    checks.check_shape("v_cache", v, tuple(k.shape), "[num_blocks, block_size, Hkv, D], the shape of k_cache")
+    t, h = token_axis(layout), 3 - token_axis(layout)
+    NB, BS, Hkv = k.shape[0], k.shape[t], k.shape[h]
+    checks.check_shape("v_cache", v, tuple(k.shape), f"{desc}, the shape of k_cache")
     checks.check_dim("k_cache", k, 3, D, "D, the head size of q")
     # B may be 0 (an empty batch: empty results)
     checks.check_range("q.shape[2] (D)", D, 1, MAX_HEAD_DIM)
     checks.check_range("k_cache.shape[0] (num_blocks)", NB, 1)
     if BS not in (16, 32, 64, 128, 256):
-        raise ValueError(f"k_cache.shape[1] (block_size): expected a power of two from 16 to 256, got {BS}")
-    checks.check_range("k_cache.shape[2] (Hkv)", Hkv, 1)
+        raise ValueError(f"k_cache.shape[{t}] (block_size): expected a power of two from 16 to 256, got {BS}")
+    checks.check_range(f"k_cache.shape[{h}] (Hkv)", Hkv, 1)
     if Hq % Hkv:
-        raise ValueError(f"q.shape[1] (Hq): expected a multiple of Hkv = {Hkv} (k_cache.shape[2]), got {Hq}")
+        raise ValueError(f"q.shape[1] (Hq): expected a multiple of Hkv = {Hkv} (k_cache.shape[{h}]), got {Hq}")
     checks.check_int("block_table", table)
     checks.check_int("seq_lens", lens)
     checks.check_rank("block_table", table, 2, "[B, max_blocks]")
@@ -145,10 +167,12 @@ def check_schedule(sched, B: int) -> Tuple[int, int, int]:
 
 @cached_plan
 def decode_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens: ArraySpec, *, softmax_scale,
-                target: Target, schedule=None) -> Plan:
-    """Inputs: q, k_cache, v_cache, block_table, seq_lens and, with a schedule (a tuple of its
-    six array specs), the SCHEDULE arrays. Results: o [B, Hq, D] (q's dtype), lse [B, Hq] fp32."""
-    B, Hq, Hkv, D, NB, BS, MB = check_decode(q, k, v, table, lens, softmax_scale)
+                target: Target, schedule=None, layout: str = "bnhd") -> Plan:
+    """Inputs: q, k_cache, v_cache (in ``layout``), block_table, seq_lens and, with a schedule (a
+    tuple of its six array specs), the SCHEDULE arrays. Results: o [B, Hq, D] (q's dtype), lse
+    [B, Hq] fp32."""
+    B, Hq, Hkv, D, NB, BS, MB = check_decode(q, k, v, table, lens, softmax_scale, layout)
+    k, v = cache_view(k, layout), cache_view(v, layout)
     W = U = depth = 0
     if schedule is not None:
         W, U, depth = check_schedule(schedule, B)

@@ -11,8 +11,10 @@ from ..flash_attention.reference import flash_attention
 
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, softmax_scale=None, return_lse=False,
-                     schedule=None):
+                     schedule=None, layout="bnhd"):
     xp = array_namespace(q, k_cache, v_cache)
+    if layout == "bhnd":  # [num_blocks, Hkv, block_size, D]
+        k_cache, v_cache = (xp.permute_dims(c, (0, 2, 1, 3)) for c in (k_cache, v_cache))
     B, Hq, D = q.shape
     BS, Hkv = k_cache.shape[1], k_cache.shape[2]
     os, lses = [], []
