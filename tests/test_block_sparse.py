@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from ato_cli import harness as h
-from ato_core.ops.block_sparse.cases import bs_case, cab_case, coarsen_case
+from ato_core.ops.block_sparse.cases import bs_case, cab_attention_case, cab_case, coarsen_case
 from ato_core.testing import round_to
 from helpers import assert_bnhd_is_bhnd, check, check_special, frontend, raises_naming
 
@@ -252,6 +252,24 @@ def test_cab_attention(causal, dtype):
     o = ato_torch.block_sparse_attention(q, k, v, mask, block_size=16, causal=causal, softmax_scale=0.2)
     assert np.array_equal(t.outputs[0], o.float().numpy()), "cab_attention != block_sparse_attention on its mask"
     assert not mask.all(), "keep 0.3 kept every block: the test would not test sparsity"
+
+
+def test_cab_attention_bnhd_layout_is_bhnd():
+    """cab_attention and curvature_block_mask with layout="bnhd": the bhnd call's mask, output and
+    gradients, bitwise, in both frameworks."""
+    import ato_torch
+    import torch
+
+    rng = np.random.default_rng(22)
+    q = rng.standard_normal((1, 4, 70, 32)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 2, 70, 32)).astype(np.float32) for _ in range(2))
+    kw = dict(block_size=16, keep=0.5)
+    assert_bnhd_is_bhnd("cab_attention", q, k, v, rng.standard_normal(q.shape).astype(np.float32), **kw)
+    masks = [ato_torch.curvature_block_mask(*(torch.from_numpy(np.ascontiguousarray(t.transpose(sw))) for t in (q, k)),
+                                            layout=layout, **kw)
+             for sw, layout in (((0, 1, 2, 3), "bhnd"), ((0, 2, 1, 3), "bnhd"))]
+    assert torch.equal(*masks) and 0 < masks[0].float().mean() < 1
+    check(cab_attention_case(1, 4, 2, 70, 32, 16, keep=0.5, seed=2, layout="bnhd"))  # the reference's bnhd too
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])

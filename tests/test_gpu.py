@@ -1037,6 +1037,16 @@ def test_cab_attention_gpu(dims, causal, dtype):
     assert h.bitwise_equal(t, j)
 
 
+def test_cab_attention_bnhd_gpu():
+    """The CAB pipeline on [B, N, H, D] (layout="bnhd"): against the reference, torch == JAX."""
+    from ato_core.ops.block_sparse.cases import cab_attention_case
+
+    case = cab_attention_case(1, 8, 2, 3000, 128, 64, dtype="bfloat16", seed=7, layout="bnhd")
+    _check(case)
+    t, j, _ = _run(case)
+    assert h.bitwise_equal(t, j)
+
+
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_torch_compile_gpu(mode):
     """ato ops in a row (layer_norm, flash_attention causal, swiglu, cross_entropy), the

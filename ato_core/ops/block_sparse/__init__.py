@@ -108,9 +108,10 @@ class Curvature(NamedTuple):
     lam: float
     causal: bool
     local_blocks: int
+    layout: str = "bhnd"
 
 
-def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True, local_blocks=1):
+def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True, local_blocks=1, layout="bhnd"):
     """CAB attention's block mask for self-attention: which key blocks each query block keeps,
     chosen on the coarse graph of Max-L2 representatives (max_l2_coarsen of q and k).
 
@@ -127,20 +128,22 @@ def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True,
       q: [B, Hq, N, D]; k: [B, Hkv, N, D] (Hq a multiple of Hkv); one float dtype; D 1..256.
       block_size: a power of two from 16 to 256. keep: a fraction in [0, 1]. lam: a finite
         float. causal: bool. local_blocks: an integer >= 0.
+      layout: "bhnd" or "bnhd" (q [B, N, Hq, D], k [B, N, Hkv, D]), as flash_attention.
 
     Returns: block_mask [B, Hq, M, M] bool, as block_sparse_attention takes it. Scores in fp32
       (the coarse products and An @ An as exact fp32 dots): key blocks whose F differ by less
       than its rounding may be ranked either way, and products that underflow fp32 (inputs
       below about 1e-19) score 0. Forward only: no gradient.
     """
-    return (q, k), Curvature(plans.check_block_size(block_size), keep, lam, causal, local_blocks)
+    checks.check_choice("layout", layout, LAYOUTS)
+    return (q, k), Curvature(plans.check_block_size(block_size), keep, lam, causal, local_blocks, layout)
 
 
 CURVATURE_BLOCK_MASK = Op(
     curvature_block_mask, inputs=("q", "k"), results=("mask",), saved=(), differentiable=("q", "k"),
     forward=lambda s, st, target: plans.curvature_plan(s["q"], s["k"], block_size=st.block_size, keep=st.keep,
                                                        lam=st.lam, causal=st.causal, local_blocks=st.local_blocks,
-                                                       target=target),
+                                                       target=target, layout=st.layout),
     backward=forward_only("curvature_block_mask"), reference=reference.curvature_block_mask, family="block_sparse",
     batch=("q", "k"))
 
@@ -152,7 +155,7 @@ class Cab(NamedTuple):
 
 
 def cab_attention(q, k, v, *, block_size=64, keep=0.1, lam=0.5, causal=True, local_blocks=1, softmax_scale=None,
-                  return_lse=False):
+                  return_lse=False, layout="bhnd"):
     """CAB attention (curvature-aware block-sparse attention) for self-attention, as one call:
     ``block_sparse_attention(q, k, v, curvature_block_mask(q, k, ...), causal=causal, ...)``.
 
@@ -161,26 +164,29 @@ def cab_attention(q, k, v, *, block_size=64, keep=0.1, lam=0.5, causal=True, loc
       block_size, keep, lam, causal, local_blocks: curvature_block_mask's (causal also applies
         token by token inside the kept blocks, as in block_sparse_attention).
       softmax_scale: default 1 / sqrt(D). return_lse: also return lse [B, Hq, N] (fp32).
+      layout: "bhnd" or "bnhd" ([B, N, H, D] q, k, v and o), as flash_attention.
 
-    Returns: o [B, Hq, N, D] in q's dtype, or (o, lse). Differentiable in q, k and v through
+    Returns: o [B, Hq, N, D] (or [B, N, Hq, D]) in q's dtype, or (o, lse). Differentiable in q, k and v through
       the attention; the choice of blocks is not differentiated.
     """
     checks.check_bool("return_lse", return_lse)
+    checks.check_choice("layout", layout, LAYOUTS)
     bs = plans.check_block_size(block_size)
-    return (q, k, v), Cab(Curvature(bs, keep, lam, causal, local_blocks), Sparse(bs, causal, softmax_scale, return_lse))
+    return (q, k, v), Cab(Curvature(bs, keep, lam, causal, local_blocks, layout),
+                          Sparse(bs, causal, softmax_scale, return_lse, layout))
 
 
 def _cab_forward(s, st: Cab, target):
     c = st.mask
     return plans.cab_forward_plan(s["q"], s["k"], s["v"], block_size=c.block_size, keep=c.keep, lam=c.lam,
                                   causal=c.causal, local_blocks=c.local_blocks,
-                                  softmax_scale=st.sparse.softmax_scale, target=target)
+                                  softmax_scale=st.sparse.softmax_scale, target=target, layout=c.layout)
 
 
 def _cab_backward(s, st: Cab, target):
     return plans.cab_backward_plan(s["q"], s["k"], s["v"], s["do"], block_size=st.sparse.block_size,
                                    causal=st.sparse.causal, softmax_scale=st.sparse.softmax_scale,
-                                   has_dlse=s.get("dlse") is not None, target=target)
+                                   has_dlse=s.get("dlse") is not None, target=target, layout=st.sparse.layout)
 
 
 CAB_ATTENTION = Op(

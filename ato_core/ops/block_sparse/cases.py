@@ -80,9 +80,11 @@ def cab_case(B, Hq, Hkv, N, D, block_size, keep=0.1, lam=0.5, causal=True, local
 
 
 def cab_attention_case(B, Hq, Hkv, N, D, block_size, keep=0.1, lam=0.5, causal=True, local_blocks=1, dtype="float32",
-                       scale=None, seed=0):
-    shapes = (("q", (B, Hq, N, D)), ("k", (B, Hkv, N, D)), ("v", (B, Hkv, N, D)))
+                       scale=None, seed=0, layout="bhnd"):
+    q, kv = ((B, Hq, N, D), (B, Hkv, N, D)) if layout == "bhnd" else ((B, N, Hq, D), (B, N, Hkv, D))
+    shapes = (("q", q), ("k", kv), ("v", kv))
     kwargs = (("block_size", block_size), ("keep", keep), ("lam", lam), ("causal", causal),
               ("local_blocks", local_blocks), ("softmax_scale", scale), ("return_lse", True))
+    kwargs += (("layout", layout),) if layout != "bhnd" else ()
     return Case("cab_attention", shapes, dtype, (In("q"), In("k"), In("v")), kwargs, seed,
                 options=(("block_masked", keep < 1),))

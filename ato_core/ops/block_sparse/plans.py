@@ -194,11 +194,12 @@ CAB_SELECT_ELEMENTS = {"gpu": 2048, "interpreter": 64}
 CAB_PRECISION = "tf32x3"
 
 
-def check_curvature(q: ArraySpec, k: ArraySpec, block_size, keep, lam, causal, local_blocks) -> tuple:
-    """Validates curvature_block_mask's arguments; returns (B, Hq, Hkv, N, D, M)."""
+def check_curvature(q: ArraySpec, k: ArraySpec, block_size, keep, lam, causal, local_blocks,
+                    layout: str = "bhnd") -> tuple:
+    """Validates curvature_block_mask's arguments (q, k in ``layout``); returns (B, Hq, Hkv, N, D, M)."""
     # q and k as flash attention takes them (k standing in for v), then one length for both
-    B, Hq, Hkv, N, _, D = fa_plans.check_flash_attention(q, k, k, causal=causal, softmax_scale=None)
-    checks.check_dim("k", k, 2, N, "N, as in q (self-attention)")
+    B, Hq, Hkv, N, _, D = fa_plans.check_flash_attention(q, k, k, causal=causal, softmax_scale=None, layout=layout)
+    checks.check_dim("k", k, 2 if layout == "bhnd" else 1, N, "N, as in q (self-attention)")
     for name, value in (("keep", keep), ("lam", lam)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"{name}: expected a finite float, got {value!r}")
@@ -211,9 +212,11 @@ def check_curvature(q: ArraySpec, k: ArraySpec, block_size, keep, lam, causal, l
 
 @cached_plan
 def curvature_plan(q: ArraySpec, k: ArraySpec, *, block_size: int, keep: float, lam: float, causal: bool,
-                   local_blocks: int, target: Target) -> Plan:
-    """Inputs: q, k. Result: mask [B, Hq, M, M] bool (with the coarse scores A and F, fp32)."""
-    B, Hq, Hkv, N, D, M = check_curvature(q, k, block_size, keep, lam, causal, local_blocks)
+                   local_blocks: int, target: Target, layout: str = "bhnd") -> Plan:
+    """Inputs: q, k (in ``layout``). Result: mask [B, Hq, M, M] bool (with the coarse scores A
+    and F, fp32)."""
+    B, Hq, Hkv, N, D, M = check_curvature(q, k, block_size, keep, lam, causal, local_blocks, layout)
+    q, k = as_bhnd(q, layout), as_bhnd(k, layout)
     where = "interpreter" if target.interpret else "gpu"
     BM, BN = CAB_TILES[where]
     DM, DN, DK, warps, stages = CAB_DOT_TILES[where]
@@ -246,8 +249,9 @@ def curvature_plan(q: ArraySpec, k: ArraySpec, *, block_size: int, keep: float, 
 
 # -- cab attention: the mask, then attention on it ----------------------------------------
 
-def _cab_mask(q: ArraySpec, block_size: int) -> ArraySpec:
+def _cab_mask(q: ArraySpec, block_size: int, layout: str) -> ArraySpec:
     """The spec of the mask cab_attention's forward builds (row-major bool [B, Hq, M, M])."""
+    q = as_bhnd(q, layout)
     M = cdiv(q.shape[2], block_size)
     shape = (q.shape[0], q.shape[1], M, M)
     return ArraySpec(shape, "bool", row_major_strides(shape), q.device)
@@ -255,19 +259,20 @@ def _cab_mask(q: ArraySpec, block_size: int) -> ArraySpec:
 
 @cached_plan
 def cab_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, block_size: int, keep: float, lam: float,
-                     causal: bool, local_blocks: int, softmax_scale, target: Target) -> Plan:
-    """Inputs: q, k, v. Results: o, lse, mask (curvature_block_mask's), rows, rows_count."""
+                     causal: bool, local_blocks: int, softmax_scale, target: Target, layout: str = "bhnd") -> Plan:
+    """Inputs: q, k, v (in ``layout``). Results: o, lse, mask (curvature_block_mask's), rows, rows_count."""
     mask = curvature_plan(q, k, block_size=block_size, keep=keep, lam=lam, causal=causal,
-                          local_blocks=local_blocks, target=target)
-    sparse = block_sparse_forward_plan(q, k, v, _cab_mask(q, block_size), block_size=block_size, causal=causal,
-                                       softmax_scale=softmax_scale, target=target).renamed({"block_mask": "mask"})
+                          local_blocks=local_blocks, target=target, layout=layout)
+    sparse = block_sparse_forward_plan(q, k, v, _cab_mask(q, block_size, layout), block_size=block_size,
+                                       causal=causal, softmax_scale=softmax_scale, target=target,
+                                       layout=layout).renamed({"block_mask": "mask"})
     return Plan(mask.launches + sparse.launches, ("o", "lse", "mask", "rows", "rows_count"))
 
 
 @cached_plan
 def cab_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, block_size: int, causal: bool,
-                      softmax_scale, has_dlse: bool, target: Target) -> Plan:
+                      softmax_scale, has_dlse: bool, target: Target, layout: str = "bhnd") -> Plan:
     """block_sparse_backward_plan on the forward's mask (input ``mask``)."""
-    return block_sparse_backward_plan(q, k, v, _cab_mask(q, block_size), do, block_size=block_size, causal=causal,
-                                      softmax_scale=softmax_scale, has_dlse=has_dlse,
-                                      target=target).renamed({"block_mask": "mask"})
+    return block_sparse_backward_plan(q, k, v, _cab_mask(q, block_size, layout), do, block_size=block_size,
+                                      causal=causal, softmax_scale=softmax_scale, has_dlse=has_dlse, target=target,
+                                      layout=layout).renamed({"block_mask": "mask"})

@@ -55,8 +55,10 @@ def block_sparse_attention(q, k, v, block_mask, *, block_size=64, causal=False, 
     return masked_attention(q, k, v, visible, softmax_scale, return_lse)
 
 
-def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True, local_blocks=1):
+def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True, local_blocks=1, layout="bhnd"):
     xp = array_namespace(q, k)
+    if layout == "bnhd":
+        q, k = (xp.permute_dims(t, (0, 2, 1, 3)) for t in (q, k))
     dev = device(q)
     qc, _ = max_l2_coarsen(q, block_size)
     kc, _ = max_l2_coarsen(k, block_size)
@@ -85,8 +87,8 @@ def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True,
 
 
 def cab_attention(q, k, v, *, block_size=64, keep=0.1, lam=0.5, causal=True, local_blocks=1, softmax_scale=None,
-                  return_lse=False):
+                  return_lse=False, layout="bhnd"):
     mask = curvature_block_mask(q, k, block_size=block_size, keep=keep, lam=lam, causal=causal,
-                                local_blocks=local_blocks)
+                                local_blocks=local_blocks, layout=layout)
     return block_sparse_attention(q, k, v, mask, block_size=block_size, causal=causal, softmax_scale=softmax_scale,
-                                  return_lse=return_lse)
+                                  return_lse=return_lse, layout=layout)
