@@ -118,21 +118,30 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, dropout_rn
     value [..., Nk, Hkv, D] (Hkv divides H), returns [..., Nq, H, D]. Causal masks align to
     the bottom right (flash_attention's). ``mask`` (bool, True: attend) and ``bias``,
     [..., H, Nq, Nk] or broadcastable, go to flash_attention's mask and bias (a query whose
-    mask is all False gets zeros, where flax's softmax gives a uniform row). No dropout or
-    sown weights: flash attention never forms the weights."""
+    mask is all False gets zeros, where flax's softmax gives a uniform row). Dropout
+    (dropout_rate > 0, not deterministic) is flash_attention's, keyed by ``dropout_rng``, one
+    mask per batch element and head: broadcast_dropout=False (flax's True shares one mask over
+    the batch, which ato does not draw: a ValueError). No sown weights: flash attention never
+    forms the weights."""
     if module is not None:
         raise ValueError("dot_product_attention: module: ato's flash attention does not take sow_weights "
                          "(expected None)")
+    dropout = {}
     if dropout_rate > 0.0 and not deterministic:
-        raise ValueError(f"dot_product_attention: dropout_rate: attention dropout is not supported by ato "
-                         f"(expected 0 or deterministic=True), got {dropout_rate}")
+        if broadcast_dropout:
+            raise ValueError("dot_product_attention: broadcast_dropout: ato draws one dropout mask per batch element "
+                             "and head (expected False with dropout), got True")
+        if dropout_rng is None:
+            raise ValueError("dot_product_attention: dropout_rng: expected a jax.random key with dropout_rate > 0, "
+                             "got None")
+        dropout = {"dropout_p": float(dropout_rate), "seed": dropout_rng}
     if dtype is not None:
         query, key, value = (jnp.asarray(t, dtype) for t in (query, key, value))
     lead = query.shape[:-3]
     B = math.prod(lead)
     # flax's [..., N, H, D] is flash attention's bnhd layout: no transpose
     o = ato_jax.flash_attention(*(t.reshape(B, *t.shape[-3:]) for t in (query, key, value)), causal=bool(is_causal),
-                                layout="bnhd", bias=_batched(bias, lead), mask=_batched(mask, lead))
+                                layout="bnhd", bias=_batched(bias, lead), mask=_batched(mask, lead), **dropout)
     return o.reshape(query.shape)
 
 

@@ -181,15 +181,17 @@ class MultiheadAttention(nn.Module):
     allowed) or float (added); ``key_padding_mask`` [B, Nk], bool (True: ignored) or float;
     ``is_causal=True`` (with or without the causal attn_mask torch asks for beside it) uses
     flash attention's causal mask. A query left with no key gets zeros (torch: NaN).
-    Self- or cross-attention with embed_dim-wide keys and values (kdim = vdim = embed_dim); no
-    dropout, bias_kv or zero_attn."""
+    Self- or cross-attention with embed_dim-wide keys and values (kdim = vdim = embed_dim);
+    ``dropout`` is flash_attention's attention dropout in training mode (its seed drawn from
+    the default generator of the inputs' device, as torch's dropout draws; p rounded to a
+    multiple of 2^-8); no bias_kv or zero_attn."""
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim=None, vdim=None,
                  batch_first: bool = False, device=None, dtype=None):
         super().__init__()
-        for name, value, default in (("dropout", dropout, 0.0), ("add_bias_kv", add_bias_kv, False),
-                                     ("add_zero_attn", add_zero_attn, False)):
+        checks.check_dropout_p("MultiheadAttention: dropout", dropout)
+        for name, value, default in (("add_bias_kv", add_bias_kv, False), ("add_zero_attn", add_zero_attn, False)):
             if value != default:
                 raise ValueError(f"MultiheadAttention: {name}: not supported by ato (expected {default}), got {value!r}")
         for name, value in (("kdim", kdim), ("vdim", vdim)):
@@ -200,7 +202,7 @@ class MultiheadAttention(nn.Module):
                              f"got {embed_dim}")
         kw = {"device": device, "dtype": dtype}
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
-        self.batch_first, self.dropout = batch_first, 0.0
+        self.batch_first, self.dropout = batch_first, float(dropout)
         self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim, **kw))
         self.in_proj_bias = nn.Parameter(torch.empty(3 * embed_dim, **kw)) if bias else None
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **kw)
@@ -224,7 +226,11 @@ class MultiheadAttention(nn.Module):
         q, k, v = (nn.functional.linear(t, wi, bi).unflatten(-1, (H, D)).transpose(1, 2)
                    for t, wi, bi in zip((query, key, value), w, b))
         bias, mask = _mha_masks(attn_mask if not is_causal else None, key_padding_mask, q.shape[0], H)
-        o = ato_torch.flash_attention(q, k, v, causal=bool(is_causal), bias=bias, mask=mask)
+        drop = {}
+        if self.training and self.dropout > 0:
+            gen = torch.cuda.default_generators[q.device.index or 0] if q.is_cuda else torch.default_generator
+            drop = {"dropout_p": self.dropout, "seed": gen}
+        o = ato_torch.flash_attention(q, k, v, causal=bool(is_causal), bias=bias, mask=mask, **drop)
         o = self.out_proj(o.transpose(1, 2).flatten(-2))
         return (o if self.batch_first else o.transpose(0, 1)), None
 

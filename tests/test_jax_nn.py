@@ -14,6 +14,7 @@ flax = pytest.importorskip("flax")
 optax = pytest.importorskip("optax")
 from flax import nnx  # noqa: E402
 
+import ato_jax  # noqa: E402
 from ato_jax import nn as ann  # noqa: E402
 
 F = 48
@@ -178,8 +179,30 @@ def test_dot_product_attention_mask_and_bias_match_flax():
 
 def test_dot_product_attention_refuses_what_it_lacks():
     m, x = ann.MultiHeadAttention(2, 16, decode=False, rngs=nnx.Rngs(0)), _x(1, 5, 16)
-    with pytest.raises(ValueError, match="dropout_rate: attention dropout is not supported"):
+    with pytest.raises(ValueError, match="broadcast_dropout: ato draws one dropout mask per batch element"):
         ann.MultiHeadAttention(2, 16, dropout_rate=0.1, decode=False, rngs=nnx.Rngs(0))(x, deterministic=False)
+
+
+def test_dot_product_attention_dropout():
+    """dropout_rate with dropout_rng (broadcast_dropout=False) is flash_attention's dropout keyed
+    by that key; deterministic=True has none; without a key a ValueError names dropout_rng."""
+    rng = np.random.default_rng(8)
+    q, k, v = (jnp.asarray(rng.standard_normal((2, 7, 4, 16)).astype(np.float32)) for _ in range(3))
+    key = jax.random.key(3)
+    got = ann.dot_product_attention(q, k, v, dropout_rng=key, dropout_rate=0.2, broadcast_dropout=False,
+                                    deterministic=False)
+    want = ato_jax.flash_attention(q, k, v, layout="bnhd", dropout_p=0.2, seed=key)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    plain = ann.dot_product_attention(q, k, v, dropout_rng=key, dropout_rate=0.2, deterministic=True)
+    np.testing.assert_array_equal(np.asarray(plain), np.asarray(ato_jax.flash_attention(q, k, v, layout="bnhd")))
+    with pytest.raises(ValueError, match="dropout_rng: expected a jax.random key"):
+        ann.dot_product_attention(q, k, v, dropout_rate=0.2, broadcast_dropout=False, deterministic=False)
+    # nnx.MultiHeadAttention passes its rngs' dropout stream: a new mask each call
+    m = ann.MultiHeadAttention(2, 16, dropout_rate=0.2, broadcast_dropout=False, decode=False,
+                               rngs=nnx.Rngs(0, dropout=1))
+    x = _x(1, 5, 16)
+    a, b, c = m(x, deterministic=False), m(x, deterministic=False), m(x, deterministic=True)
+    assert not np.array_equal(np.asarray(a), np.asarray(b)) and not np.array_equal(np.asarray(a), np.asarray(c))
 
 
 @pytest.mark.parametrize("layer", ["LinearAttention", "BasedAttention"])

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import ato_torch
 import ato_torch.nn as ann
 
 
@@ -139,8 +140,29 @@ def test_multihead_attention_refuses_what_it_lacks():
     m, x = ann.MultiheadAttention(16, 2), torch.randn(5, 1, 16)
     with pytest.raises(ValueError, match="need_weights: ato's flash attention does not form the attention weights"):
         m(x, x, x)
-    with pytest.raises(ValueError, match="dropout: not supported by ato"):
-        ann.MultiheadAttention(16, 2, dropout=0.1)
+    with pytest.raises(ValueError, match="MultiheadAttention: dropout: expected a float in"):
+        ann.MultiheadAttention(16, 2, dropout=1.0)
+
+
+def test_multihead_attention_dropout():
+    """dropout in training mode is flash_attention's, its seed drawn from the default generator
+    (torch.manual_seed repeats it); none in eval mode."""
+    m = ann.MultiheadAttention(16, 2, dropout=0.3, batch_first=True)
+    x = torch.randn(2, 9, 16)
+    call = lambda: m(x, x, x, need_weights=False, is_causal=True)[0]  # noqa: E731
+    torch.manual_seed(4)
+    a, b = call(), call()
+    torch.manual_seed(4)
+    assert torch.equal(a, call()) and not torch.equal(a, b)
+    torch.manual_seed(4)
+    seed = int(torch.empty((), dtype=torch.int64).random_(2 ** 31))
+    q, k, v = (torch.nn.functional.linear(x, w, bi).unflatten(-1, (2, 8)).transpose(1, 2)
+               for w, bi in zip(m.in_proj_weight.chunk(3), m.in_proj_bias.chunk(3)))
+    o = ato_torch.flash_attention(q, k, v, causal=True, dropout_p=0.3, seed=seed)
+    torch.testing.assert_close(a, m.out_proj(o.transpose(1, 2).flatten(-2)), rtol=0, atol=0)
+    m.eval()
+    plain = ato_torch.flash_attention(q, k, v, causal=True)
+    torch.testing.assert_close(call(), m.out_proj(plain.transpose(1, 2).flatten(-2)), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("kind", ["bool", "float"])
