@@ -277,6 +277,27 @@ def test_flash_attention_dropout_mask_and_cuda_graph_gpu():
     assert not torch.equal(out, ato_torch.flash_attention(q, k, v, dropout_p=p, seed=5))
 
 
+def test_nn_attention_dropout_gpu():
+    """ato_torch.nn.MultiheadAttention(dropout=p) in training mode on CUDA draws its seed from the
+    CUDA default generator (torch.cuda.manual_seed repeats it): the explicit call with that seed."""
+    import torch
+
+    import ato_torch
+    import ato_torch.nn as ann
+
+    m = ann.MultiheadAttention(256, 8, dropout=0.1, batch_first=True, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(2, 300, 256, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.manual_seed(4)
+    a = m(x, x, x, need_weights=False, is_causal=True)[0]
+    torch.cuda.manual_seed(4)
+    seed = int(torch.empty((), dtype=torch.int64, device="cuda").random_(2 ** 31))
+    q, k, v = (torch.nn.functional.linear(x, w, bi).unflatten(-1, (8, 32)).transpose(1, 2)
+               for w, bi in zip(m.in_proj_weight.chunk(3), m.in_proj_bias.chunk(3)))
+    o = ato_torch.flash_attention(q, k, v, causal=True, dropout_p=0.1, seed=seed)
+    assert torch.equal(a, m.out_proj(o.transpose(1, 2).flatten(-2)))
+    assert not torch.equal(a, m(x, x, x, need_weights=False, is_causal=True)[0])
+
+
 def test_flash_attention_varlen_is_each_sequence_alone_gpu():
     """Documents packed (bf16, causal, GQA) against flash_attention on each document alone: o
     and dq, dk, dv within bf16's tolerance."""
