@@ -25,7 +25,12 @@ def axes(layout: str) -> Tuple[int, int]:
 
 def as_bhnd(spec: ArraySpec, layout: str) -> ArraySpec:
     """The [B, H, N, D] view of a 4-D array laid out as ``layout`` (the same memory)."""
-    if layout == "bhnd" or spec is None:
+    return spec if layout == "bhnd" else swapped(spec)
+
+
+def swapped(spec: ArraySpec) -> ArraySpec:
+    """A 4-D array's view with axes 1 and 2 swapped (the same memory; None stays None)."""
+    if spec is None:
         return spec
     return ArraySpec(tuple(spec.shape[i] for i in _SWAP), spec.dtype, tuple(spec.strides[i] for i in _SWAP),
                      spec.device)

@@ -26,6 +26,7 @@ from ato_core.ops.softmax.cases import softmax_case
 from ato_core.ops.swiglu.cases import swiglu_case
 
 import test_empty
+import test_flash_attention_dropout
 import test_float64
 
 pytestmark = pytest.mark.gpu
@@ -42,6 +43,14 @@ def _run(case):
         _RESULTS[case] = (h.run_torch(case, inputs, "cuda"), h.run_jax(case, inputs),
                           h.run_torch(case, inputs, "cuda", reference=True))
     return _RESULTS[case]
+
+
+def _to_jax(t):
+    """A torch tensor (any device) as a JAX array of its dtype (floats through fp32: exact)."""
+    import jax.numpy as jnp
+
+    name = str(t.dtype).replace("torch.", "")
+    return jnp.asarray((t.float() if t.is_floating_point() else t).cpu().numpy()).astype(name)
 
 
 def _check(case):
@@ -251,17 +260,15 @@ def test_flash_attention_dropout_mask_and_cuda_graph_gpu():
     from ato_core.ops.flash_attention.reference import dropout_keep
 
     B, Hq, Hkv, Nq, Nk, p = 2, 8, 2, 300, 256, 0.1
-    q = torch.zeros(B, Hq, Nq, Nk, device="cuda", dtype=torch.bfloat16)
-    k = torch.zeros(B, Hkv, Nk, Nk, device="cuda", dtype=torch.bfloat16)
-    v = torch.eye(Nk, device="cuda", dtype=torch.bfloat16).expand(B, Hkv, Nk, Nk).contiguous()
-    want = dropout_keep(123, p, np.arange(B * Hq).reshape(B, Hq, 1, 1), np.arange(Nq)[:, None],
+    q, k, v = (torch.from_numpy(a).cuda().bfloat16() for a in test_flash_attention_dropout._mask_inputs(B, Hq, Hkv,
+                                                                                                     Nq, Nk))
+    want = dropout_keep(123, p, test_flash_attention_dropout._heads(B, Hq), np.arange(Nq)[:, None],
                         np.arange(Nk)[None, :])
     scale = plans.dropout_threshold(p)[1] / Nk
     o = ato_torch.flash_attention(q, k, v, dropout_p=p, seed=123).float().cpu().numpy()
     np.testing.assert_array_equal(o != 0, want)
     np.testing.assert_allclose(o[want], scale, rtol=2 ** -8)
-    oj = ato_jax.flash_attention(*(jnp.asarray(x.float().cpu().numpy(), jnp.bfloat16) for x in (q, k, v)),
-                                 dropout_p=p, seed=jnp.int32(123))
+    oj = ato_jax.flash_attention(*map(_to_jax, (q, k, v)), dropout_p=p, seed=jnp.int32(123))
     np.testing.assert_array_equal(np.asarray(oj.astype(jnp.float32)) != 0, want)
 
     seed = torch.tensor(0, device="cuda")
@@ -332,7 +339,6 @@ def test_flash_attention_vs_sdpa_16k(dtype, causal):
     inputs (its float64 reference would need 16k x 16k scores per head): o and gradients
     within the dtype's tolerance, in both frameworks."""
     import jax
-    import jax.numpy as jnp
     import torch
     import torch.nn.functional as F
 
@@ -354,9 +360,8 @@ def test_flash_attention_vs_sdpa_16k(dtype, causal):
     o = ato_torch.flash_attention(*leaves, causal=causal)
     o.backward(do)
     got_torch = [o.detach()] + [t.grad for t in leaves]
-    to_j = lambda t: jnp.asarray(t.float().cpu().numpy()).astype(dtype)  # noqa: E731
-    oj, vjp = jax.vjp(lambda a, b, c: ato_jax.flash_attention(a, b, c, causal=causal), *map(to_j, (q, k, v)))
-    got_jax = [oj, *vjp(to_j(do))]
+    oj, vjp = jax.vjp(lambda a, b, c: ato_jax.flash_attention(a, b, c, causal=causal), *map(_to_jax, (q, k, v)))
+    got_jax = [oj, *vjp(_to_jax(do))]
     tol = h.TOLERANCE[dtype]
     for name, got in (("torch", got_torch), ("jax", got_jax)):
         for what, a, b in zip(("o", "dq", "dk", "dv"), got, want):
@@ -787,8 +792,7 @@ def test_based_16k_gpu(dtype):
     assert h.rel_err(np64(S), np64(S_want)) < 1e-5 and h.rel_err(np64(z), np64(z_want)) < 1e-5
     assert torch.isfinite(o).all() and all(torch.isfinite(t.grad).all() for t in leaves)
 
-    jdt = jnp.bfloat16 if dtype == "bfloat16" else jnp.float16
-    args = [jnp.asarray(t.float().cpu().numpy()).astype(jdt) for t in (q, k, v, do)]
+    args = [_to_jax(t) for t in (q, k, v, do)]
 
     @jax.jit
     def fb(a, b, c, dd):
@@ -875,11 +879,10 @@ def test_decode_bhnd_cache_gpu(scheduled):
     want = ato_torch.decode_attention(q, kc, vc, table, lens, **kw)
     got = ato_torch.decode_attention(q, kh, vh, table, lens, layout="bhnd", **kw)
     assert all(torch.equal(a, b) for a, b in zip(want, got))
-    j = lambda t: jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16 if t.is_floating_point() else jnp.int32)  # noqa: E731
     jkw = {"return_lse": True}
     if scheduled:
-        jkw["schedule"] = ato_jax.decode_schedule(j(table.cpu()), j(lens.cpu()), block_size=BS)
-    got_j = ato_jax.decode_attention(j(q), j(kh), j(vh), j(table), j(lens), layout="bhnd", **jkw)
+        jkw["schedule"] = ato_jax.decode_schedule(_to_jax(table), _to_jax(lens), block_size=BS)
+    got_j = ato_jax.decode_attention(*map(_to_jax, (q, kh, vh, table, lens)), layout="bhnd", **jkw)
     np.testing.assert_array_equal(np.asarray(got_j[0].astype(jnp.float32)), got[0].float().cpu().numpy())
 
 

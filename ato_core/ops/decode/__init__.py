@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ato_core import checks
+from ato_core.layout import axes, check_layout
 from ato_core.op import Op, forward_only
 
 from . import plans, reference
@@ -48,7 +49,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, softmax_scal
     Returns: o [B, Hq, D] in q's dtype, or (o, lse). Forward only: no gradient.
     """
     checks.check_bool("return_lse", return_lse)
-    checks.check_choice("layout", layout, plans.CACHE_LAYOUTS)
+    check_layout(layout)
     if schedule is None:
         sched = (None,) * len(plans.SCHEDULE)
     elif isinstance(schedule, tuple) and len(schedule) == len(plans.SCHEDULE):
@@ -61,7 +62,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, softmax_scal
 def _check_values(s, st: Decode, host):
     table, lens = host("block_table"), host("seq_lens")
     if table is not None and lens is not None:
-        plans.check_decode_values(table, lens, s["k_cache"].shape[0], s["k_cache"].shape[plans.token_axis(st.layout)])
+        plans.check_decode_values(table, lens, s["k_cache"].shape[0], s["k_cache"].shape[axes(st.layout)[1]])
 
 
 def _forward(s, st: Decode, target):

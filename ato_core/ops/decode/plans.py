@@ -13,6 +13,7 @@ import numpy as np
 
 from ato_core import checks
 from ato_core.launch import ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, numel, row_alignment
+from ato_core.layout import axes, swapped
 from ato_core.target import Target
 
 from ..flash_attention.plans import LOG2E, MAX_HEAD_DIM, check_softmax_scale, dot_precision, resolve_scale
@@ -32,23 +33,10 @@ WARPS = 4
 STAGES = 2
 
 
-# The caches' layouts: "bnhd" [num_blocks, block_size, Hkv, D] (the kernels' view) or "bhnd"
-# [num_blocks, Hkv, block_size, D], read in place (the plan swaps axes 1 and 2 of its shape and strides).
-CACHE_LAYOUTS = ("bnhd", "bhnd")
+# The caches' layouts (ato_core.layout's names: where the token axis stands against the heads):
+# "bnhd" [num_blocks, block_size, Hkv, D], the kernels' view, or "bhnd" [num_blocks, Hkv,
+# block_size, D], read in place (the plan swaps axes 1 and 2 of its shape and strides).
 _CACHE_SHAPES = {"bnhd": "[num_blocks, block_size, Hkv, D]", "bhnd": "[num_blocks, Hkv, block_size, D]"}
-
-
-def token_axis(layout: str) -> int:
-    """The block_size axis of a cache in ``layout``."""
-    return 1 if layout == "bnhd" else 2
-
-
-def cache_view(spec: ArraySpec, layout: str) -> ArraySpec:
-    """The [num_blocks, block_size, Hkv, D] view of a 4-D cache in ``layout`` (the same memory)."""
-    if layout == "bnhd" or spec is None or len(spec.shape) != 4:
-        return spec
-    swap = (0, 2, 1, 3)
-    return ArraySpec(tuple(spec.shape[i] for i in swap), spec.dtype, tuple(spec.strides[i] for i in swap), spec.device)
 
 
 def check_decode(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens: ArraySpec,
@@ -64,7 +52,7 @@ def check_decode(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, len
     checks.check_same_dtype(("q", "k_cache", "v_cache"), (q, k, v))
     checks.check_same_device(("q", "k_cache", "v_cache", "block_table", "seq_lens"), (q, k, v, table, lens))
     B, Hq, D = q.shape
-    t, h = token_axis(layout), 3 - token_axis(layout)
+    h, t = axes(layout)
     NB, BS, Hkv = k.shape[0], k.shape[t], k.shape[h]
     checks.check_shape("v_cache", v, tuple(k.shape), f"{desc}, the shape of k_cache")
     checks.check_dim("k_cache", k, 3, D, "D, the head size of q")
@@ -172,7 +160,8 @@ def decode_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens
     tuple of its six array specs), the SCHEDULE arrays. Results: o [B, Hq, D] (q's dtype), lse
     [B, Hq] fp32."""
     B, Hq, Hkv, D, NB, BS, MB = check_decode(q, k, v, table, lens, softmax_scale, layout)
-    k, v = cache_view(k, layout), cache_view(v, layout)
+    if layout == "bhnd":
+        k, v = swapped(k), swapped(v)
     W = U = depth = 0
     if schedule is not None:
         W, U, depth = check_schedule(schedule, B)

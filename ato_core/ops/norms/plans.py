@@ -91,10 +91,6 @@ def check_dropout(p, seed, training) -> float:
     return float(p) if training else 0.0
 
 
-def seed_words(seed: Optional[ArraySpec], x: ArraySpec) -> int:
-    return checks.seed_words(seed, "x", x)
-
-
 def _dtype(spec: Optional[ArraySpec], default: str) -> str:
     return default if spec is None else spec.dtype
 
@@ -108,7 +104,7 @@ def forward_plan(x: ArraySpec, residual: Optional[ArraySpec], weight: Optional[A
     shape and dtype), h (with a residual: dropout(x) + residual), mean [M] (LayerNorm),
     rstd [M] (fp32)."""
     N = check_norm("x", x, weight, bias, eps)
-    words = seed_words(seed_array, x) if seed_array is not None else 0
+    words = checks.seed_words(seed_array, "x", x) if seed_array is not None else 0
     if residual is not None:
         checks.check_shape("residual", residual, tuple(x.shape), "the shape of x")
         checks.check_same_dtype(("x", "residual"), (x, residual))
@@ -157,7 +153,8 @@ def backward_plan(x: ArraySpec, weight: Optional[ArraySpec], bias: Optional[Arra
          optional_output("db_part", part, checks.acc_dtype(x.dtype), bias is not None, zeroed=not single)),
         {"BLOCK_N": block, "SINGLE": single, "RMS": rms, "HAS_W": weight is not None, "HAS_B": bias is not None,
          "HAS_RES": has_residual, "HAS_DH": has_dh, "DROPOUT": p > 0, "ALIGN": alignment(N),
-         "STAGES": stages, "SEED_WORDS": seed_words(seed_array, x) if seed_array is not None and p > 0 else 0},
+         "STAGES": stages,
+         "SEED_WORDS": checks.seed_words(seed_array, "x", x) if seed_array is not None and p > 0 else 0},
         num_warps=warps,
     )
     launches = [bwd]
