@@ -28,6 +28,10 @@ def _plans():
                 yield label + tag, plan, specs
 
 
+def _is_one(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v == 1
+
+
 def _scalar_type(v):
     if isinstance(v, bool):
         return "i1"
@@ -48,6 +52,7 @@ def compile_sm90(launch, plan, inputs):
     from triton.compiler import ASTSource
 
     dtypes = [(inputs[n] if n in inputs else plan.buffer(n)).dtype for n in launch.inputs]
+    constexprs = dict(launch.constexprs)
     dtypes += [b.dtype for b in launch.outputs]
     n_in, n_sc = len(launch.inputs), len(launch.scalars)
     sig, attrs = {}, {}
@@ -55,14 +60,19 @@ def compile_sm90(launch, plan, inputs):
         if i < n_in:
             sig[p.name] = "*" + _TT[dtypes[i]]
         elif i < n_in + n_sc:
-            sig[p.name] = _scalar_type(launch.scalars[i - n_in])
+            value = launch.scalars[i - n_in]
+            # an integer 1 becomes a constant, as both launchers (Triton's, jax-triton's) make it: a
+            # unit stride otherwise costs per-element address arithmetic the GPU binary never has
+            sig[p.name] = "constexpr" if _is_one(value) else _scalar_type(value)
+            if _is_one(value):
+                constexprs[p.name] = 1
         elif i < n_in + n_sc + len(launch.outputs):
             sig[p.name] = "*" + _TT[dtypes[i - n_sc]]
         else:
             sig[p.name] = "constexpr"
         if sig[p.name].startswith("*"):  # 16-byte aligned, as jax-triton declares every pointer
             attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=launch.kernel, signature=sig, constexprs=dict(launch.constexprs), attrs=attrs)
+    src = ASTSource(fn=launch.kernel, signature=sig, constexprs=constexprs, attrs=attrs)
     opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "enable_fp_fusion": launch.fp_fusion}
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
