@@ -63,9 +63,10 @@ def compile_sm90(launch, plan, inputs):
             value = launch.scalars[i - n_in]
             # an integer 1 becomes a constant, as both launchers (Triton's, jax-triton's) make it: a
             # unit stride otherwise costs per-element address arithmetic the GPU binary never has
-            sig[p.name] = "constexpr" if _is_one(value) else _scalar_type(value)
             if _is_one(value):
-                constexprs[p.name] = 1
+                sig[p.name], constexprs[p.name] = "constexpr", 1
+            else:
+                sig[p.name] = _scalar_type(value)
         elif i < n_in + n_sc + len(launch.outputs):
             sig[p.name] = "*" + _TT[dtypes[i - n_sc]]
         else:

@@ -27,16 +27,16 @@ def child(tma: bool):
     import jax.numpy as jnp
     import numpy as np
 
-    from ato_jax.launcher import import_jax_triton
+    from ato_jax.launcher import import_jax_triton, kernel_scalars
     jt = import_jax_triton()
     forms = _forms()
     B, H, N, D = 2, 4, 1024, 128
     rng = np.random.default_rng(0)
     q, k, v = (jnp.asarray(rng.standard_normal((B, H, N, D)), jnp.bfloat16) for _ in range(3))
     out = jax.ShapeDtypeStruct(q.shape, q.dtype)
-    # np.float32: a Python float reaches the kernel as fp64 from jax-triton
-    o = jt.triton_call(q, k, v, np.float32(D ** -0.5 * 1.4426950408889634), N, kernel=forms.fwd_kernel, out_shape=out,
-                       grid=(N // 128, B * H), num_warps=8, num_stages=3, BLOCK_M=128, BLOCK_N=128, D=D,
+    # scalars as ato's launches pass them (a Python float would reach the kernel as fp64)
+    o = jt.triton_call(q, k, v, *kernel_scalars((D ** -0.5 * 1.4426950408889634, N)), kernel=forms.fwd_kernel,
+                       out_shape=out, grid=(N // 128, B * H), num_warps=8, num_stages=3, BLOCK_M=128, BLOCK_N=128, D=D,
                        CAUSAL=False, TMA=tma, WS=False, PTRS=False, TAIL=False, LSE=False)
     o = np.asarray(jax.block_until_ready(o).astype(jnp.float32))
     ref = np.asarray(jax.nn.dot_product_attention(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3),

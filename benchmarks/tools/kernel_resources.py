@@ -1,7 +1,8 @@
 """Registers, spills and shared memory of every ato kernel compiled so far in this process,
-as the GPU loaded them (Triton's CompiledKernel: n_regs, n_spills from the driver). The CPU
-sm_90 compile (tests/test_compile_sm90.py) does not specialise scalars as a launch does, so
-its register counts are not the GPU's.
+as the GPU loaded them (Triton's CompiledKernel: n_regs, and n_spills, the local memory a
+thread in bytes, from the driver), for the shapes actually run. tests/test_compile_sm90.py
+compiles its own example shapes on a CPU, whose numbers can differ (ptxas sees other
+constants there).
 
     sys.path.insert(0, "benchmarks/tools"); from kernel_resources import report
     ...run ops...
