@@ -6,6 +6,8 @@ outputs, final state and every gradient within the dtype's tolerance; the two fr
 must agree bit for bit.
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -282,6 +284,121 @@ def test_exact_state_reaches_the_state_pass(op):
         plan = decl.forward_plan(arrays, static, INTERPRETER)
         state = [launch for launch in plan.launches if launch.name.endswith("state_kernel")]
         assert len(state) == 1 and state[0].constexprs["EXACT"] is exact
+    if op == "based_attention":  # the walk: the rests only for a final state (test_walk_final_state)
+        args = (gpu_spec((2, 3, 300, 16)),) * 2 + (gpu_spec((2, 3, 300, 6)),)
+        for exact in (True, False):
+            for final in (True, False):
+                arrays, static = decl.signature(*args, causal=True, exact_state=exact, output_final_state=final)
+                walk = [launch for launch in decl.forward_plan(arrays, static, INTERPRETER).launches
+                        if launch.name == "based_state_walk_kernel"]
+                assert len(walk) == 1 and walk[0].constexprs["EXACT"] is (exact and final)
+
+
+@pytest.fixture
+def walk(monkeypatch):
+    """walk(True | False): the causal passes take the state walks (or segments and a scan)
+    whatever B*H, plans rebuilt; the caches are emptied again afterwards."""
+    from ato_core.ops import OPS
+
+    def clear():
+        for fn in (based_core.forward_plan, based_core.backward_plan):
+            fn.cache_clear()
+        OPS["based_attention"].cached_forward.cache_clear()
+
+    def choose(on):
+        monkeypatch.setattr(based_core, "WALK_WAVES", 0.0 if on else float("inf"))
+        clear()
+
+    yield choose
+    monkeypatch.undo()
+    clear()
+
+
+def _kernels(plan):
+    return [launch.name for launch in plan.launches]
+
+
+def test_walk_is_taken_with_enough_programs():
+    """The causal passes walk the sequence (one launch for the state pass and the scan) when
+    B*H * state tiles fill WALK_WAVES programs per SM; else segments and la_scan_kernel."""
+    from ato_core.target import Target
+
+    gpu = Target(interpret=False, num_sms=132)
+    for target, (B, H, N), walks in ((gpu, (8, 16, 4096), True), (gpu, (2, 16, 16384), False),
+                                     (INTERPRETER, (2, 3, 300), True), (INTERPRETER, (1, 1, 300), False)):
+        q, v = gpu_spec((B, H, N, 16)), gpu_spec((B, H, N, 64))
+        fwd, cfg = based_core.forward_plan(q, q, v, causal=True, scale=None, eps=1e-6, initial_state=None,
+                                           target=target)
+        bwd = based_core.backward_plan(q, q, v, v, causal=True, scale=None, eps=1e-6, has_dfinal=False, target=target)
+        assert (cfg.walk is not None) == walks
+        assert ("based_state_walk_kernel" in _kernels(fwd)) == walks == ("la_scan_kernel" not in _kernels(fwd))
+        assert ("based_bwd_state_walk_kernel" in _kernels(bwd)) == walks == ("la_scan_kernel" not in _kernels(bwd))
+    assert math.prod(based_core.config(8, 16, 4096, 16, 64, "bfloat16", True, gpu).walk_grid) == 4 * 128
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["walk", "segments"])
+@pytest.mark.parametrize("dtype,shape,state", [("float32", (1, 2, 300, 16, 48), True),
+                                               ("bfloat16", (2, 2, 150, 5, 24), True),
+                                               ("float16", (1, 1, 200, 32, 20), False)],
+                         ids=["fp32", "bf16", "fp16"])
+def test_walk_and_segments(walk, on, dtype, shape, state):
+    """Both forms of the causal passes against the float64 reference: outputs, the final
+    state, every gradient (the initial state's too), torch and JAX bitwise equal."""
+    walk(on)
+    check(based_case(*shape, dtype=dtype, state=state, final=True, seed=sum(shape)))
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_walk_final_state(walk, framework):
+    """The walk's start states take the products rounded to the dots' operand type (as the
+    block kernels read them) and the final state sums the rests beside them: o is the same
+    bits with or without the final state and with exact_state=False, whose final state is
+    the rounded sum (bf16 products: 2^-9 relative each), the default's the exact one."""
+    walk(True)
+    ops, arr = frontend(framework)
+    if framework == "torch":
+        arr, f64 = h.to_torch, lambda t: t.double().numpy()
+    else:
+        f64 = lambda t: np.asarray(t, np.float64)  # noqa: E731
+    case = based_case(2, 2, 150, 16, 24, dtype="bfloat16", seed=9)
+    x = h.make_inputs(case)
+    q, k, v = (arr(x[n]) for n in "qkv")
+    o = f64(ops.based_attention(q, k, v))
+    o1, (S1, _) = ops.based_attention(q, k, v, output_final_state=True)
+    o2, (S2, _) = ops.based_attention(q, k, v, output_final_state=True, exact_state=False)
+    np.testing.assert_array_equal(f64(o1), o)
+    np.testing.assert_array_equal(f64(o2), o)
+    fk = ref.taylor_feature_map(x["k"].astype(np.float64))
+    want = np.swapaxes(fk, -1, -2) @ x["v"].astype(np.float64)
+    exact, rounded = h.rel_err(f64(S1), want), h.rel_err(f64(S2), want)
+    assert exact < 1e-6 and 1e-4 < rounded < 1e-2, (exact, rounded)
+
+
+@pytest.mark.parametrize("special", [np.inf, np.nan], ids=["inf", "nan"])
+def test_walk_nonfinite_segment(walk, special):
+    """A key row with an infinite or NaN entry in the second segment: the walk gathers that
+    segment's products (a selector dot would spread inf * 0 to every feature), so o and the
+    final state hold NaN and infinities exactly where the segments' form (its partial sums
+    gathered too) holds them, and equal finite values elsewhere, to fp32's sums."""
+    import ato_torch
+
+    case = based_case(2, 2, 150, 16, 24, dtype="bfloat16", seed=10)
+    x = h.make_inputs(case)
+    x["k"][1, 0, 70, 3] = special
+    got = {}
+    for on in (True, False):
+        walk(on)
+        o, (S, z) = ato_torch.based_attention(*(h.to_torch(x[n]) for n in "qkv"), output_final_state=True)
+        got[on] = [t.double().numpy() for t in (o, S, z)]
+    for a, b in zip(got[True], got[False]):
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+        np.testing.assert_array_equal(np.isinf(a), np.isinf(b))
+        assert np.isfinite(a).any() and not np.isfinite(a).all()
+        fin = np.isfinite(a)
+        assert h.rel_err(a[fin], b[fin]) < h.TOLERANCE["bfloat16"]
+    # the state's rows away from k_3 are untouched: finite everywhere but row 3's pairs
+    S = got[True][1][1, 0]
+    assert np.isfinite(S[0]).all() and np.isfinite(S[1 + 16 * 0 + 16 + 0]).all()
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -747,6 +747,26 @@ def test_based_cross_framework_bitwise_gpu(dims, dtype, causal):
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
 
 
+# B*H enough for the causal state walks on an H100 or H200 (plans.WALK_WAVES): d 16, and d 32
+# (9 quadratic tiles), with an initial and a final state
+BASED_WALK_DIMS = [(8, 16, 1000, 16, 64), (2, 16, 600, 32, 48)]
+
+
+@pytest.mark.parametrize("dims", BASED_WALK_DIMS, ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_based_walk_gpu(dims, dtype):
+    import torch
+
+    from ato_core.ops.based import plans
+    from ato_core.target import Target
+
+    B, H, N, d, Dv = dims
+    target = Target(interpret=False, num_sms=torch.cuda.get_device_properties(0).multi_processor_count)
+    assert plans.config(B, H, N, d, Dv, dtype, True, target).walk is not None
+    t, j, _ = _check(_based(dims, dtype, True))
+    assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_based_step_and_feature_map_gpu(dtype):
     _check(based_step_case(8, 16, 16, 64, dtype))

@@ -60,7 +60,8 @@ def based_attention(q, k, v, *, causal=True, scale=None, eps=1e-6, initial_state
 def _forward(s, st: Based, target):
     init = None if s["init_S"] is None else (s["init_S"], s["init_z"])
     return plans.forward_plan(s["q"], s["k"], s["v"], causal=st.causal, scale=st.scale, eps=st.eps,
-                              initial_state=init, target=target, exact_state=st.exact_state, layout=st.layout)[0]
+                              initial_state=init, target=target, exact_state=st.exact_state,
+                              final=st.output_final_state, layout=st.layout)[0]
 
 
 def _backward(s, st: Based, target):

@@ -43,6 +43,11 @@ COMPILE = [(f"based16 {'causal' if c else 'bidir'}", "based_attention", (gpu_spe
             + (gpu_spec((2, 4, 512, 64)),), {"causal": c}) for c in (True, False)]
 COMPILE += [("based32 causal Dv 48", "based_attention", (gpu_spec((1, 2, 300, 32)),) * 2 + (gpu_spec((1, 2, 300, 48)),),
              {"causal": True})]
+# B*H large enough for the state walks (plans.WALK_WAVES), with an initial state
+_WALK_STATE = (gpu_spec((8, 16, 273, 64), "float32"), gpu_spec((8, 16, 273), "float32"))
+COMPILE += [("based16 causal walk", "based_attention", (gpu_spec((8, 16, 1024, 16)),) * 2
+             + (gpu_spec((8, 16, 1024, 64)),), {"causal": True, "initial_state": _WALK_STATE,
+                                                 "output_final_state": True})]
 _STEP = (*(gpu_spec((8, 16, 16)),) * 2, gpu_spec((8, 16, 64)),
          (gpu_spec((8, 16, 273, 64), "float32"), gpu_spec((8, 16, 273), "float32")))
 COMPILE += [("based_step16", "based_step", _STEP, {})]

@@ -17,7 +17,9 @@ fp32 layout, row 1 + d + a*d + b for the pair (a, b).
 
 State passes: one program per (segment, tile of FT quadratic features, Dv tile); the
 products x_a x_b come from two exact selector dots, already in the layout of the dot with
-v. Block kernels (output, dq, dk/dv): one program per block of BM rows and Dv tile, no
+v. With enough B*H the causal passes walk instead (_walk): one program per (state row tile,
+Dv tile, b*h) sums its rows over the whole sequence and writes each segment's start state,
+with no partial states and no scan. Block kernels (output, dq, dk/dv): one program per block of BM rows and Dv tile, no
 walk: the state term from the segment's start state, in feature tiles, plus the parallel
 view over the segment's rows up to the block, s = scale q k^T and A = 1 + s + s^2/2
 (masked on the diagonal block), as flash attention does. phi of a whole sequence never
@@ -41,7 +43,7 @@ import triton.language as tl
 
 from ato_core.launch import kernel
 from ato_core.triton_helpers import aligned
-from ..linear_attention.kernels import _head, _mm, _mm_exact, _program, _tile
+from ..linear_attention.kernels import _head, _mm, _mm_exact, _program, _tile, _walk_segment
 
 RSQRT2 = tl.constexpr(0.7071067811865476)
 
@@ -191,18 +193,6 @@ def _store_rows(base, zb, rows, m, offs_v, vmask, Dv, s, z, write_z):
 
 
 @triton.jit
-def _finite(x_base, start, end, offs_d, dmask, sn, sd, CHUNK: tl.constexpr, ALIGN: tl.constexpr):
-    """Whether the rows [start, end) of x are all finite."""
-    bad = tl.zeros([CHUNK], dtype=tl.int32)
-    for c0 in range(start, end, CHUNK):
-        rows = c0 + tl.arange(0, CHUNK)
-        x = tl.load(_tile(x_base, rows, offs_d, sn, sd, ALIGN), mask=(rows < end)[:, None] & dmask[None, :],
-                    other=0.0)
-        bad += tl.sum(tl.where(x - x == 0, 0, 1), axis=1)
-    return tl.sum(bad, axis=0) == 0
-
-
-@triton.jit
 def _state_rows(y_base, rh, gh, rows, rmask, offs_v, vmask, syn, syd, BWD: tl.constexpr, ALIGN: tl.constexpr):
     """The rows' values y [rows, BV] and weights w [rows] of a state: the forward's y = v
     (input dtype), w = 1; the backward's y = do / den, w = g (fp32)."""
@@ -221,14 +211,16 @@ def _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, 
                EXACT: tl.constexpr, BWD: tl.constexpr, ALIGN: tl.constexpr, DOT_BF16: tl.constexpr,
                PRECISION: tl.constexpr):
     """Quadratic tile t of a state over the rows [start, end): sum p^T y [FT, BV] and sum p^T
-    w [FT] with p = x_a x_b, unscaled (see _state_rows for y, w). The products: two exact
-    selector dots, (E1^T x^T) * (E2^T x^T), in the layout the next dot takes; with GATHER
-    (rows with an infinite or NaN entry, which a selector dot would spread to every feature:
-    inf * 0) gathered from memory (_pair_products)."""
+    w [FT] with p = x_a x_b, unscaled (see _state_rows for y, w), and the sum of x - x (0
+    when every x is finite, else NaN). The products: two exact selector dots, (E1^T x^T) * (E2^T x^T), in the layout the
+    next dot takes (an infinite or NaN entry would spread to every feature: inf * 0, so
+    _quad_partial then sums again with GATHER); with GATHER gathered from memory
+    (_pair_products)."""
     a, b, _, m = _quad_features(t, d, DP, FT)
     E1t, E2t, _, _ = _quad_tile(t, d, DP, FT, DOT_BF16, True)
     acc = tl.zeros([FT, BV], dtype=tl.float32)
     accw = tl.zeros([FT], dtype=tl.float32)
+    bad = tl.zeros([DP, CHUNK], dtype=tl.float32)  # x - x: 0, or NaN once an x is not finite
     for c0 in range(start, end, CHUNK):
         rows = c0 + tl.arange(0, CHUNK)
         rmask = rows < end
@@ -238,13 +230,36 @@ def _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, 
         else:
             xt = tl.load(_tile_t(x_base, rows, offs_d, sxn, sxd, ALIGN), mask=dmask[:, None] & rmask[None, :],
                          other=0.0)
+            bad += xt.to(tl.float32) - xt.to(tl.float32)
             p = _mm(E1t, xt, DOT_BF16, PRECISION) * _mm(E2t, xt, DOT_BF16, PRECISION)
         if EXACT:
             acc += _mm_exact(p, y, DOT_BF16, PRECISION, 2)
         else:
             acc += _mm(p, y, DOT_BF16, PRECISION)
         accw += tl.sum(p * w[None, :], axis=1)
-    return acc, accw
+    return acc, accw, tl.sum(tl.sum(bad, axis=1), axis=0)
+
+
+@triton.jit
+def _quad_partial(x_base, y_base, rh, gh, start, end, t, d, q2, offs_d, offs_v, dmask, vmask, sxn, sxd, syn, syd,
+                  DP: tl.constexpr, FT: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, EXACT: tl.constexpr,
+                  BWD: tl.constexpr, ALIGN: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """Quadratic tile t of FT features over the rows [start, end) (_quad_sums), times q2 and
+    the packed weights: (s2 [FT, BV], z2 [FT])."""
+    # fp32 x gathered: a tf32 selector dot would round it. Else selector dots, and where an x
+    # was not finite the rows again, gathered (branches outside the row loops: a branch
+    # inside keeps them from pipelining)
+    if x_base.dtype.element_ty == tl.float32:
+        s2, z2, _ = _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, vmask, sxn, sxd, syn,
+                               syd, DP, FT, BV, CHUNK, True, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
+    else:
+        s2, z2, nonfinite = _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, vmask, sxn,
+                                       sxd, syn, syd, DP, FT, BV, CHUNK, False, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
+        if nonfinite != 0:
+            s2, z2, _ = _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, vmask, sxn, sxd,
+                                   syn, syd, DP, FT, BV, CHUNK, True, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
+    w = _pair_weight(t, d, FT) * q2
+    return s2 * w[:, None], z2 * w
 
 
 @triton.jit
@@ -252,22 +267,34 @@ def _quad_pass(x_base, y_base, rh, gh, base, zb, start, end, t, d, Dv, F, q2, of
                sxn, sxd, syn, syd, DP: tl.constexpr, FT: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr,
                EXACT: tl.constexpr, BWD: tl.constexpr, ALIGN: tl.constexpr, DOT_BF16: tl.constexpr,
                PRECISION: tl.constexpr):
-    """Quadratic tile t of FT features over the rows [start, end) (_quad_sums), times q2 and
-    the packed weights, stored (every row of the tile below F: zeros past d)."""
-    # one branch per program, outside the loops (a branch inside keeps them from pipelining);
-    # fp32 x gathered: a tf32 selector dot would round it
-    if x_base.dtype.element_ty == tl.float32:
-        s2, z2 = _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, vmask, sxn, sxd, syn,
-                            syd, DP, FT, BV, CHUNK, True, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
-    elif _finite(x_base, start, end, offs_d, dmask, sxn, sxd, CHUNK, ALIGN):
-        s2, z2 = _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, vmask, sxn, sxd, syn,
-                            syd, DP, FT, BV, CHUNK, False, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
-    else:
-        s2, z2 = _quad_sums(x_base, y_base, rh, gh, start, end, t, d, offs_d, offs_v, dmask, vmask, sxn, sxd, syn,
-                            syd, DP, FT, BV, CHUNK, True, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
-    w = _pair_weight(t, d, FT) * q2
+    """_quad_partial's tile t, stored (every row of the tile below F: zeros past d)."""
+    s2, z2 = _quad_partial(x_base, y_base, rh, gh, start, end, t, d, q2, offs_d, offs_v, dmask, vmask, sxn, sxd, syn,
+                           syd, DP, FT, BV, CHUNK, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
     _, _, r2, _ = _quad_features(t, d, DP, FT)
-    _store_rows(base, zb, r2, r2 < F, offs_v, vmask, Dv, s2 * w[:, None], z2 * w, write_z)
+    _store_rows(base, zb, r2, r2 < F, offs_v, vmask, Dv, s2, z2, write_z)
+
+
+@triton.jit
+def _linear_partial(x_base, y_base, rh, gh, start, end, c, offs_d, offs_v, dmask, vmask, sxn, sxd, syn, syd,
+                    DP: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, BWD: tl.constexpr, ALIGN: tl.constexpr,
+                    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """The constant and linear rows over the rows [start, end): (s0 [BV], s1 [DP, BV], z0,
+    z1 [DP]), phi's scale c applied."""
+    s0 = tl.zeros([BV], dtype=tl.float32)
+    s1 = tl.zeros([DP, BV], dtype=tl.float32)
+    z0 = tl.zeros([CHUNK], dtype=tl.float32)
+    z1 = tl.zeros([DP], dtype=tl.float32)
+    for c0 in range(start, end, CHUNK):
+        rows = c0 + tl.arange(0, CHUNK)
+        rmask = rows < end
+        y, w = _state_rows(y_base, rh, gh, rows, rmask, offs_v, vmask, syn, syd, BWD, ALIGN)
+        xt = tl.load(_tile_t(x_base, rows, offs_d, sxn, sxd, ALIGN), mask=dmask[:, None] & rmask[None, :],
+                     other=0.0)
+        s0 += tl.sum(y.to(tl.float32), axis=0)
+        s1 += _mm(xt, y, DOT_BF16, PRECISION)
+        z0 += w
+        z1 += tl.sum(xt.to(tl.float32) * w[None, :], axis=1)
+    return s0, s1 * c, tl.sum(z0, axis=0), z1 * c
 
 
 @triton.jit
@@ -298,24 +325,12 @@ def _state_pass(x_base, y_base, rh, gh, SS, ZS, H, N, seg_len, d, Dv, F, nvt, nm
         _quad_pass(x_base, y_base, rh, gh, base, zb, start, end, nmain * (FT // TT), d, Dv, F, q2, offs_d, offs_v,
                    dmask, vmask, vb == 0, sxn, sxd, syn, syd, DP, TT, BV, CHUNK, EXACT, BWD, ALIGN, DOT_BF16, PRECISION)
     if t == tl.num_programs(0) // nvt - 1:
-        s0 = tl.zeros([BV], dtype=tl.float32)
-        s1 = tl.zeros([DP, BV], dtype=tl.float32)
-        z0 = tl.zeros([CHUNK], dtype=tl.float32)
-        z1 = tl.zeros([DP], dtype=tl.float32)
-        for c0 in range(start, end, CHUNK):
-            rows = c0 + tl.arange(0, CHUNK)
-            rmask = rows < end
-            y, w = _state_rows(y_base, rh, gh, rows, rmask, offs_v, vmask, syn, syd, BWD, ALIGN)
-            xt = tl.load(_tile_t(x_base, rows, offs_d, sxn, sxd, ALIGN), mask=dmask[:, None] & rmask[None, :],
-                         other=0.0)
-            s0 += tl.sum(y.to(tl.float32), axis=0)
-            s1 += _mm(xt, y, DOT_BF16, PRECISION)
-            z0 += w
-            z1 += tl.sum(xt.to(tl.float32) * w[None, :], axis=1)
+        s0, s1, z0, z1 = _linear_partial(x_base, y_base, rh, gh, start, end, c, offs_d, offs_v, dmask, vmask, sxn,
+                                         sxd, syn, syd, DP, BV, CHUNK, BWD, ALIGN, DOT_BF16, PRECISION)
         tl.store(base + offs_v, s0, mask=vmask)
-        _store_rows(base, zb, 1 + offs_d, dmask, offs_v, vmask, Dv, s1 * c, z1 * c, vb == 0)
+        _store_rows(base, zb, 1 + offs_d, dmask, offs_v, vmask, Dv, s1, z1, vb == 0)
         if vb == 0:
-            tl.store(zb, tl.sum(z0, axis=0))
+            tl.store(zb, z0)
 
 
 @kernel(inputs=2, outputs=2)
@@ -383,6 +398,217 @@ def based_bwd_state_kernel(
     _state_pass(_head(Q, b, h, sqb, sqh, ALIGN), _head(DO, b, h, sdb, sdh, ALIGN), RDEN + bh.to(tl.int64) * N,
                 G + bh.to(tl.int64) * N, DR, DRZ, H, N, seg_len, d, Dv, F, nvt, nmain, c, sqn, sqd, sdn, sdd, DP, BV, FT,
                 TT, CHUNK, False, True, ALIGN, DOT_BF16, PRECISION)
+
+
+@triton.jit
+def _mm_split(a, b, REST: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """(hi b, rest b) for fp32 a = hi + rest split as _mm_exact(a, b, TERMS=2) splits it (hi:
+    a rounded to bf16, or truncated to tf32; an infinite or NaN a or b meets only hi). IEEE
+    fp32 dots: (a b, 0). Without REST the second is 0 and costs nothing."""
+    a = a.to(tl.float32)
+    if DOT_BF16:
+        hi = a.to(tl.bfloat16)
+        h = tl.dot(hi, b.to(tl.bfloat16))
+        rest = tl.where(a - a == 0, a - hi.to(tl.float32), 0.0)
+        bf = tl.where(b - b == 0, b, 0.0).to(tl.bfloat16)
+    elif PRECISION == "tf32":
+        b = b.to(tl.float32)
+        hi = tl.where(a == a, (a.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True), a)
+        h = tl.dot(hi, b, input_precision="tf32")
+        rest = tl.where(a - a == 0, a - hi, 0.0)
+        bf = tl.where(b - b == 0, b, 0.0)
+    else:
+        h = tl.dot(a, b.to(tl.float32), input_precision=PRECISION)
+    r = tl.zeros(h.shape, dtype=tl.float32)
+    if REST and PRECISION != "ieee":
+        if DOT_BF16:
+            r = tl.dot(rest.to(tl.bfloat16), bf)
+        else:
+            r = tl.dot(rest, bf, input_precision="tf32")
+    return h, r
+
+
+@triton.jit
+def _walk_rows(S, z, SS, ZS, idx, rows, m, offs_v, vmask, Dv, F, write_z, S0, Z0, bh, HAS_INIT: tl.constexpr):
+    """Stores rows ``rows`` (mask m) of state idx of SS [.., F, Dv] (its dtype: the store
+    rounds) and ZS [.., F] (where ``write_z``): S and z, plus the packed initial state S0,
+    Z0 of bh with HAS_INIT."""
+    if HAS_INIT:
+        S += tl.load(S0 + bh * F * Dv + rows[:, None] * Dv + offs_v[None, :], mask=m[:, None] & vmask[None, :],
+                     other=0.0)
+        z += tl.load(Z0 + bh * F + rows, mask=m, other=0.0)
+    _store_rows(SS + idx * F * Dv, ZS + idx * F, rows, m, offs_v, vmask, Dv, S, z, write_z)
+
+
+@triton.jit
+def _walk(x_base, y_base, rh, gh, fin, SS, ZS, R0, SF, ZF, S0, Z0, N, seg_len, d, Dv, F, nvt, nmain, c, sxn, sxd, syn,
+          syd,
+          DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, TT: tl.constexpr, CHUNK: tl.constexpr,
+          EXACT: tl.constexpr, BWD: tl.constexpr, REVERSE: tl.constexpr, HAS_INIT: tl.constexpr, ROW0: tl.constexpr,
+          ALIGN: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """A state walk's program, grid (row tiles * Dv tiles, B*H): the state pass and the
+    causal scan in one. One tile of the packed layout's rows (quadratic tiles [0, nmain) of
+    FT features, one of TT, then the constant and linear rows) is summed over the whole
+    sequence, segment by segment (from the last with REVERSE), in registers. Writes each
+    segment's start state to SS / ZS (row 0 also to R0, fp32, with ROW0) and the total from
+    zero to SF / ZF; the start states add the packed S0 / Z0 with HAS_INIT (the public
+    initial state is added to the total by based_unpack_kernel, keeping its asymmetric part).
+
+    The start states take the products x_a x_b rounded to the dots' operand type (the block
+    kernels read them in it); with EXACT the rest of each product is summed beside them
+    (_mm_split) into the total only, so o is the same with or without the final state, and
+    the final state is the fp32 sum of the unrounded features."""
+    p = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    t = p // nvt
+    vb = p % nvt
+    d = aligned(d, ALIGN)
+    Dv = aligned(Dv, ALIGN)
+    nseg = tl.cdiv(N, seg_len)
+    offs_d = tl.arange(0, DP)
+    offs_v = vb * BV + tl.arange(0, BV)
+    dmask = offs_d < d
+    vmask = offs_v < Dv
+    write_z = vb == 0
+    q2 = c * c * RSQRT2
+    if t < nmain:
+        _walk_quad(x_base, y_base, rh, gh, fin, SS, ZS, SF, ZF, S0, Z0, bh, nseg, N, seg_len, t, d, Dv, F, q2, offs_d,
+                   offs_v, dmask, vmask, write_z, sxn, sxd, syn, syd, DP, FT, BV, CHUNK, EXACT, BWD, REVERSE,
+                   HAS_INIT, ALIGN, DOT_BF16, PRECISION)
+    elif t < tl.num_programs(0) // nvt - 1:
+        if TT > 0:  # (else no program has this t)
+            _walk_quad(x_base, y_base, rh, gh, fin, SS, ZS, SF, ZF, S0, Z0, bh, nseg, N, seg_len, nmain * (FT // TT), d,
+                       Dv, F, q2, offs_d, offs_v, dmask, vmask, write_z, sxn, sxd, syn, syd, DP, TT, BV, CHUNK, EXACT,
+                       BWD, REVERSE, HAS_INIT, ALIGN, DOT_BF16, PRECISION)
+    else:
+        r1 = 1 + offs_d
+        s0 = tl.zeros([BV], dtype=tl.float32)
+        s1 = tl.zeros([DP, BV], dtype=tl.float32)
+        z0 = tl.zeros([1], dtype=tl.float32)
+        z1 = tl.zeros([DP], dtype=tl.float32)
+        row0 = tl.arange(0, 1)
+        for i in range(0, nseg):
+            seg = _walk_segment(i, nseg, REVERSE)
+            idx = bh * nseg + seg
+            _walk_rows(s0[None, :], z0, SS, ZS, idx, row0, row0 == 0, offs_v, vmask, Dv, F, write_z, S0, Z0, bh,
+                       HAS_INIT)
+            if ROW0:
+                s0i = s0
+                if HAS_INIT:
+                    s0i += tl.load(S0 + bh * F * Dv + offs_v, mask=vmask, other=0.0)
+                tl.store(R0 + idx * Dv + offs_v, s0i, mask=vmask)
+            _walk_rows(s1, z1, SS, ZS, idx, r1, dmask, offs_v, vmask, Dv, F, write_z, S0, Z0, bh, HAS_INIT)
+            p0, p1, pz0, pz1 = _linear_partial(x_base, y_base, rh, gh, seg * seg_len, tl.minimum(seg * seg_len + seg_len,
+                                               N), c, offs_d, offs_v, dmask, vmask, sxn, sxd, syn, syd, DP, BV, CHUNK,
+                                               BWD, ALIGN, DOT_BF16, PRECISION)
+            s0 += p0
+            s1 += p1
+            z0 += pz0
+            z1 += pz1
+        _walk_rows(s0[None, :], z0, SF, ZF, bh, row0, row0 == 0, offs_v, vmask, Dv, F, write_z, S0, Z0, bh, False)
+        _walk_rows(s1, z1, SF, ZF, bh, r1, dmask, offs_v, vmask, Dv, F, write_z, S0, Z0, bh, False)
+
+
+@triton.jit
+def _walk_quad(x_base, y_base, rh, gh, fin, SS, ZS, SF, ZF, S0, Z0, bh, nseg, N, seg_len, t, d, Dv, F, q2, offs_d, offs_v,
+               dmask, vmask, write_z, sxn, sxd, syn, syd, DP: tl.constexpr, FT: tl.constexpr, BV: tl.constexpr,
+               CHUNK: tl.constexpr, EXACT: tl.constexpr, BWD: tl.constexpr, REVERSE: tl.constexpr,
+               HAS_INIT: tl.constexpr, ALIGN: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """_walk's quadratic tile t of FT features. The products: selector dots (_quad_sums), or
+    gathered (_pair_products) for fp32 x and in a segment with an infinite or NaN x (``fin``:
+    based_finite_kernel's flags of x's segments)."""
+    a, b, r2, m = _quad_features(t, d, DP, FT)
+    E1t, E2t, _, _ = _quad_tile(t, d, DP, FT, DOT_BF16, True)
+    w = _pair_weight(t, d, FT) * q2
+    S = tl.zeros([FT, BV], dtype=tl.float32)
+    M = tl.zeros([FT, BV], dtype=tl.float32)  # the products' rests (EXACT)
+    z = tl.zeros([FT], dtype=tl.float32)
+    for i in range(0, nseg):
+        seg = _walk_segment(i, nseg, REVERSE)
+        _walk_rows(S * w[:, None], z * w, SS, ZS, bh * nseg + seg, r2, r2 < F, offs_v, vmask, Dv, F, write_z, S0, Z0,
+                   bh, HAS_INIT)
+        end = tl.minimum(seg * seg_len + seg_len, N)
+        finite = tl.load(fin + seg) != 0
+        for c0 in range(seg * seg_len, end, CHUNK):
+            rows = c0 + tl.arange(0, CHUNK)
+            rmask = rows < end
+            y, wr = _state_rows(y_base, rh, gh, rows, rmask, offs_v, vmask, syn, syd, BWD, ALIGN)
+            if x_base.dtype.element_ty == tl.float32:
+                p = _pair_products(x_base, rows, rmask, a, b, m, sxn, sxd, ALIGN)
+            elif finite:
+                xt = tl.load(_tile_t(x_base, rows, offs_d, sxn, sxd, ALIGN), mask=dmask[:, None] & rmask[None, :],
+                             other=0.0)
+                p = _mm(E1t, xt, DOT_BF16, PRECISION) * _mm(E2t, xt, DOT_BF16, PRECISION)
+            else:
+                p = _pair_products(x_base, rows, rmask, a, b, m, sxn, sxd, ALIGN)
+            h, r = _mm_split(p, y, EXACT, DOT_BF16, PRECISION)
+            S += h
+            if EXACT:
+                M += r
+            z += tl.sum(p * wr[None, :], axis=1)
+    _walk_rows((S + M) * w[:, None], z * w, SF, ZF, bh, r2, r2 < F, offs_v, vmask, Dv, F, write_z, S0, Z0, bh, False)
+
+
+@kernel(inputs=1, outputs=1)
+def based_finite_kernel(X, H, N, seg_len, d, sxb, sxh, sxn, sxd, FIN, DP: tl.constexpr, ROWS: tl.constexpr,
+                        ALIGN: tl.constexpr):
+    """Grid (B*H, segments). FIN[bh * segments + segment] (int32) = 1 where every entry of x
+    [B, H, N, d] in the segment's rows is finite, else 0: the state walks' choice of products."""
+    bh = tl.program_id(0)
+    seg = tl.program_id(1)
+    x_base = _head(X, (bh // H).to(tl.int64), (bh % H).to(tl.int64), sxb, sxh, ALIGN)
+    offs_d = tl.arange(0, DP)
+    dmask = offs_d < aligned(d, ALIGN)
+    end = tl.minimum(seg * seg_len + seg_len, N)
+    bad = tl.zeros([ROWS, DP], dtype=tl.float32)  # x - x: 0, NaN once an x is not finite
+    for r0 in range(seg * seg_len, end, ROWS):
+        rows = r0 + tl.arange(0, ROWS)
+        x = tl.load(_tile(x_base, rows, offs_d, sxn, sxd, ALIGN), mask=(rows < end)[:, None] & dmask[None, :],
+                    other=0.0).to(tl.float32)
+        bad += x - x
+    tl.store(FIN + bh.to(tl.int64) * tl.num_programs(1) + seg, (tl.sum(tl.sum(bad, axis=1), axis=0) == 0).to(tl.int32))
+
+
+@kernel(inputs=5, outputs=5)
+def based_state_walk_kernel(
+    K, V, FIN, S0, Z0,
+    H, N, seg_len, d, Dv, F, nvt, nmain, c,
+    skb, skh, skn, skd, svb, svh, svn, svd,
+    SS, ZS, SF, ZF, R0,
+    DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, TT: tl.constexpr, CHUNK: tl.constexpr,
+    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, EXACT: tl.constexpr,
+    HAS_INIT: tl.constexpr, ROW0: tl.constexpr,
+):
+    """Grid (row tiles * Dv tiles, B*H): based_state_kernel and the causal scan in one walk
+    (_walk): start states SS [.., nseg, F, Dv] (SS's dtype), ZS, row 0 R0 [.., nseg, Dv]
+    (ROW0), the total from zero SF [.., F, Dv], ZF; F packed."""
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    _walk(_head(K, b, h, skb, skh, ALIGN), _head(V, b, h, svb, svh, ALIGN), K, K, FIN + bh.to(tl.int64) * tl.cdiv(N, seg_len),
+          SS, ZS, R0, SF, ZF, S0, Z0, N,
+          seg_len, d, Dv, F, nvt, nmain, c, skn, skd, svn, svd, DP, BV, FT, TT, CHUNK, EXACT, False, False, HAS_INIT,
+          ROW0, ALIGN, DOT_BF16, PRECISION)
+
+
+@kernel(inputs=7, outputs=5)
+def based_bwd_state_walk_kernel(
+    Q, DO, RDEN, G, FIN, S0, Z0,
+    H, N, seg_len, d, Dv, F, nvt, nmain, c,
+    sqb, sqh, sqn, sqd, sdb, sdh, sdn, sdd,
+    SS, ZS, SF, ZF, R0,
+    DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, TT: tl.constexpr, CHUNK: tl.constexpr,
+    DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+    HAS_INIT: tl.constexpr, ROW0: tl.constexpr,
+):
+    """Grid (row tiles * Dv tiles, B*H): based_bwd_state_kernel and the reverse scan in one
+    walk from the last segment (_walk), outputs as based_state_walk_kernel's."""
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    _walk(_head(Q, b, h, sqb, sqh, ALIGN), _head(DO, b, h, sdb, sdh, ALIGN), RDEN + bh.to(tl.int64) * N,
+          G + bh.to(tl.int64) * N, FIN + bh.to(tl.int64) * tl.cdiv(N, seg_len), SS, ZS, R0, SF, ZF, S0, Z0, N, seg_len, d, Dv, F, nvt, nmain, c, sqn, sqd, sdn, sdd,
+          DP, BV, FT, TT, CHUNK, False, True, True, HAS_INIT, ROW0, ALIGN, DOT_BF16, PRECISION)
 
 
 # Block kernels: one program per (b*h, block of BM rows, Dv tile), no walk. A causal block

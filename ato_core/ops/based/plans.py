@@ -12,8 +12,8 @@ import math
 from typing import NamedTuple, Optional, Tuple
 
 from ato_core import checks
-from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel,
-                             optional_output, row_alignment, row_major_strides)
+from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, numel,
+                             optional_output, row_alignment)
 from ato_core.layout import as_bhnd, bhnd_strides, laid_out
 from ato_core.target import Target
 
@@ -38,6 +38,12 @@ class StateSettings(NamedTuple):
 
 STATE = StateSettings()
 INTERPRETER_STATE = StateSettings(features=64, chunk=16, num_warps=4, num_stages=1)
+# The causal state walks (based_state_walk_kernel, based_bwd_state_walk_kernel): the state
+# pass and the scan in one program per (row tile, Dv tile, b*h) walking the whole sequence,
+# taken when there are at least WALK_WAVES programs per SM (else segments and a scan).
+WALK = StateSettings(features=64, chunk=128, num_warps=4, num_stages=1)
+INTERPRETER_WALK = StateSettings(features=64, chunk=16, num_warps=4, num_stages=1)
+WALK_WAVES = 2.0
 # The state passes' Dv tile.
 STATE_BV = 64
 # The block kernels' Dv tile: fp32 elements of [DP*DP, BV] (tf32 operands, fp16 inputs: half).
@@ -108,6 +114,7 @@ class Config:
     blocks: BlockSettings
     dot_bf16: bool
     precision: str
+    walk: Optional[StateSettings] = None   # the causal passes' state walk, when taken
 
     @property
     def state_ft(self) -> int:
@@ -139,6 +146,27 @@ class Config:
     def state_constexprs(self) -> dict:
         return {"DP": self.DP, "BV": self.state_bv, "FT": self.state_ft, "TT": self.state_tiles[1], "CHUNK": self.state.chunk,
                 "DOT_BF16": self.dot_bf16, "PRECISION": self.precision}
+
+    @property
+    def walk_ft(self) -> int:
+        return min(self.walk.features, max(16, next_pow2(pairs(self.d))))
+
+    @property
+    def walk_grid(self) -> Tuple[int, int]:
+        """(row tiles * Dv tiles, B*H): quadratic tiles, then the constant and linear rows."""
+        n, tt = quad_tiles(self.d, self.walk_ft)
+        return (n + (tt > 0) + 1) * cdiv(self.Dv, self.state_bv), self.B * self.H
+
+    @property
+    def walk_args(self) -> Tuple[int, ...]:
+        """The walks' scalars before c: H, N, seg_len, d, Dv, Fp, nvt, nmain."""
+        return (self.H, self.N, self.seg_len, self.d, self.Dv, self.Fp, cdiv(self.Dv, self.state_bv),
+                quad_tiles(self.d, self.walk_ft)[0])
+
+    @property
+    def walk_constexprs(self) -> dict:
+        return {"DP": self.DP, "BV": self.state_bv, "FT": self.walk_ft, "TT": quad_tiles(self.d, self.walk_ft)[1],
+                "CHUNK": self.walk.chunk, "DOT_BF16": self.dot_bf16, "PRECISION": self.precision}
 
     @property
     def block_constexprs(self) -> dict:
@@ -177,7 +205,13 @@ def config(B: int, H: int, N: int, d: int, Dv: int, dtype: str, causal: bool, ta
         nseg = cdiv(N, seg_len)
     else:
         nseg, seg_len, _, _ = segments(B * H, N, state.chunk, causal, target)
-    return Config(B, H, N, d, Dv, features(d), packed_features(d), DP, BV, cdiv(Dv, BV), nseg, seg_len, state, blocks, bf16, precision)
+    cfg = Config(B, H, N, d, Dv, features(d), packed_features(d), DP, BV, cdiv(Dv, BV), nseg, seg_len, state, blocks,
+                 bf16, precision)
+    if causal and nseg > 1:
+        walk_cfg = dataclasses.replace(cfg, walk=INTERPRETER_WALK if target.interpret else WALK)
+        if math.prod(walk_cfg.walk_grid) >= WALK_WAVES * target.num_sms:
+            return walk_cfg
+    return cfg
 
 
 def resolve_scale(scale, d: int) -> float:
@@ -216,10 +250,15 @@ def _scalars(cfg: Config, scale) -> Tuple[float, float]:
 
 @cached_plan
 def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scale, eps: float, initial_state,
-                 target: Target, exact_state: bool = True, layout: str = "bhnd") -> Tuple[Plan, Config]:
+                 target: Target, exact_state: bool = True, final: bool = True,
+                 layout: str = "bhnd") -> Tuple[Plan, Config]:
     """Inputs: q, k, v (laid out as ``layout``; o too) and, with an initial state, init_S, init_z.
+    ``final``: whether the caller returns the final state (without it a state walk skips
+    the products' rests, which only the final state takes: kernels._walk).
 
-    Results: o [B,H,N,Dv] (q's dtype); S_final [B,H,F,Dv], z_final [B,H,F] (fp32); the
+    Results: o [B,H,N,Dv] (q's dtype); S_final [B,H,F,Dv], z_final [B,H,F] (fp32; causal
+    without ``final`` the packed total [B,H,Fp,Dv], [B,H,Fp], which the caller does not
+    return); the
     backward's residuals rden [B,H,N] (1/den), S_res, z_res (each segment's start state when
     causal, the total otherwise; packed, [B,H,nseg,Fp,Dv], kernels._pair_weight).
     """
@@ -230,17 +269,22 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scal
     c, s = _scalars(cfg, scale)
     BH, Fp = B * H, cfg.Fp
     align = _align(d, Dv, q, k, v)
-    state = Launch(
-        kern.based_state_kernel, cfg.state_grid, ("k", "v"), (*cfg.state_args, c, *k.strides, *v.strides),
-        (f32("part_S", B, H, cfg.nseg, Fp, Dv), f32("part_z", B, H, cfg.nseg, Fp)),
-        {"ALIGN": align, "EXACT": exact_state, **cfg.state_constexprs}, num_warps=cfg.state.num_warps,
-        num_stages=cfg.state.num_stages,
-    )
     init = "init" if initial_state is not None else None
     pack = (_pack(cfg, ("init_S", "init_z"), ("initp_S", "initp_z")),) if init else ()
-    scan_ = scan(B, H, Fp, Dv, cfg.nseg, "part", "initp" if init else None,
-                 ("S_start", "z_start", "Sp_final", "zp_final"), reverse=False, causal=causal,
-                 **cfg.start_states("s0_start"))
+    if cfg.walk:
+        states = _walk(cfg, kern.based_state_walk_kernel, ("k", "v"), (c, *k.strides, *v.strides), "initp" if init
+                       else None, ("S_start", "z_start", "Sp_final", "zp_final", "s0_start"),
+                       {"ALIGN": align, "EXACT": exact_state and final})
+    else:
+        state = Launch(
+            kern.based_state_kernel, cfg.state_grid, ("k", "v"), (*cfg.state_args, c, *k.strides, *v.strides),
+            (f32("part_S", B, H, cfg.nseg, Fp, Dv), f32("part_z", B, H, cfg.nseg, Fp)),
+            {"ALIGN": align, "EXACT": exact_state, **cfg.state_constexprs}, num_warps=cfg.state.num_warps,
+            num_stages=cfg.state.num_stages,
+        )
+        states = (state, scan(B, H, Fp, Dv, cfg.nseg, "part", "initp" if init else None,
+                              ("S_start", "z_start", "Sp_final", "zp_final"), reverse=False, causal=causal,
+                              **cfg.start_states("s0_start")))
     res_S, res_z = ("S_start", "z_start") if causal else ("Sp_final", "zp_final")
     row0, row0_stride = cfg.row0(causal, res_S, "s0_start")
     o_shape = (B, H, N, Dv)
@@ -252,10 +296,39 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scal
         {"CAUSAL": causal, "ALIGN": align, **cfg.block_constexprs}, num_warps=cfg.blocks.num_warps,
         num_stages=cfg.blocks.num_stages,
     )
-    final = _unpack(cfg, "Sp_final", "zp_final", "part", init, ("S_final", "z_final"), reverse=False)
-    plan = Plan((state, *pack, scan_, out, final), ("o", "S_final", "z_final", "rden", res_S, res_z),
+    if final or not causal:  # (bidirectional: the packed total is a residual, not to be returned twice)
+        # with an initial state the walk's total is from zero: unpack adds the public one to it
+        parts = (("Sp_final", "zp_final"), 1) if cfg.walk else (("part_S", "part_z"), cfg.nseg)
+        unpack = (_unpack(cfg, "Sp_final", "zp_final", *parts, init, ("S_final", "z_final"), reverse=False),)
+        finals = ("S_final", "z_final")
+    else:  # not returned: the packed total stands in
+        unpack, finals = (), ("Sp_final", "zp_final")
+    plan = Plan((*pack, *states, out, *unpack), ("o", *finals, "rden", res_S, res_z),
                 dense=("init_S", "init_z"))
     return plan, cfg
+
+
+def _walk(cfg: Config, kernel, inputs: Tuple[str, ...], scalars: tuple, init: Optional[str],
+          out: Tuple[str, str, str, str, str], constexprs: dict) -> Tuple[Launch, Launch]:
+    """A causal state walk (kernels._walk): the state pass and the scan in one launch, after
+    based_finite_kernel's flags of x (inputs[0], strides scalars[1:5]). Writes ``out`` =
+    (start states S, z, the total S, z from zero, row 0 of the start S), as ``scan`` names
+    them; with ``init`` (a packed state) the start states add it."""
+    B, H, Fp, Dv, nseg = cfg.B, cfg.H, cfg.Fp, cfg.Dv, cfg.nseg
+    ss, zs, sf, zf, row0 = out
+    x, x_strides = inputs[0], scalars[1:5]
+    fin = f"{x}_finite"
+    finite = Launch(kern.based_finite_kernel, (B * H, nseg), (x,), (H, cfg.N, cfg.seg_len, cfg.d, *x_strides),
+                    (Buffer(fin, (B * H * nseg,), "int32"),),
+                    {"DP": cfg.DP, "ROWS": min(next_pow2(cfg.seg_len), 256), "ALIGN": constexprs["ALIGN"]}, num_warps=4)
+    start = cfg.start_states(row0)
+    inputs = (*inputs, fin, f"{init}_S" if init else inputs[0], f"{init}_z" if init else inputs[0])
+    outputs = (Buffer(ss, (B, H, nseg, Fp, Dv), start.get("start_dtype", "float32")), f32(zs, B, H, nseg, Fp),
+               f32(sf, B, H, Fp, Dv), f32(zf, B, H, Fp),
+               optional_output(row0, (B, H, nseg, Dv), "float32", bool(start)))
+    return finite, Launch(kernel, cfg.walk_grid, inputs, (*cfg.walk_args, *scalars), outputs,
+                          {**constexprs, **cfg.walk_constexprs, "HAS_INIT": init is not None, "ROW0": bool(start)},
+                          num_warps=cfg.walk.num_warps, num_stages=cfg.walk.num_stages)
 
 
 PACK_ROWS = 32
@@ -271,16 +344,15 @@ def _pack(cfg: Config, public: Tuple[str, str], packed: Tuple[str, str]) -> Laun
                   {"R": PACK_ROWS, "BV": bv}, num_warps=4)
 
 
-def _unpack(cfg: Config, total_S: str, total_z: str, partial: str, init: Optional[str], out: Tuple[str, str],
-            reverse: bool) -> Launch:
+def _unpack(cfg: Config, total_S: str, total_z: str, partials: Tuple[str, str], nseg: int, init: Optional[str],
+            out: Tuple[str, str], reverse: bool) -> Launch:
     """The public state ``out`` [B,H,F,Dv], [B,H,F] of the scan's packed total; with ``init``
-    (public) summed again from the partials ({partial}_S, _z), in the scan's order."""
+    (public) summed again from the ``nseg`` packed partials (S, z names), in the scan's order."""
     B, H, Dv = cfg.B, cfg.H, cfg.Dv
     bv = min(max(16, next_pow2(Dv)), 64)
-    inputs = (total_S, total_z, f"{partial}_S", f"{partial}_z", f"{init}_S" if init else total_S,
-              f"{init}_z" if init else total_z)
+    inputs = (total_S, total_z, *partials, f"{init}_S" if init else total_S, f"{init}_z" if init else total_z)
     return Launch(kern.based_unpack_kernel, (B * H, cdiv(cfg.F, PACK_ROWS), cdiv(Dv, bv)), inputs,
-                  (cfg.nseg, cfg.d, Dv, cfg.F, cfg.Fp), (f32(out[0], B, H, cfg.F, Dv), f32(out[1], B, H, cfg.F)),
+                  (nseg, cfg.d, Dv, cfg.F, cfg.Fp), (f32(out[0], B, H, cfg.F, Dv), f32(out[1], B, H, cfg.F)),
                   {"HAS_INIT": init is not None, "REVERSE": reverse, "R": PACK_ROWS, "BV": bv},
                   num_warps=4)
 
@@ -321,20 +393,25 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
         (N, Dv, *do.strides, *o_strides, H), (f32("g", B, H, N),),
         {"ROWS": rows, "BV": min(max(16, next_pow2(Dv)), 128), "ALIGN": align}, num_warps=4,
     )
-    state = Launch(
-        kern.based_bwd_state_kernel, cfg.state_grid, ("q", "do", "rden", "g"),
-        (*cfg.state_args, c, *q.strides, *do.strides),
-        (f32("rpart_S", B, H, cfg.nseg, Fp, Dv), f32("rpart_z", B, H, cfg.nseg, Fp)),
-        {"ALIGN": align, **cfg.state_constexprs}, num_warps=cfg.state.num_warps, num_stages=cfg.state.num_stages,
-    )
     packs = (_pack(cfg, ("dfinal_S", "dfinal_z"), ("dfinalp_S", "dfinalp_z")),) if has_dfinal else ()
     res = ("S_res", "z_res")
     if public_res:
         res = ("Sp_res", "zp_res")
         packs += (_pack(cfg, ("S_res", "z_res"), res),)
-    scan_ = scan(B, H, Fp, Dv, cfg.nseg, "rpart", "dfinalp" if has_dfinal else None,
-                 ("R_start", "r_start", "dS0p", "dz0p"), reverse=True, causal=causal,
-                 **cfg.start_states("r0_start"))
+    if cfg.walk:
+        states = _walk(cfg, kern.based_bwd_state_walk_kernel, ("q", "do", "rden", "g"), (c, *q.strides, *do.strides),
+                       "dfinalp" if has_dfinal else None, ("R_start", "r_start", "dS0p", "dz0p", "r0_start"),
+                       {"ALIGN": align})
+    else:
+        state = Launch(
+            kern.based_bwd_state_kernel, cfg.state_grid, ("q", "do", "rden", "g"),
+            (*cfg.state_args, c, *q.strides, *do.strides),
+            (f32("rpart_S", B, H, cfg.nseg, Fp, Dv), f32("rpart_z", B, H, cfg.nseg, Fp)),
+            {"ALIGN": align, **cfg.state_constexprs}, num_warps=cfg.state.num_warps, num_stages=cfg.state.num_stages,
+        )
+        states = (state, scan(B, H, Fp, Dv, cfg.nseg, "rpart", "dfinalp" if has_dfinal else None,
+                              ("R_start", "r_start", "dS0p", "dz0p"), reverse=True, causal=causal,
+                              **cfg.start_states("r0_start")))
     R_S, R_z = ("R_start", "r_start") if causal else ("dS0p", "dz0p")
     row0, row0_stride = cfg.row0(causal, R_S, "r0_start")
     common = (H, N, cfg.seg_len, d, Dv, Fp, *state_addressing(cfg, causal))
@@ -354,8 +431,9 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
          *bhnd_strides(k.shape, layout), *bhnd_strides(v.shape, layout)),
         (dk_buf, Buffer("dv", laid_out(v.shape, layout), v.dtype)), ce, num_warps=warps, num_stages=stages,
     )
-    dS0 = _unpack(cfg, "dS0p", "dz0p", "rpart", "dfinal" if has_dfinal else None, ("dS0", "dz0"), reverse=True)
-    return Plan((g, state, *packs, scan_, dq, *dq_sum, dkdv, *dk_sum, dS0), ("dq", "dk", "dv", "dS0", "dz0"),
+    parts = (("dS0p", "dz0p"), 1) if cfg.walk else (("rpart_S", "rpart_z"), cfg.nseg)
+    dS0 = _unpack(cfg, "dS0p", "dz0p", *parts, "dfinal" if has_dfinal else None, ("dS0", "dz0"), reverse=True)
+    return Plan((g, *packs, *states, dq, *dq_sum, dkdv, *dk_sum, dS0), ("dq", "dk", "dv", "dS0", "dz0"),
                 dense=("rden", "S_res", "z_res", "dfinal_S", "dfinal_z"))
 
 
