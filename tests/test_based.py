@@ -336,14 +336,15 @@ def test_walk_is_taken_with_enough_programs():
     assert math.prod(based_core.config(8, 16, 4096, 16, 64, "bfloat16", True, gpu).walk_grid) == 4 * 128
 
 
-@pytest.mark.parametrize("on", [True, False], ids=["walk", "segments"])
-@pytest.mark.parametrize("dtype,shape,state", [("float32", (1, 2, 300, 16, 48), True),
-                                               ("bfloat16", (2, 2, 150, 5, 24), True),
-                                               ("float16", (1, 1, 200, 32, 20), False)],
-                         ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("on,dtype,shape,state", [(True, "float32", (1, 2, 300, 16, 80), True),
+                                                  (True, "bfloat16", (2, 2, 150, 5, 24), True),
+                                                  (True, "float16", (1, 1, 200, 32, 20), False),
+                                                  (False, "bfloat16", (2, 2, 150, 5, 24), True)],
+                         ids=["walk-fp32-Dv80", "walk-bf16", "walk-fp16-d32", "segments-bf16"])
 def test_walk_and_segments(walk, on, dtype, shape, state):
     """Both forms of the causal passes against the float64 reference: outputs, the final
-    state, every gradient (the initial state's too), torch and JAX bitwise equal."""
+    state, every gradient (the initial state's too), torch and JAX bitwise equal (the other
+    tests take one form or the other by B*H: test_walk_is_taken_with_enough_programs)."""
     walk(on)
     check(based_case(*shape, dtype=dtype, state=state, final=True, seed=sum(shape)))
 
@@ -404,8 +405,9 @@ def test_walk_nonfinite_segment(walk, special):
 @pytest.mark.parametrize("causal", [False, True])
 def test_bnhd_layout(causal):
     """layout="bnhd": bitwise the bhnd results (output, gradients of q, k, v) in both
-    frameworks, N across several segments."""
+    frameworks, N across several segments (causal: the state walks, reading through strides)."""
     rng = np.random.default_rng(13)
-    q, k = ((0.3 * rng.standard_normal((2, 3, 37, 8))).astype(np.float32) for _ in range(2))
-    v = rng.standard_normal((2, 3, 37, 24)).astype(np.float32)
+    N = 100 if causal else 37
+    q, k = ((0.3 * rng.standard_normal((2, 3, N, 8))).astype(np.float32) for _ in range(2))
+    v = rng.standard_normal((2, 3, N, 24)).astype(np.float32)
     assert_bnhd_is_bhnd("based_attention", q, k, v, rng.standard_normal(v.shape).astype(np.float32), causal=causal)

@@ -258,9 +258,8 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scal
 
     Results: o [B,H,N,Dv] (q's dtype); S_final [B,H,F,Dv], z_final [B,H,F] (fp32; causal
     without ``final`` the packed total [B,H,Fp,Dv], [B,H,Fp], which the caller does not
-    return); the
-    backward's residuals rden [B,H,N] (1/den), S_res, z_res (each segment's start state when
-    causal, the total otherwise; packed, [B,H,nseg,Fp,Dv], kernels._pair_weight).
+    return); the backward's residuals rden [B,H,N] (1/den), S_res, z_res (each segment's
+    start state when causal, the total otherwise; packed, [B,H,nseg,Fp,Dv], kernels._pair_weight).
     """
     B, H, N, d, Dv = check_based(q, k, v, causal=causal, scale=scale, eps=eps, initial_state=initial_state,
                                  layout=layout)
