@@ -336,9 +336,9 @@ def test_walk_is_taken_with_enough_programs():
     assert math.prod(based_core.config(8, 16, 4096, 16, 64, "bfloat16", True, gpu).walk_grid) == 4 * 128
 
 
-@pytest.mark.parametrize("on,dtype,shape,state", [(True, "float32", (1, 2, 300, 16, 80), True),
+@pytest.mark.parametrize("on,dtype,shape,state", [(True, "float32", (1, 2, 150, 16, 80), True),
                                                   (True, "bfloat16", (2, 2, 150, 5, 24), True),
-                                                  (True, "float16", (1, 1, 200, 32, 20), False),
+                                                  (True, "float16", (1, 1, 130, 32, 20), False),
                                                   (False, "bfloat16", (2, 2, 150, 5, 24), True)],
                          ids=["walk-fp32-Dv80", "walk-bf16", "walk-fp16-d32", "segments-bf16"])
 def test_walk_and_segments(walk, on, dtype, shape, state):
