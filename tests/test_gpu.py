@@ -833,6 +833,33 @@ def test_final_state_is_exact_gpu(family, dtype, exact):
     """The final state is the fp32 sum of phi(k) v^T from phi(k) unrounded (issue 18): within
     1e-5 of the float64 sum of the same (rounded) inputs over 8192 rows. With
     exact_state=False phi(k) is rounded to bf16 before the state's matmul: 1e-4 to 1e-2 off."""
+    _check_final_state(family, dtype, exact)
+
+
+@pytest.mark.parametrize("dtype,exact", [("bfloat16", True), ("float16", True), ("bfloat16", False)])
+def test_based_walk_final_state_is_exact_gpu(dtype, exact, monkeypatch):
+    """test_final_state_is_exact_gpu through Based's causal state walk (taken whatever B*H),
+    whose start states round the products and whose final state sums their rests beside."""
+    from ato_core.ops import OPS
+    from ato_core.ops.based import plans
+    from ato_core.target import Target
+
+    def clear():
+        for fn in (plans.forward_plan, plans.backward_plan):
+            fn.cache_clear()
+        OPS["based_attention"].cached_forward.cache_clear()
+
+    monkeypatch.setattr(plans, "WALK_WAVES", 0.0)
+    clear()
+    try:
+        assert plans.config(2, 4, 8192, 16, 64, dtype, True, Target(False, 132)).walk is not None
+        _check_final_state("based_attention", dtype, exact)
+    finally:
+        monkeypatch.undo()
+        clear()
+
+
+def _check_final_state(family, dtype, exact):
     import torch
 
     import ato_torch
