@@ -441,9 +441,8 @@ def _walk_rows(S, z, SS, ZS, idx, rows, m, offs_v, vmask, Dv, F, write_z, S0, Z0
 
 
 @triton.jit
-def _walk(x_base, y_base, rh, gh, fin, SS, ZS, R0, SF, ZF, S0, Z0, N, seg_len, d, Dv, F, nvt, nmain, c, sxn, sxd, syn,
-          syd,
-          DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, TT: tl.constexpr, CHUNK: tl.constexpr,
+def _walk(x_base, y_base, rh, gh, fin, SS, ZS, R0, SF, ZF, S0, Z0, N, seg_len, d, Dv, F, nvt, nmain, c, sxn, sxd,
+          syn, syd, DP: tl.constexpr, BV: tl.constexpr, FT: tl.constexpr, TT: tl.constexpr, CHUNK: tl.constexpr,
           EXACT: tl.constexpr, BWD: tl.constexpr, REVERSE: tl.constexpr, HAS_INIT: tl.constexpr, ROW0: tl.constexpr,
           ALIGN: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
     """A state walk's program, grid (row tiles * Dv tiles, B*H): the state pass and the
@@ -498,9 +497,10 @@ def _walk(x_base, y_base, rh, gh, fin, SS, ZS, R0, SF, ZF, S0, Z0, N, seg_len, d
                     s0i += tl.load(S0 + bh * F * Dv + offs_v, mask=vmask, other=0.0)
                 tl.store(R0 + idx * Dv + offs_v, s0i, mask=vmask)
             _walk_rows(s1, z1, SS, ZS, idx, r1, dmask, offs_v, vmask, Dv, F, write_z, S0, Z0, bh, HAS_INIT)
-            p0, p1, pz0, pz1 = _linear_partial(x_base, y_base, rh, gh, seg * seg_len, tl.minimum(seg * seg_len + seg_len,
-                                               N), c, offs_d, offs_v, dmask, vmask, sxn, sxd, syn, syd, DP, BV, CHUNK,
-                                               BWD, ALIGN, DOT_BF16, PRECISION)
+            end = tl.minimum(seg * seg_len + seg_len, N)
+            p0, p1, pz0, pz1 = _linear_partial(x_base, y_base, rh, gh, seg * seg_len, end, c, offs_d, offs_v, dmask,
+                                               vmask, sxn, sxd, syn, syd, DP, BV, CHUNK, BWD, ALIGN, DOT_BF16,
+                                               PRECISION)
             s0 += p0
             s1 += p1
             z0 += pz0
