@@ -43,7 +43,8 @@ import triton.language as tl
 
 from ato_core.launch import kernel
 from ato_core.triton_helpers import aligned
-from ..linear_attention.kernels import _head, _mm, _mm_exact, _program, _tile, _walk_segment
+from ..linear_attention.kernels import (_finite_part, _head, _mm, _mm_exact, _program, _split, _tile,
+                                        _walk_segment)
 
 RSQRT2 = tl.constexpr(0.7071067811865476)
 
@@ -402,29 +403,25 @@ def based_bwd_state_kernel(
 
 @triton.jit
 def _mm_split(a, b, REST: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
-    """(hi b, rest b) for fp32 a = hi + rest split as _mm_exact(a, b, TERMS=2) splits it (hi:
-    a rounded to bf16, or truncated to tf32; an infinite or NaN a or b meets only hi). IEEE
-    fp32 dots: (a b, 0). Without REST the second is 0 and costs nothing."""
+    """(hi b, rest b) for fp32 a = hi + rest (_split; _mm_exact(a, b, TERMS=2) is their sum;
+    an infinite or NaN a or b meets only hi). IEEE fp32 dots: (a b, 0). Without REST the
+    second is 0 and costs nothing."""
     a = a.to(tl.float32)
     if DOT_BF16:
-        hi = a.to(tl.bfloat16)
+        hi, rest = _split(a, True)
         h = tl.dot(hi, b.to(tl.bfloat16))
-        rest = tl.where(a - a == 0, a - hi.to(tl.float32), 0.0)
-        bf = tl.where(b - b == 0, b, 0.0).to(tl.bfloat16)
     elif PRECISION == "tf32":
         b = b.to(tl.float32)
-        hi = tl.where(a == a, (a.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True), a)
+        hi, rest = _split(a, False)
         h = tl.dot(hi, b, input_precision="tf32")
-        rest = tl.where(a - a == 0, a - hi, 0.0)
-        bf = tl.where(b - b == 0, b, 0.0)
     else:
         h = tl.dot(a, b.to(tl.float32), input_precision=PRECISION)
     r = tl.zeros(h.shape, dtype=tl.float32)
     if REST and PRECISION != "ieee":
         if DOT_BF16:
-            r = tl.dot(rest.to(tl.bfloat16), bf)
+            r = tl.dot(rest.to(tl.bfloat16), _finite_part(b).to(tl.bfloat16))
         else:
-            r = tl.dot(rest, bf, input_precision="tf32")
+            r = tl.dot(rest, _finite_part(b), input_precision="tf32")
     return h, r
 
 

@@ -57,27 +57,44 @@ def _mm(a, b, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _split(a, DOT_BF16: tl.constexpr):
+    """fp32 a = hi + rest: hi rounded to bf16 (DOT_BF16) or truncated to tf32 (an fp32
+    value), rest = a - hi in fp32 (0 where a is inf or NaN, which hi carries alone)."""
+    if DOT_BF16:
+        hi = a.to(tl.bfloat16)
+        rest = tl.where(a - a == 0, a - hi.to(tl.float32), 0.0)
+    else:
+        hi = tl.where(a == a, (a.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True), a)
+        rest = tl.where(a - a == 0, a - hi, 0.0)
+    return hi, rest
+
+
+@triton.jit
+def _finite_part(b):
+    """b with its infinite and NaN entries 0: what the rest of a _split meets."""
+    return tl.where(b - b == 0, b, 0.0)
+
+
+@triton.jit
 def _mm_exact(a, b, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr, TERMS: tl.constexpr = 3):
     """a @ b to fp32 precision for fp32 a and b exact in the dot's operand type (v, in the
-    input dtype). a = hi + the rest: hi times b is the one dot a plain _mm would take (so an
-    infinite or NaN a or b gives what that gives); the rest, finite, meets the finite entries
-    of b. bf16 operands: the rest in TERMS - 1 bf16 terms (TERMS 3: all of fp32's 24 bits; 2
-    where a has at most 16 significant bits, e.g. a product of two bf16 values). tf32
+    input dtype). a = hi + the rest (_split): hi times b is the one dot a plain _mm would take
+    (so an infinite or NaN a or b gives what that gives); the rest, finite, meets the finite
+    entries of b. bf16 operands: the rest in TERMS - 1 bf16 terms (TERMS 3: all of fp32's 24
+    bits; 2 where a has at most 16 significant bits, e.g. a product of two bf16 values). tf32
     operands: hi is a truncated to tf32, the rest one more tf32 term (21 bits)."""
     a = a.to(tl.float32)
     if DOT_BF16:
-        hi = a.to(tl.bfloat16)
-        rest = tl.where(a - a == 0, a - hi.to(tl.float32), 0.0)  # 0 where a is inf or NaN
-        bf = tl.where(b - b == 0, b, 0.0).to(tl.bfloat16)
+        hi, rest = _split(a, True)
+        bf = _finite_part(b).to(tl.bfloat16)
         mid = rest.to(tl.bfloat16)
         c = tl.dot(hi, b.to(tl.bfloat16)) + tl.dot(mid, bf)
         if TERMS == 3:
             c += tl.dot((rest - mid.to(tl.float32)).to(tl.bfloat16), bf)
     elif PRECISION == "tf32":
         b = b.to(tl.float32)
-        hi = tl.where(a == a, (a.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True), a)
-        rest = tl.where(a - a == 0, a - hi, 0.0)
-        c = tl.dot(hi, b, input_precision="tf32") + tl.dot(rest, tl.where(b - b == 0, b, 0.0), input_precision="tf32")
+        hi, rest = _split(a, False)
+        c = tl.dot(hi, b, input_precision="tf32") + tl.dot(rest, _finite_part(b), input_precision="tf32")
     else:
         c = tl.dot(a, b.to(tl.float32), input_precision=PRECISION)
     return c
