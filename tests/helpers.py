@@ -187,3 +187,14 @@ def assert_bnhd_is_bhnd(op: str, q, k, v, cotangent, extra=(), **kwargs):
         got = run([a.transpose(sw) for a in (q, k, v)], cotangent.transpose(sw), "bnhd")
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a.transpose(sw), b)
+
+
+def clear_plans(op: str, *plan_fns):
+    """Empties the caches of the plan constructors ``plan_fns`` and op ``op``'s cached forward:
+    for a test that changes a module-level tuning constant of a plans module (and again after
+    it, so that no later test runs on its plans)."""
+    from ato_core.ops import OPS
+
+    for fn in plan_fns:
+        fn.cache_clear()
+    OPS[op].cached_forward.cache_clear()

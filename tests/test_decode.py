@@ -10,7 +10,7 @@ import pytest
 
 from ato_cli import harness as h
 from ato_core.ops.decode.cases import decode_case, merge_case
-from helpers import check, frontend, raises_naming
+from helpers import check, clear_plans, frontend, raises_naming
 
 
 def _inputs(case, lens, seed=0):
@@ -149,12 +149,10 @@ def test_schedule_finds_the_tree():
 def split_tiles(request, monkeypatch):
     """The interpreter's split: several a sequence (the chunk partials merged by the combine
     kernel), or one (merged by the split kernel itself)."""
-    from ato_core.ops import OPS
     from ato_core.ops.decode import plans
 
     def clear():
-        plans.decode_plan.cache_clear()
-        OPS["decode_attention"].cached_forward.cache_clear()
+        clear_plans("decode_attention", plans.decode_plan)
 
     clear()
     if request.param == "one split":

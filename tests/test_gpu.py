@@ -840,14 +840,12 @@ def test_final_state_is_exact_gpu(family, dtype, exact):
 def test_based_walk_final_state_is_exact_gpu(dtype, exact, monkeypatch):
     """test_final_state_is_exact_gpu through Based's causal state walk (taken whatever B*H),
     whose start states round the products and whose final state sums their rests beside."""
-    from ato_core.ops import OPS
     from ato_core.ops.based import plans
     from ato_core.target import Target
+    from helpers import clear_plans
 
     def clear():
-        for fn in (plans.forward_plan, plans.backward_plan):
-            fn.cache_clear()
-        OPS["based_attention"].cached_forward.cache_clear()
+        clear_plans("based_attention", plans.forward_plan, plans.backward_plan)
 
     monkeypatch.setattr(plans, "WALK_WAVES", 0.0)
     clear()
