@@ -296,12 +296,15 @@ def test_exact_state_reaches_the_state_pass(op):
 
 @pytest.fixture
 def walk(monkeypatch):
-    """walk(True | False): the causal passes take the state walks (or segments and a scan)
-    whatever B*H, plans rebuilt; the caches are emptied again afterwards."""
+    """walk(True | False | "forward"): the causal passes take the state walks (or segments
+    and a scan; "forward": the forward walks, the backward not) whatever B*H, plans rebuilt;
+    the caches are emptied again afterwards."""
     plan_fns = (based_core.forward_plan, based_core.backward_plan)
 
     def choose(on):
-        monkeypatch.setattr(based_core, "WALK_WAVES", 0.0 if on else float("inf"))
+        never = float("inf")
+        waves = based_core.Waves(0.0 if on else never, 0.0 if on is True else never)
+        monkeypatch.setattr(based_core, "WALK_WAVES", waves)
         clear_plans("based_attention", *plan_fns)
 
     yield choose
@@ -315,31 +318,35 @@ def _kernels(plan):
 
 def test_walk_is_taken_with_enough_programs():
     """The causal passes walk the sequence (one launch for the state pass and the scan) when
-    B*H * state tiles fill WALK_WAVES programs per SM; else segments and la_scan_kernel."""
+    B*H * state tiles fill WALK_WAVES programs per SM (forward, backward); else segments and
+    la_scan_kernel. d 16: 4 tiles."""
     from ato_core.target import Target
 
     gpu = Target(interpret=False, num_sms=132)
-    for target, (B, H, N), walks in ((gpu, (8, 16, 4096), True), (gpu, (2, 16, 16384), False),
-                                     (INTERPRETER, (2, 3, 300), True), (INTERPRETER, (1, 1, 300), False)):
+    for target, (B, H, N), walks in ((gpu, (8, 16, 4096), (True, True)), (gpu, (2, 16, 16384), (True, False)),
+                                     (gpu, (1, 16, 16384), (False, False)), (INTERPRETER, (2, 3, 300), (True, True)),
+                                     (INTERPRETER, (1, 1, 300), (True, False)), (INTERPRETER, (1, 1, 30), (False, False))):
         q, v = gpu_spec((B, H, N, 16)), gpu_spec((B, H, N, 64))
         fwd, cfg = based_core.forward_plan(q, q, v, causal=True, scale=None, eps=1e-6, initial_state=None,
                                            target=target)
         bwd = based_core.backward_plan(q, q, v, v, causal=True, scale=None, eps=1e-6, has_dfinal=False, target=target)
-        assert (cfg.walk is not None) == walks
-        assert ("based_state_walk_kernel" in _kernels(fwd)) == walks == ("la_scan_kernel" not in _kernels(fwd))
-        assert ("based_bwd_state_walk_kernel" in _kernels(bwd)) == walks == ("la_scan_kernel" not in _kernels(bwd))
+        assert (cfg.walk is not None) == walks[0]
+        assert ("based_state_walk_kernel" in _kernels(fwd)) == walks[0] == ("la_scan_kernel" not in _kernels(fwd))
+        assert ("based_bwd_state_walk_kernel" in _kernels(bwd)) == walks[1] == ("la_scan_kernel" not in _kernels(bwd))
     assert math.prod(based_core.config(8, 16, 4096, 16, 64, "bfloat16", True, gpu).walk_grid) == 4 * 128
 
 
 @pytest.mark.parametrize("on,dtype,shape,state", [(True, "float32", (1, 2, 150, 16, 80), True),
                                                   (True, "bfloat16", (2, 2, 150, 5, 24), True),
                                                   (True, "float16", (1, 1, 130, 32, 20), False),
-                                                  (False, "bfloat16", (2, 2, 150, 5, 24), True)],
-                         ids=["walk-fp32-Dv80", "walk-bf16", "walk-fp16-d32", "segments-bf16"])
+                                                  (False, "bfloat16", (2, 2, 150, 5, 24), True),
+                                                  ("forward", "float16", (1, 2, 150, 16, 24), True)],
+                         ids=["walk-fp32-Dv80", "walk-bf16", "walk-fp16-d32", "segments-bf16", "walk-forward-fp16"])
 def test_walk_and_segments(walk, on, dtype, shape, state):
-    """Both forms of the causal passes against the float64 reference: outputs, the final
-    state, every gradient (the initial state's too), torch and JAX bitwise equal (the other
-    tests take one form or the other by B*H: test_walk_is_taken_with_enough_programs)."""
+    """Both forms of the causal passes, and the forward's walk before the backward's segments,
+    against the float64 reference: outputs, the final state, every gradient (the initial
+    state's too), torch and JAX bitwise equal (the other tests take one form or the other
+    by B*H: test_walk_is_taken_with_enough_programs)."""
     walk(on)
     check(based_case(*shape, dtype=dtype, state=state, final=True, seed=sum(shape)))
 

@@ -747,14 +747,16 @@ def test_based_cross_framework_bitwise_gpu(dims, dtype, causal):
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
 
 
-# B*H enough for the causal state walks on an H100 or H200 (plans.WALK_WAVES): d 16, and d 32
-# (9 quadratic tiles), with an initial and a final state
-BASED_WALK_DIMS = [(8, 16, 1000, 16, 64), (2, 16, 600, 32, 48)]
+# B*H enough for the causal state walks on an H100 or H200 (132 SMs, plans.WALK_WAVES): d 16,
+# d 32 (9 quadratic tiles), and B*H 32 at d 16, whose forward walks and backward does not; with
+# an initial and a final state. (dims, whether the backward walks)
+BASED_WALK_DIMS = [((8, 16, 1000, 16, 64), True), ((2, 16, 600, 32, 48), True), ((2, 16, 600, 16, 64), False)]
 
 
-@pytest.mark.parametrize("dims", BASED_WALK_DIMS, ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("dims,backward", BASED_WALK_DIMS,
+                         ids=["x".join(map(str, d)) + ("" if b else "-fwd-walk") for d, b in BASED_WALK_DIMS])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_based_walk_gpu(dims, dtype):
+def test_based_walk_gpu(dims, backward, dtype):
     import torch
 
     from ato_core.ops.based import plans
@@ -763,6 +765,7 @@ def test_based_walk_gpu(dims, dtype):
     B, H, N, d, Dv = dims
     target = Target(interpret=False, num_sms=torch.cuda.get_device_properties(0).multi_processor_count)
     assert plans.config(B, H, N, d, Dv, dtype, True, target).walk is not None
+    assert (plans.config(B, H, N, d, Dv, dtype, True, target, backward=True).walk is not None) == backward
     t, j, _ = _check(_based(dims, dtype, True))
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
 
@@ -847,7 +850,7 @@ def test_based_walk_final_state_is_exact_gpu(dtype, exact, monkeypatch):
     def clear():
         clear_plans("based_attention", plans.forward_plan, plans.backward_plan)
 
-    monkeypatch.setattr(plans, "WALK_WAVES", 0.0)
+    monkeypatch.setattr(plans, "WALK_WAVES", plans.Waves(0.0, 0.0))
     clear()
     try:
         assert plans.config(2, 4, 8192, 16, 64, dtype, True, Target(False, 132)).walk is not None
