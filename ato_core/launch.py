@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import inspect
 import math
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "uint32": 4}
@@ -114,6 +114,9 @@ class Launch:
     # Triton and XLA assemble the same PTX with different ptxas builds, and only PTX with no
     # contraction left to the assembler is sure to give both frameworks the same bits.
     fp_fusion: bool = False
+    # A cap on registers a thread (Triton's maxnreg; None: the compiler's choice), so that more
+    # programs fit an SM. It changes register allocation, not the instructions' results.
+    maxnreg: Optional[int] = None
     # Filled by an adapter that launches compiled binaries itself (ato_torch.launcher): its
     # per-launch cache of them. Not part of the launch's description.
     compiled: dict = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)

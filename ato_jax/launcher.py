@@ -60,8 +60,42 @@ def import_jax_triton():
                 os.environ.pop("TRITON_CACHE_DIR", None)
             else:
                 os.environ["TRITON_CACHE_DIR"] = saved
+        lib = getattr(jax_triton, "triton_lib", None)
+        if lib is not None and not _api_04(jax_triton):
+            _take_maxnreg(lib)
         _jax_triton = jax_triton
     return _jax_triton
+
+
+MAXNREG = "ato_maxnreg"
+
+
+def _take_maxnreg(triton_lib) -> None:
+    """jax-triton 0.3.x compiles with fixed options. A launch's register cap travels as the
+    metaparameter MAXNREG (triton_call_kwargs); this wraps get_or_create_triton_kernel to move
+    it from the kernel's constants into the options it compiles with (on the fresh backend
+    each call makes). Its cache key then lacks the cap: a plan gives each kernel and its
+    constants one cap."""
+    create = triton_lib.get_or_create_triton_kernel
+    if getattr(create, "ato_maxnreg", False):
+        return
+
+    def get_or_create(backend_init_func, *args, metaparams, **kw):
+        cap = metaparams.get(MAXNREG)
+        if cap is None:
+            return create(backend_init_func, *args, metaparams=metaparams, **kw)
+        metaparams = {k: v for k, v in metaparams.items() if k != MAXNREG}
+
+        def init(*a):
+            backend = backend_init_func(*a)
+            parse = backend.parse_options
+            backend.parse_options = lambda opts: parse({**opts, "maxnreg": cap})
+            return backend
+
+        return create(init, *args, metaparams=metaparams, **kw)
+
+    get_or_create.ato_maxnreg = True
+    triton_lib.get_or_create_triton_kernel = get_or_create
 
 
 def _shape_dtype(buffer) -> jax.ShapeDtypeStruct:
@@ -103,9 +137,14 @@ def triton_call_kwargs(launch, api_04: bool) -> dict:
     if aliases:  # indices among the array arguments, which come first
         kw["input_output_aliases"] = aliases
     if api_04:
-        kw.update(out_type=out, backend_options={"enable_fp_fusion": launch.fp_fusion})
+        options = {"enable_fp_fusion": launch.fp_fusion}
+        if launch.maxnreg:
+            options["maxnreg"] = launch.maxnreg
+        kw.update(out_type=out, backend_options=options)
     else:
         kw.update(out_shape=out, enable_fp_fusion=launch.fp_fusion)
+        if launch.maxnreg:
+            kw[MAXNREG] = launch.maxnreg  # (taken out by _take_maxnreg)
     return kw
 
 

@@ -130,8 +130,9 @@ def _several_gpus() -> bool:
 def _jit_launch(kernel, launch: Launch, args):
     """Through Triton's JITFunction (binds, specialises, compiles if needed); returns what
     it returns (the CompiledKernel on a GPU)."""
+    options = {"maxnreg": launch.maxnreg} if launch.maxnreg else {}
     return kernel[launch.grid](*args, **launch.constexprs, num_warps=launch.num_warps,
-                               num_stages=launch.num_stages, enable_fp_fusion=launch.fp_fusion)
+                               num_stages=launch.num_stages, enable_fp_fusion=launch.fp_fusion, **options)
 
 
 JIT_LAUNCH_ONLY = os.environ.get("ATO_TRITON_JIT_LAUNCH", "").strip().lower() not in ("", "0", "false", "no")

@@ -336,6 +336,28 @@ def test_walk_is_taken_with_enough_programs():
     assert math.prod(based_core.config(8, 16, 4096, 16, 64, "bfloat16", True, gpu).walk_grid) == 4 * 128
 
 
+def test_block_kernels_register_cap():
+    """On a GPU the block kernels (output, dq, dk/dv) are capped at BLOCKS.maxnreg registers
+    for bf16 dots at d <= 16, where the cap was measured; other dtypes, d 32 and the
+    interpreter take none, nor do the other kernels."""
+    from ato_core.target import Target
+
+    gpu = Target(interpret=False, num_sms=132)
+    blocks = {"based_fwd_kernel", "based_bwd_dq_kernel", "based_bwd_dkdv_kernel"}
+    for target, dtype, d, capped in ((gpu, "bfloat16", 16, True), (gpu, "bfloat16", 5, True),
+                                     (gpu, "float16", 16, False), (gpu, "bfloat16", 32, False),
+                                     (INTERPRETER, "bfloat16", 16, False)):
+        q, v = gpu_spec((8, 16, 1024, d), dtype), gpu_spec((8, 16, 1024, 64), dtype)
+        fwd, _ = based_core.forward_plan(q, q, v, causal=True, scale=None, eps=1e-6, initial_state=None,
+                                         target=target)
+        bwd = based_core.backward_plan(q, q, v, v, causal=True, scale=None, eps=1e-6, has_dfinal=False, target=target)
+        launches = fwd.launches + bwd.launches
+        assert blocks <= {launch.name for launch in launches}
+        for launch in launches:
+            want = based_core.BLOCKS.maxnreg if capped and launch.name in blocks else None
+            assert launch.maxnreg == want, (dtype, d, launch.name)
+
+
 @pytest.mark.parametrize("on,dtype,shape,state", [(True, "float32", (1, 2, 150, 16, 80), True),
                                                   (True, "bfloat16", (2, 2, 150, 5, 24), True),
                                                   (True, "float16", (1, 1, 130, 32, 20), False),

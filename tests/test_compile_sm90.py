@@ -75,6 +75,8 @@ def compile_sm90(launch, plan, inputs):
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn=launch.kernel, signature=sig, constexprs=constexprs, attrs=attrs)
     opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "enable_fp_fusion": launch.fp_fusion}
+    if launch.maxnreg:
+        opts["maxnreg"] = launch.maxnreg
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
@@ -86,6 +88,31 @@ def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
         assert compiled.asm["ptx"], f"{name}: {launch.name}"
         # what an H100 (and H200) gives one block; more fails at launch (OutOfResources)
         assert compiled.metadata.shared <= 232448, f"{name}: {launch.name} needs {compiled.metadata.shared} B"
+
+
+def test_register_caps_reach_the_binary(tmp_path, monkeypatch):
+    """A launch's maxnreg (Based's block kernels: 168, for 3 programs an SM where they take
+    230-255 registers uncapped) is in the sm_90 binary: registers a thread, as cuobjdump
+    reads them from the cubin, at most the cap."""
+    import os
+    import re
+    import subprocess
+
+    import triton
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    capped = [(name, launch, plan, inputs) for name, plan, inputs in PLANS for launch in plan.launches
+              if launch.maxnreg]
+    assert {launch.name for _, launch, _, _ in capped} >= {"based_fwd_kernel", "based_bwd_dq_kernel",
+                                                            "based_bwd_dkdv_kernel"}
+    for name, launch, plan, inputs in capped:
+        cubin = tmp_path / "k.cubin"
+        cubin.write_bytes(compile_sm90(launch, plan, inputs).asm["cubin"])
+        usage = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True,
+                               check=True).stdout
+        regs = int(re.search(r"REG:(\d+)", usage).group(1))
+        assert regs <= launch.maxnreg, f"{name}: {launch.name} holds {regs} registers, capped at {launch.maxnreg}"
 
 
 # The kernels that stream [rows, width] arrays, and the scalar 16-bit loads and stores each may

@@ -331,7 +331,7 @@ def test_jax_float_scalars_are_fp32():
 def test_triton_call_arguments_for_both_jax_triton_apis():
     """0.3.x takes out_shape and enable_fp_fusion; 0.4.x takes out_type and backend_options
     (a stray enable_fp_fusion keyword would become a kernel metaparameter there)."""
-    from ato_jax.launcher import _api_04, triton_call_kwargs
+    from ato_jax.launcher import MAXNREG, _api_04, triton_call_kwargs
 
     plan, _ = la_core.forward_plan(_spec(1, 2, 8, 16), _spec(1, 2, 8, 16), _spec(1, 2, 8, 16),
                                    causal=True, feature_map="elu", eps=1e-6, initial_state=None, target=INTERPRETER)
@@ -347,6 +347,38 @@ def test_triton_call_arguments_for_both_jax_triton_apis():
     def call_04(*args, kernel, out_type=None, grid, backend_options=None, **kw): ...
     assert not _api_04(types.SimpleNamespace(triton_call=call_03))
     assert _api_04(types.SimpleNamespace(triton_call=call_04))
+    assert MAXNREG not in old
+
+
+def test_register_cap_reaches_jax_triton():
+    """A launch's maxnreg: in 0.4.x's backend_options; in 0.3.x (fixed compile options) a
+    metaparameter that _take_maxnreg's wrapper of get_or_create_triton_kernel moves from the
+    kernel's constants into the options it compiles with (here with a stand-in jax-triton)."""
+    import dataclasses
+
+    from ato_jax.launcher import MAXNREG, _take_maxnreg, triton_call_kwargs
+
+    plan, _ = la_core.forward_plan(_spec(1, 2, 8, 16), _spec(1, 2, 8, 16), _spec(1, 2, 8, 16),
+                                   causal=True, feature_map="elu", eps=1e-6, initial_state=None, target=INTERPRETER)
+    launch = dataclasses.replace(plan.launches[0], maxnreg=168)
+    assert triton_call_kwargs(launch, True)["backend_options"] == {"enable_fp_fusion": False, "maxnreg": 168}
+    assert triton_call_kwargs(launch, False)[MAXNREG] == 168
+
+    def create(backend_init_func, fn, *, metaparams, num_warps):  # as jax-triton 0.3.1 compiles
+        return backend_init_func(0, 90).parse_options({"num_warps": num_warps}), metaparams
+
+    def init(device, capability):  # a fresh backend each call, as 0.3.1's get_cuda_backend
+        return types.SimpleNamespace(parse_options=dict)
+
+    lib = types.SimpleNamespace(get_or_create_triton_kernel=create)
+    _take_maxnreg(lib)
+    wrapped = lib.get_or_create_triton_kernel
+    _take_maxnreg(lib)  # once only
+    assert lib.get_or_create_triton_kernel is wrapped
+    options, meta = wrapped(init, "fn", metaparams={"CHUNK": 64, MAXNREG: 168}, num_warps=4)
+    assert options == {"num_warps": 4, "maxnreg": 168} and meta == {"CHUNK": 64}
+    options, meta = wrapped(init, "fn", metaparams={"CHUNK": 64}, num_warps=4)
+    assert options == {"num_warps": 4} and meta == {"CHUNK": 64}
 
 
 @pytest.mark.parametrize("dims,kernels", [

@@ -63,16 +63,21 @@ BLOCK_TILE_ELEMS = 16384
 class BlockSettings(NamedTuple):
     """The block kernels (output, dq, dk/dv): rows per block (BM), causal segment length in
     rows (a multiple of BM: each row meets its segment's start state and the segment's rows
-    before it), quadratic features per state tile (FT), warps, pipelining stages."""
+    before it), quadratic features per state tile (FT), warps, pipelining stages, and a cap
+    on registers a thread (Config.block_maxnreg) or None."""
 
     rows: int = 64
     seg_len: int = 256
     features: int = 64
     num_warps: int = 4
     num_stages: int = 2
+    maxnreg: Optional[int] = None
 
 
-BLOCKS = BlockSettings()
+# 168 registers: 3 programs an SM instead of 2 (230-255 registers uncapped). H100, d16 Dv64 bf16
+# causal B8 H16 N4096: output pass 176 against 212 us, dq 246 against 287, dk/dv 368 against 398,
+# same bits (NVIDIA_H100_80GB_HBM3-based-walk.txt section 5).
+BLOCKS = BlockSettings(maxnreg=168)
 # The interpreter: small blocks and segments, so short test sequences cross both.
 INTERPRETER_BLOCKS = BlockSettings(rows=16, seg_len=64, features=64, num_warps=4, num_stages=1)
 
@@ -184,6 +189,12 @@ class Config:
         n, tt = quad_tiles(self.d, ft)
         return {"DP": self.DP, "BV": self.BV, "BM": self.blocks.rows, "FT": ft, "NMAIN": n, "TT": tt,
                 "DOT_BF16": self.dot_bf16, "PRECISION": self.precision}
+
+    @property
+    def block_maxnreg(self) -> Optional[int]:
+        """The block kernels' register cap: the settings' for bf16 dots at d <= 16, where it
+        was measured (elsewhere the cap spills more: fp16, fp32 and d 32 take none)."""
+        return self.blocks.maxnreg if self.dot_bf16 and self.DP == 16 else None
 
     @property
     def nblocks(self) -> int:
@@ -306,7 +317,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, scal
          *q.strides, *k.strides, *v.strides, *bhnd_strides(o_shape, layout)),
         (Buffer("o", laid_out(o_shape, layout), q.dtype), f32("rden", B, H, N)),
         {"CAUSAL": causal, "ALIGN": align, **cfg.block_constexprs}, num_warps=cfg.blocks.num_warps,
-        num_stages=cfg.blocks.num_stages,
+        num_stages=cfg.blocks.num_stages, maxnreg=cfg.block_maxnreg,
     )
     if final or not causal:  # (bidirectional: the packed total is a residual, not to be returned twice)
         # with an initial state the walk's total is from zero: unpack adds the public one to it
@@ -434,7 +445,7 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
     dq = Launch(
         kern.based_bwd_dq_kernel, grid, ("q", "k", "v", "do", "rden", "g", *res),
         (*common, c, s, dq_stride, *q.strides, *k.strides, *v.strides, *do.strides, *bhnd_strides(q.shape, layout)),
-        (dq_buf,), ce, num_warps=warps, num_stages=stages,
+        (dq_buf,), ce, num_warps=warps, num_stages=stages, maxnreg=cfg.block_maxnreg,
     )
     dk_buf, dk_sum, dk_stride = _tiled("dk", laid["k"], cfg)
     dkdv = Launch(
@@ -442,6 +453,7 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
         (*common, row0_stride, c, s, dk_stride, *q.strides, *k.strides, *v.strides, *do.strides,
          *bhnd_strides(k.shape, layout), *bhnd_strides(v.shape, layout)),
         (dk_buf, Buffer("dv", laid_out(v.shape, layout), v.dtype)), ce, num_warps=warps, num_stages=stages,
+        maxnreg=cfg.block_maxnreg,
     )
     parts = (("dS0p", "dz0p"), 1) if cfg.walk else (("rpart_S", "rpart_z"), cfg.nseg)
     dS0 = _unpack(cfg, "dS0p", "dz0p", *parts, "dfinal" if has_dfinal else None, ("dS0", "dz0"), reverse=True)
