@@ -7,6 +7,13 @@ forward+backward, o, dq, dk, dv bit for bit against the uncapped run (saved in /
 test. On the GPU machine, one process per cap:
     python3 benchmarks/experiments/2026-11-26_based_maxnreg.py none
     python3 benchmarks/experiments/2026-11-26_based_maxnreg.py 168 [kernel names ...]
+--walk F,C,W,S first sets plans.WALK (features, chunk, warps, stages). Not yet run (session 27: no
+device time left), the walks under a cap: uncapped they hold 255 registers (2 programs an SM,
+1.94 waves at this shape); compiled for sm_90 on the CPU machine, 168 leaves 560 bytes of stack
+at 128-row chunks, 144 at 64, 24 at 32; 128 leaves 776 / 328 / 168. To try first:
+    ... --walk 64,128,4,1 none; --walk 64,128,4,1 168 W; --walk 64,64,4,1 168 W; --walk 64,32,4,1 128 W
+with W = based_state_walk_kernel based_bwd_state_walk_kernel (each "none" run saves the bits
+the capped runs after it are compared with: the chunk changes the sums).
 """
 import os
 import sys
@@ -16,10 +23,15 @@ from triton.testing import do_bench
 
 import ato_torch
 from ato_cli.bench import device_kernels
+from ato_core.ops.based import plans
 from ato_torch import launcher
 
-cap = None if sys.argv[1] == "none" else int(sys.argv[1])
-names = sys.argv[2:] or ["based_fwd_kernel", "based_bwd_dq_kernel", "based_bwd_dkdv_kernel"]
+args = sys.argv[1:]
+if args[0] == "--walk":
+    plans.WALK = plans.StateSettings(*map(int, args[1].split(",")))
+    args = args[2:]
+cap = None if args[0] == "none" else int(args[0])
+names = args[1:] or ["based_fwd_kernel", "based_bwd_dq_kernel", "based_bwd_dkdv_kernel"]
 jit_launch = launcher._jit_launch
 
 
@@ -50,7 +62,7 @@ if cap is None:
     torch.save(got, ref_path)
 same = "".join("=" if torch.equal(a, b) else "x" for a, b in zip(got, torch.load(ref_path))) \
     if os.path.exists(ref_path) else "?"
-print(f"GPU {torch.cuda.get_device_name()} maxnreg {cap} on {','.join(n.replace('based_', '').replace('_kernel', '') for n in names)}"
+print(f"GPU {torch.cuda.get_device_name()} walk {','.join(map(str, plans.WALK))} maxnreg {cap} on {','.join(n.replace('based_', '').replace('_kernel', '') for n in names)}"
       f" | fwd {fwd * 1e3:7.1f} | fwd+bwd {fwdbwd * 1e3:7.1f} | o,dq,dk,dv bitwise vs uncapped: {same}", flush=True)
 per = device_kernels(fb, lambda out: torch.cuda.synchronize())
 print("    " + ", ".join(f"{n.replace('based_', '').replace('_kernel', '')} {us:.1f}"
