@@ -21,3 +21,24 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def walk(monkeypatch):
+    """walk(True | False | "forward"): Based's causal passes take the state walks (or segments
+    and a scan; "forward": the forward walks, the backward not) whatever B*H, plans rebuilt;
+    the caches are emptied again afterwards (test_based.py, test_gpu.py)."""
+    from ato_core.ops.based import plans
+
+    from helpers import clear_plans
+
+    plan_fns = (plans.forward_plan, plans.backward_plan)
+
+    def choose(on):
+        never = float("inf")
+        monkeypatch.setattr(plans, "WALK_WAVES", plans.Waves(0.0 if on else never, 0.0 if on is True else never))
+        clear_plans("based_attention", *plan_fns)
+
+    yield choose
+    monkeypatch.undo()
+    clear_plans("based_attention", *plan_fns)

@@ -17,7 +17,7 @@ from ato_core.ops.based import plans as based_core
 from ato_core.ops.based.cases import based_case, based_step_case, taylor_case
 from ato_core.target import INTERPRETER
 from ato_core.testing import gpu_spec
-from helpers import assert_bnhd_is_bhnd, bad_input_arrays, check, clear_plans, frontend, raises_naming
+from helpers import assert_bnhd_is_bhnd, bad_input_arrays, check, frontend, raises_naming
 
 # (B, H, N, d, Dv): N no multiple of the chunk; several segments and chunks per segment
 # (N=300); d = 1 (one feature), 5 (padded to 16), 16 (Based's), 32 (the largest: 16-wide
@@ -292,24 +292,6 @@ def test_exact_state_reaches_the_state_pass(op):
                 walk = [launch for launch in decl.forward_plan(arrays, static, INTERPRETER).launches
                         if launch.name == "based_state_walk_kernel"]
                 assert len(walk) == 1 and walk[0].constexprs["EXACT"] is (exact and final)
-
-
-@pytest.fixture
-def walk(monkeypatch):
-    """walk(True | False | "forward"): the causal passes take the state walks (or segments
-    and a scan; "forward": the forward walks, the backward not) whatever B*H, plans rebuilt;
-    the caches are emptied again afterwards."""
-    plan_fns = (based_core.forward_plan, based_core.backward_plan)
-
-    def choose(on):
-        never = float("inf")
-        waves = based_core.Waves(0.0 if on else never, 0.0 if on is True else never)
-        monkeypatch.setattr(based_core, "WALK_WAVES", waves)
-        clear_plans("based_attention", *plan_fns)
-
-    yield choose
-    monkeypatch.undo()
-    clear_plans("based_attention", *plan_fns)
 
 
 def _kernels(plan):

@@ -90,28 +90,36 @@ def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
         assert compiled.metadata.shared <= 232448, f"{name}: {launch.name} needs {compiled.metadata.shared} B"
 
 
+def cubin_resources(cubin: bytes) -> dict:
+    """{"REG": registers a thread, "STACK": local memory a thread (spills, local arrays),
+    "SHARED": static shared memory} of a cubin, as cuobjdump -res-usage (Triton's own) reads
+    it. Also used by benchmarks/tools/sm90_resources.py."""
+    import os
+    import re
+    import subprocess
+    import tempfile
+
+    import triton
+
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    return {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED):(\d+)", out)}
+
+
 def test_register_caps_reach_the_binary(tmp_path, monkeypatch):
     """A launch's maxnreg (Based's block kernels: 168, for 3 programs an SM where they take
     230-255 registers uncapped) is in the sm_90 binary: registers a thread, as cuobjdump
     reads them from the cubin, at most the cap."""
-    import os
-    import re
-    import subprocess
-
-    import triton
-
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     capped = [(name, launch, plan, inputs) for name, plan, inputs in PLANS for launch in plan.launches
               if launch.maxnreg]
     assert {launch.name for _, launch, _, _ in capped} >= {"based_fwd_kernel", "based_bwd_dq_kernel",
                                                             "based_bwd_dkdv_kernel"}
     for name, launch, plan, inputs in capped:
-        cubin = tmp_path / "k.cubin"
-        cubin.write_bytes(compile_sm90(launch, plan, inputs).asm["cubin"])
-        usage = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True,
-                               check=True).stdout
-        regs = int(re.search(r"REG:(\d+)", usage).group(1))
+        regs = cubin_resources(compile_sm90(launch, plan, inputs).asm["cubin"])["REG"]
         assert regs <= launch.maxnreg, f"{name}: {launch.name} holds {regs} registers, capped at {launch.maxnreg}"
 
 

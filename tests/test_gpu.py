@@ -840,24 +840,15 @@ def test_final_state_is_exact_gpu(family, dtype, exact):
 
 
 @pytest.mark.parametrize("dtype,exact", [("bfloat16", True), ("float16", True), ("bfloat16", False)])
-def test_based_walk_final_state_is_exact_gpu(dtype, exact, monkeypatch):
+def test_based_walk_final_state_is_exact_gpu(dtype, exact, walk):
     """test_final_state_is_exact_gpu through Based's causal state walk (taken whatever B*H),
     whose start states round the products and whose final state sums their rests beside."""
     from ato_core.ops.based import plans
     from ato_core.target import Target
-    from helpers import clear_plans
 
-    def clear():
-        clear_plans("based_attention", plans.forward_plan, plans.backward_plan)
-
-    monkeypatch.setattr(plans, "WALK_WAVES", plans.Waves(0.0, 0.0))
-    clear()
-    try:
-        assert plans.config(2, 4, 8192, 16, 64, dtype, True, Target(False, 132)).walk is not None
-        _check_final_state("based_attention", dtype, exact)
-    finally:
-        monkeypatch.undo()
-        clear()
+    walk(True)
+    assert plans.config(2, 4, 8192, 16, 64, dtype, True, Target(False, 132)).walk is not None
+    _check_final_state("based_attention", dtype, exact)
 
 
 def _check_final_state(family, dtype, exact):

@@ -381,6 +381,29 @@ def test_register_cap_reaches_jax_triton():
     assert options == {"num_warps": 4} and meta == {"CHUNK": 64}
 
 
+def test_register_cap_reaches_triton_from_torch():
+    """ato_torch compiles through Triton's launcher with the launch's maxnreg (none passed
+    without a cap, Triton's default)."""
+    import dataclasses
+
+    from ato_torch import launcher
+
+    plan, _ = la_core.forward_plan(_spec(1, 2, 8, 16), _spec(1, 2, 8, 16), _spec(1, 2, 8, 16),
+                                   causal=True, feature_map="elu", eps=1e-6, initial_state=None, target=INTERPRETER)
+    calls = []
+
+    class Kernel:  # records what kernel[grid](...) receives
+        def __getitem__(self, grid):
+            return lambda *args, **kw: calls.append((grid, args, kw))
+
+    launch = plan.launches[0]
+    for cap in (None, 168):
+        launcher._jit_launch(Kernel(), dataclasses.replace(launch, maxnreg=cap), (1, 2))
+    (_, _, plain), (grid, args, capped) = calls
+    assert "maxnreg" not in plain and capped["maxnreg"] == 168 and grid == launch.grid and args == (1, 2)
+    assert capped["num_warps"] == launch.num_warps and capped["enable_fp_fusion"] is launch.fp_fusion
+
+
 @pytest.mark.parametrize("dims,kernels", [
     ((48, 40), {"la_bwd_dkdv_kernel"}),
     ((130, 72), {"la_bwd_dk_kernel", "la_bwd_dv_kernel"}),

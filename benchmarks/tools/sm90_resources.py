@@ -13,8 +13,6 @@ shapes.
 
 import dataclasses
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
@@ -22,21 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="ato-sm90-"))
 
-import triton  # noqa: E402
-
 import test_compile_sm90 as base  # noqa: E402
 
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 SM_REGISTERS, SM_SHARED, SM_WARPS = 65536, 233472, 64
-
-
-def usage(cubin: bytes) -> dict:
-    """{"REG": .., "STACK": .., "SHARED": ..} of a cubin, by cuobjdump -res-usage."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([CUOBJDUMP, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
-    return {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED):(\d+)", out)}
 
 
 def programs_per_sm(regs: int, warps: int, shared: int) -> int:
@@ -58,7 +44,7 @@ def main():
             if cap is not None:
                 launch = dataclasses.replace(launch, maxnreg=cap)
             compiled = base.compile_sm90(launch, plan, inputs)
-            res = usage(compiled.asm["cubin"])
+            res = base.cubin_resources(compiled.asm["cubin"])
             shared = compiled.metadata.shared
             progs = programs_per_sm(res["REG"], launch.num_warps, shared)
             print(f"{name + ':' + str(i) + ':' + launch.name:64s} {res['REG']:4d} {res['STACK']:6d} {shared:7d} "
