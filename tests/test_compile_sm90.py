@@ -3,6 +3,7 @@ machine: Triton's frontend, its passes and ptxas run without a GPU. Catches what
 interpreter cannot (constexpr globals, layouts, shared-memory budgets, the types a
 compiled kernel infers), before a GPU run. One representative plan per op, bf16."""
 
+import dataclasses
 import importlib
 
 import pytest
@@ -121,6 +122,28 @@ def test_register_caps_reach_the_binary(tmp_path, monkeypatch):
     for name, launch, plan, inputs in capped:
         regs = cubin_resources(compile_sm90(launch, plan, inputs).asm["cubin"])["REG"]
         assert regs <= launch.maxnreg, f"{name}: {launch.name} holds {regs} registers, capped at {launch.maxnreg}"
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_walk_products_stay_in_registers(exact, tmp_path, monkeypatch):
+    """Based's state walks keep each chunk's product tile (fp32 [FT, CHUNK], from the selector
+    dots) in the dots' registers: no layout conversion of it, which goes through shared memory.
+    A choice of the products' form inside the chunk loop once joined the two forms' layouts and
+    sent every tile through shared memory twice (H100 walk 202 against 154 us)."""
+    import re
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    walks = [(launch, plan, inputs) for name, plan, inputs in PLANS if name.startswith("based16 causal walk")
+             for launch in plan.launches if launch.name.endswith("state_walk_kernel")]
+    assert {launch.name for launch, _, _ in walks} == {"based_state_walk_kernel", "based_bwd_state_walk_kernel"}
+    for launch, plan, inputs in walks:
+        if "EXACT" in launch.constexprs:  # (the forward's: the final state's rests summed beside S)
+            launch = dataclasses.replace(launch, constexprs={**launch.constexprs, "EXACT": exact})
+        ttgir = compile_sm90(launch, plan, inputs).asm["ttgir"]
+        tile = f"tensor<{launch.constexprs['FT']}x{launch.constexprs['CHUNK']}xf32"
+        converted = re.findall(r"ttg\.convert_layout %\S+ : (tensor<[^>]*>)", ttgir)
+        assert converted, "no layout conversion at all: the pattern no longer reads this Triton's IR"
+        assert not [t for t in converted if t.startswith(tile)], f"{launch.name}: {tile} converted"
 
 
 # The kernels that stream [rows, width] arrays, and the scalar 16-bit loads and stores each may

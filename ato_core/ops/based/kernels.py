@@ -507,6 +507,37 @@ def _walk(x_base, y_base, rh, gh, fin, SS, ZS, R0, SF, ZF, S0, Z0, N, seg_len, d
 
 
 @triton.jit
+def _walk_chunks(S, M, z, x_base, y_base, rh, gh, start, end, a, b, m, E1t, E2t, offs_d, offs_v, dmask, vmask, sxn,
+                 sxd, syn, syd, CHUNK: tl.constexpr, GATHER: tl.constexpr, EXACT: tl.constexpr, BWD: tl.constexpr,
+                 ALIGN: tl.constexpr, DOT_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    """_walk_quad's rows [start, end) added to S, M (EXACT) and z: the products from the
+    selector dots, or gathered (_pair_products) with GATHER. One form a loop: a branch inside
+    would join the forms' layouts, sending every product through shared memory."""
+    for c0 in range(start, end, CHUNK):
+        rows = c0 + tl.arange(0, CHUNK)
+        rmask = rows < end
+        y, wr = _state_rows(y_base, rh, gh, rows, rmask, offs_v, vmask, syn, syd, BWD, ALIGN)
+        if GATHER:
+            p = _pair_products(x_base, rows, rmask, a, b, m, sxn, sxd, ALIGN)
+        else:
+            xt = tl.load(_tile_t(x_base, rows, offs_d, sxn, sxd, ALIGN), mask=dmask[:, None] & rmask[None, :],
+                         other=0.0)
+            p = _mm(E1t, xt, DOT_BF16, PRECISION) * _mm(E2t, xt, DOT_BF16, PRECISION)
+        h, r = _mm_split(p, y, EXACT, DOT_BF16, PRECISION)
+        # added as fp32 (the select keeps the compiler from accumulating the dots into S
+        # and M in the tensor cores, whose adds into a large sum truncate: 30x the error
+        # of the fp32 sum over 8192 rows on an H200)
+        S += tl.where(vmask[None, :], h, 0.0)
+        if EXACT:
+            M += tl.where(vmask[None, :], r, 0.0)
+        if BWD:
+            z += tl.sum(p * wr[None, :], axis=1)
+        else:  # (the forward's weights are 1, and p is 0 in masked rows)
+            z += tl.sum(p, axis=1)
+    return S, M, z
+
+
+@triton.jit
 def _walk_quad(x_base, y_base, rh, gh, fin, SS, ZS, SF, ZF, S0, Z0, bh, nseg, N, seg_len, t, d, Dv, F, q2, offs_d, offs_v,
                dmask, vmask, write_z, sxn, sxd, syn, syd, DP: tl.constexpr, FT: tl.constexpr, BV: tl.constexpr,
                CHUNK: tl.constexpr, EXACT: tl.constexpr, BWD: tl.constexpr, REVERSE: tl.constexpr,
@@ -524,28 +555,20 @@ def _walk_quad(x_base, y_base, rh, gh, fin, SS, ZS, SF, ZF, S0, Z0, bh, nseg, N,
         seg = _walk_segment(i, nseg, REVERSE)
         _walk_rows(S * w[:, None], z * w, SS, ZS, bh * nseg + seg, r2, r2 < F, offs_v, vmask, Dv, F, write_z, S0, Z0,
                    bh, HAS_INIT)
-        end = tl.minimum(seg * seg_len + seg_len, N)
-        finite = tl.load(fin + seg) != 0
-        for c0 in range(seg * seg_len, end, CHUNK):
-            rows = c0 + tl.arange(0, CHUNK)
-            rmask = rows < end
-            y, wr = _state_rows(y_base, rh, gh, rows, rmask, offs_v, vmask, syn, syd, BWD, ALIGN)
-            if x_base.dtype.element_ty == tl.float32:
-                p = _pair_products(x_base, rows, rmask, a, b, m, sxn, sxd, ALIGN)
-            elif finite:
-                xt = tl.load(_tile_t(x_base, rows, offs_d, sxn, sxd, ALIGN), mask=dmask[:, None] & rmask[None, :],
-                             other=0.0)
-                p = _mm(E1t, xt, DOT_BF16, PRECISION) * _mm(E2t, xt, DOT_BF16, PRECISION)
-            else:
-                p = _pair_products(x_base, rows, rmask, a, b, m, sxn, sxd, ALIGN)
-            h, r = _mm_split(p, y, EXACT, DOT_BF16, PRECISION)
-            # added as fp32 (the select keeps the compiler from accumulating the dots into S
-            # and M in the tensor cores, whose adds into a large sum truncate: 30x the error
-            # of the fp32 sum over 8192 rows on an H200)
-            S += tl.where(vmask[None, :], h, 0.0)
-            if EXACT:
-                M += tl.where(vmask[None, :], r, 0.0)
-            z += tl.sum(p * wr[None, :], axis=1)
+        start = seg * seg_len
+        end = tl.minimum(start + seg_len, N)
+        if x_base.dtype.element_ty == tl.float32:
+            S, M, z = _walk_chunks(S, M, z, x_base, y_base, rh, gh, start, end, a, b, m, E1t, E2t, offs_d, offs_v,
+                                   dmask, vmask, sxn, sxd, syn, syd, CHUNK, True, EXACT, BWD, ALIGN, DOT_BF16,
+                                   PRECISION)
+        elif tl.load(fin + seg) != 0:
+            S, M, z = _walk_chunks(S, M, z, x_base, y_base, rh, gh, start, end, a, b, m, E1t, E2t, offs_d, offs_v,
+                                   dmask, vmask, sxn, sxd, syn, syd, CHUNK, False, EXACT, BWD, ALIGN, DOT_BF16,
+                                   PRECISION)
+        else:
+            S, M, z = _walk_chunks(S, M, z, x_base, y_base, rh, gh, start, end, a, b, m, E1t, E2t, offs_d, offs_v,
+                                   dmask, vmask, sxn, sxd, syn, syd, CHUNK, True, EXACT, BWD, ALIGN, DOT_BF16,
+                                   PRECISION)
     _walk_rows((S + M) * w[:, None], z * w, SF, ZF, bh, r2, r2 < F, offs_v, vmask, Dv, F, write_z, S0, Z0, bh, False)
 
 
