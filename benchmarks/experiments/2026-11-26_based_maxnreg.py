@@ -7,13 +7,11 @@ forward+backward, o, dq, dk, dv bit for bit against the uncapped run (saved in /
 test. On the GPU machine, one process per cap:
     python3 benchmarks/experiments/2026-11-26_based_maxnreg.py none
     python3 benchmarks/experiments/2026-11-26_based_maxnreg.py 168 [kernel names ...]
---walk F,C,W,S first sets plans.WALK (features, chunk, warps, stages). Not yet run (session 27: no
-device time left), the walks under a cap: uncapped they hold 255 registers (2 programs an SM,
-1.94 waves at this shape); compiled for sm_90 on the CPU machine, 168 leaves 560 bytes of stack
-at 128-row chunks, 144 at 64, 24 at 32; 128 leaves 776 / 328 / 168. To try first:
+--walk F,C,W,S first sets plans.WALK (features, chunk, warps, stages); W below is
+based_state_walk_kernel based_bwd_state_walk_kernel (each "none" run saves the bits the capped runs
+after it are compared with: the chunk changes the sums). Run in session 28 (results:
+NVIDIA_H100_80GB_HBM3-based-walk.txt section 6; every cap slower):
     ... --walk 64,128,4,1 none; --walk 64,128,4,1 168 W; --walk 64,64,4,1 168 W; --walk 64,32,4,1 128 W
-with W = based_state_walk_kernel based_bwd_state_walk_kernel (each "none" run saves the bits
-the capped runs after it are compared with: the chunk changes the sums).
 """
 import os
 import sys
