@@ -16,10 +16,12 @@ import numpy as np
 LN_EPS, RMS_EPS = 1e-5, 1e-6
 
 
-def torch_block(C: int, H: int, hidden: int, vocab: int, *, ato: bool, device=None, dtype=None):
+def torch_block(C: int, H: int, hidden: int, vocab: int, *, ato: bool, device=None, dtype=None,
+                upcast: bool = True):
     """The block as a torch.nn.Module, forward(x, targets) -> mean loss (fp32); ``ato``: on
     ato_torch.nn's layers, else on torch.nn's (SwiGLU: the same three Linear layers and
-    F.silu(gate) * up)."""
+    F.silu(gate) * up). ``upcast``: the logits go to the loss in fp32 (Hugging Face's
+    logits.float()), else in their dtype (ato's cross_entropy sums in fp32 either way)."""
     import torch
     from torch import nn
 
@@ -58,16 +60,18 @@ def torch_block(C: int, H: int, hidden: int, vocab: int, *, ato: bool, device=No
             h = x + self.attn(a, a, a, need_weights=False, attn_mask=causal, is_causal=True)[0]
             h = h + self.mlp(self.ln2(h))
             logits = self.head(self.ln3(h))
-            return self.loss(logits.flatten(0, 1).float(), targets.flatten())
+            logits = logits.flatten(0, 1)
+            return self.loss(logits.float() if upcast else logits, targets.flatten()).float()
 
     return Block()
 
 
-def jax_block(C: int, H: int, hidden: int, vocab: int, *, ato: bool, seed: int = 0, dtype=None):
+def jax_block(C: int, H: int, hidden: int, vocab: int, *, ato: bool, seed: int = 0, dtype=None,
+              upcast: bool = True):
     """The block as a flax nnx Module, __call__(x, targets) -> mean loss (fp32); ``ato``: on
     ato_jax.nn's layers and cross_entropy, else on nnx's and optax's (SwiGLU: three nnx.Linear
     and jax.nn.silu(gate) * up). ``dtype``: of the parameters and the computation (default
-    fp32), as torch_block's."""
+    fp32) and ``upcast``, as torch_block's."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -108,7 +112,8 @@ def jax_block(C: int, H: int, hidden: int, vocab: int, *, ato: bool, seed: int =
             h = x + self.attn(self.ln1(x), is_causal=True)
             h = h + self.mlp(self.ln2(h))
             logits = self.head(self.ln3(h))
-            return ce(logits.reshape(-1, vocab).astype(jnp.float32), targets.reshape(-1))
+            logits = logits.reshape(-1, vocab)
+            return ce(logits.astype(jnp.float32) if upcast else logits, targets.reshape(-1)).astype(jnp.float32)
 
     return Block(nnx.Rngs(seed))
 

@@ -3,7 +3,9 @@ ato's layers and on each framework's own, torch eager and compiled (torch.compil
 block, default mode), JAX under nnx.jit; bf16 parameters and computation, SGD (issue 21).
 torch rows: do_bench median of step() (zero_grad, forward, backward, optimizer step); JAX rows:
 wall clock of 20 jitted steps after 3, synchronised once. Also the first step's loss of each
-(bf16: the two layer sets agree to about 1e-2). Not a test. On the GPU machine:
+(bf16: the two layer sets agree to about 1e-2). The blocks pass the logits to the loss in fp32
+(logits.float(), as Hugging Face's models do); the "bf16 logits" rows pass them as they are
+(ato's cross_entropy sums in fp32 either way). Not a test. On the GPU machine:
 
     python3 benchmarks/tools/block_step.py [B N C H HIDDEN VOCAB] > $OUT/block_step.txt
 """
@@ -30,9 +32,10 @@ first = block.torch_block(C, H, hidden, vocab, ato=False, device="cuda", dtype=t
 xt = torch.from_numpy(x).to("cuda", torch.bfloat16)
 tt = torch.from_numpy(targets).long().cuda()
 rows = {}
-for name in ("ato_torch", "torch"):
+for name, upcast in (("ato_torch", True), ("ato_torch bf16 logits", False), ("torch", True)):
     for mode in ("eager", "compiled"):
-        m = block.torch_block(C, H, hidden, vocab, ato=name == "ato_torch", device="cuda", dtype=torch.bfloat16)
+        m = block.torch_block(C, H, hidden, vocab, ato=name.startswith("ato"), device="cuda", dtype=torch.bfloat16,
+                              upcast=upcast)
         m.load_state_dict(first.state_dict())
         fwd = torch.compile(m) if mode == "compiled" else m
         opt = torch.optim.SGD(m.parameters(), lr=LR)
@@ -48,10 +51,10 @@ for name in ("ato_torch", "torch"):
             rows[f"{name} {mode}"] = (do_bench(step, warmup=5, rep=50, return_mode="median") * 1e3, loss0)
         except Exception as exc:  # a compile failure is a result too
             rows[f"{name} {mode}"] = (float("nan"), f"{type(exc).__name__}: {str(exc)[:200]}")
-        print(f"{name + ' ' + mode:24s} {rows[name + ' ' + mode][0]:10.1f}   first loss {rows[name + ' ' + mode][1]}",
+        print(f"{name + ' ' + mode:30s} {rows[name + ' ' + mode][0]:10.1f}   first loss {rows[name + ' ' + mode][1]}",
               flush=True)
-for name in ("ato_jax", "flax"):
-    m = block.jax_block(C, H, hidden, vocab, ato=name == "ato_jax", dtype=jnp.bfloat16)
+for name, upcast in (("ato_jax", True), ("ato_jax bf16 logits", False), ("flax", True)):
+    m = block.jax_block(C, H, hidden, vocab, ato=name.startswith("ato"), dtype=jnp.bfloat16, upcast=upcast)
     block.jax_params_from_torch(first, m)
     import optax
     from flax import nnx
@@ -72,4 +75,4 @@ for name in ("ato_jax", "flax"):
         out = jstep(m, opt)
     jax.block_until_ready(out)
     us = (time.perf_counter() - t0) / 20 * 1e6
-    print(f"{name + ' jit':24s} {us:10.1f}   first loss {loss0}", flush=True)
+    print(f"{name + ' jit':30s} {us:10.1f}   first loss {loss0}", flush=True)
