@@ -201,6 +201,23 @@ def test_cross_entropy_returns_z_loss(framework, reduction):
     np.testing.assert_array_equal(np.asarray(grad_with), np.asarray(grad_without))
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("return_z_loss", [False, True])
+def test_cross_entropy_gradient_is_one_result(reduction, return_z_loss):
+    """The forward plan's gradient (logits' size) is one of its results once: under
+    torch.compile a result listed twice is copied every call (a custom op's results may not
+    alias), and the unreturned z-loss once stood in as the gradient (H100 block step: a 0.5-1
+    GB copy a step)."""
+    from ato_core.ops.cross_entropy import plans
+    from ato_core.target import Target
+    from ato_core.testing import gpu_spec
+
+    plan = plans.forward_plan(gpu_spec((64, 1000)), gpu_spec((64,), "int32"), ignore_index=-100, reduction=reduction,
+                              label_smoothing=0.0, grad=True, target=Target(interpret=False, num_sms=132),
+                              return_z_loss=return_z_loss)
+    assert list(plan.results).count("dlogits") == 1, plan.results
+
+
 def test_cross_entropy_odd_vocabularies_and_large_logits():
     """V = 1, 3, 4097, and logits of magnitude 1e4 (exp would overflow without the online
     maximum): finite and right."""
