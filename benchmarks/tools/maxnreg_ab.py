@@ -10,7 +10,8 @@ One process per cap, since the launcher keeps each launch's binary:
 FAMILY: based, decode, block_sparse, linear_attention, layer_norm. Candidates (registers holding
 them to 2 programs an SM or fewer): benchmarks/results/sm90-resources.txt, whose tool
 (sm90_resources.py --maxnreg N) shows what a cap costs in stack before a GPU run. Written in
-session 27 (from experiments/2026-11-26_based_maxnreg.py) and not yet run on a GPU.
+session 27 (from experiments/2026-11-26_based_maxnreg.py); run in session 28 on decode, linear_attention,
+layer_norm and block_sparse (results: NVIDIA_H100_80GB_HBM3-maxnreg-ab.txt; every cap slower).
 """
 import os
 import sys
