@@ -148,19 +148,22 @@ def jax_params_from_torch(torch_module, jax_module) -> None:
     put(jax_module.head.kernel, t["head.weight"].T)
 
 
+def torch_step(fwd, opt, x, targets):
+    """One training step of a torch block (``fwd``: the module or its compiled form; ``opt``
+    over its parameters): the loss before the step."""
+    opt.zero_grad(set_to_none=True)
+    loss = fwd(x, targets)
+    loss.backward()
+    opt.step()
+    return loss
+
+
 def torch_sgd_losses(module, x, targets, steps: int, lr: float) -> list:
     """The loss before each of ``steps`` SGD steps of the torch block."""
     import torch
 
     opt = torch.optim.SGD(module.parameters(), lr=lr)
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = module(x, targets)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return [torch_step(module, opt, x, targets).item() for _ in range(steps)]
 
 
 def jax_sgd_losses(module, x, targets, steps: int, lr: float) -> list:

@@ -26,11 +26,7 @@ for name, ato, mode, upcast in (("ato eager", True, "eager", True), ("ato compil
     opt = torch.optim.SGD(m.parameters(), lr=1e-2)
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        loss = fwd(xt, tt)
-        loss.backward()
-        opt.step()
-        return loss
+        return block.torch_step(fwd, opt, xt, tt)
     step()
     ms = do_bench(step, warmup=5, rep=50, return_mode="median")
     per = device_kernels(step, lambda out: torch.cuda.synchronize(), calls=5)

@@ -41,11 +41,7 @@ for name, upcast in (("ato_torch", True), ("ato_torch bf16 logits", False), ("to
         opt = torch.optim.SGD(m.parameters(), lr=LR)
 
         def step():
-            opt.zero_grad(set_to_none=True)
-            loss = fwd(xt, tt)
-            loss.backward()
-            opt.step()
-            return loss
+            return block.torch_step(fwd, opt, xt, tt)
         try:
             loss0 = step().item()
             rows[f"{name} {mode}"] = (do_bench(step, warmup=5, rep=50, return_mode="median") * 1e3, loss0)
