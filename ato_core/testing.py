@@ -176,6 +176,14 @@ def cotangents(case: Case, outputs) -> list:
     return [rng.standard_normal(tuple(o.shape)).astype(np.float32) for o in outputs]
 
 
+def h100():
+    """The launch target of an H100 (132 SMs, compiled kernels), for building GPU plans on any
+    machine: the compile examples, and tests of the plans' GPU choices."""
+    from .target import Target
+
+    return Target(interpret=False, num_sms=132)
+
+
 def gpu_spec(shape, dtype: str = "bfloat16"):
     """A row-major CUDA ArraySpec: the inputs of the compile examples (each family's
     ``cases.COMPILE``: (label, op, args, kwargs), args ArraySpecs in place of arrays, since a

@@ -16,7 +16,7 @@ from ato_core import reference as ref
 from ato_core.ops.based import plans as based_core
 from ato_core.ops.based.cases import based_case, based_step_case, taylor_case
 from ato_core.target import INTERPRETER
-from ato_core.testing import gpu_spec
+from ato_core.testing import gpu_spec, h100
 from helpers import assert_bnhd_is_bhnd, bad_input_arrays, check, frontend, raises_naming
 
 # (B, H, N, d, Dv): N no multiple of the chunk; several segments and chunks per segment
@@ -229,11 +229,9 @@ def test_state_memory():
     """Causal: one fp32 packed [Fp, Dv] state per segment of BLOCKS.seg_len rows, at d 16 and Dv
     64 less than the bytes of bf16 q, k and v. Bidirectional: linear_attention's split, O(B*H*F*Dv)
     whatever N."""
-    from ato_core.target import Target
-
     from ato_core.ops.linear_attention.plans import SETTINGS
 
-    gpu = Target(interpret=False, num_sms=132)
+    gpu = h100()
     B, H, d, Dv = 8, 16, 16, 64
     for N in (4096, 65536, 1 << 20):
         cfg = based_core.config(B, H, N, d, Dv, "bfloat16", True, gpu)
@@ -302,9 +300,7 @@ def test_walk_is_taken_with_enough_programs():
     """The causal passes walk the sequence (one launch for the state pass and the scan) when
     B*H * state tiles fill WALK_WAVES programs per SM (forward, backward); else segments and
     la_scan_kernel. d 16: 4 tiles."""
-    from ato_core.target import Target
-
-    gpu = Target(interpret=False, num_sms=132)
+    gpu = h100()
     for target, (B, H, N), walks in ((gpu, (8, 16, 4096), (True, True)), (gpu, (2, 16, 16384), (True, False)),
                                      (gpu, (1, 16, 16384), (False, False)), (INTERPRETER, (2, 3, 300), (True, True)),
                                      (INTERPRETER, (1, 1, 300), (True, False)), (INTERPRETER, (1, 1, 30), (False, False))):
@@ -322,9 +318,7 @@ def test_block_kernels_register_cap():
     """On a GPU the block kernels (output, dq, dk/dv) are capped at BLOCKS.maxnreg registers
     for bf16 dots at d <= 16, where the cap was measured; other dtypes, d 32 and the
     interpreter take none, nor do the other kernels."""
-    from ato_core.target import Target
-
-    gpu = Target(interpret=False, num_sms=132)
+    gpu = h100()
     blocks = {"based_fwd_kernel", "based_bwd_dq_kernel", "based_bwd_dkdv_kernel"}
     for target, dtype, d, capped in ((gpu, "bfloat16", 16, True), (gpu, "bfloat16", 5, True),
                                      (gpu, "float16", 16, False), (gpu, "bfloat16", 32, False),

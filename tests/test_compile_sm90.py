@@ -12,10 +12,9 @@ from ato_core.launch import cdiv
 from ato_core.ops import FAMILIES, OPS
 from ato_core.ops.norms import plans as norms
 from ato_core.ops.rope import plans as rope
-from ato_core.target import Target
-from ato_core.testing import compile_plans, gpu_spec as _spec
+from ato_core.testing import compile_plans, gpu_spec as _spec, h100
 
-H100 = Target(interpret=False, num_sms=132)
+H100 = h100()
 _TT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int64": "i64", "bool": "i1"}
 
 
@@ -89,6 +88,23 @@ def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
         assert compiled.asm["ptx"], f"{name}: {launch.name}"
         # what an H100 (and H200) gives one block; more fails at launch (OutOfResources)
         assert compiled.metadata.shared <= 232448, f"{name}: {launch.name} needs {compiled.metadata.shared} B"
+
+
+@pytest.mark.parametrize("name,plan,inputs", PLANS, ids=[p[0] for p in PLANS])
+def test_no_input_sized_result_twice(name, plan, inputs):
+    """No plan lists a buffer as large as its largest input (an activation or its gradient)
+    under two of its results: ato_torch.library copies a result listed twice on every
+    torch.compile call (a custom op's results may not alias). States and per-row statistics
+    may be (a copy of their size). cross_entropy's unreturned z-loss once stood in as its
+    gradient: a logits-sized copy a step."""
+    import collections
+    import math
+
+    largest = max(math.prod(spec.shape) for spec in inputs.values() if spec is not None)
+    twice = [r for r, n in collections.Counter(r for r in plan.results if r is not None).items() if n > 1]
+    for r in twice:
+        size = math.prod(inputs[r].shape if r in inputs else plan.buffer(r).shape)
+        assert size < largest, f"{name}: {r} ({size} elements) is listed twice among {plan.results}"
 
 
 def cubin_resources(cubin: bytes) -> dict:

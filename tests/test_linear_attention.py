@@ -250,9 +250,9 @@ def test_step_bad_state(framework):
 
 def test_causal_state_memory_does_not_grow_with_n():
     """Segment count is bounded by the GPU size, not N: state buffers are O(B*H*D^2)."""
-    from ato_core.target import Target
+    from ato_core.testing import h100
 
-    gpu = Target(interpret=False, num_sms=132)
+    gpu = h100()
     bound = -(-la_core.SETTINGS.waves * 132 // (8 * 16))
     for N in (4096, 65536, 1 << 20):
         cfg = la_core.config(8, 16, N, 64, 64, "bfloat16", True, gpu)

@@ -209,11 +209,10 @@ def test_cross_entropy_gradient_is_one_result(reduction, return_z_loss):
     alias), and the unreturned z-loss once stood in as the gradient (H100 block step: a 0.5-1
     GB copy a step)."""
     from ato_core.ops.cross_entropy import plans
-    from ato_core.target import Target
-    from ato_core.testing import gpu_spec
+    from ato_core.testing import gpu_spec, h100
 
     plan = plans.forward_plan(gpu_spec((64, 1000)), gpu_spec((64,), "int32"), ignore_index=-100, reduction=reduction,
-                              label_smoothing=0.0, grad=True, target=Target(interpret=False, num_sms=132),
+                              label_smoothing=0.0, grad=True, target=h100(),
                               return_z_loss=return_z_loss)
     assert list(plan.results).count("dlogits") == 1, plan.results
 
