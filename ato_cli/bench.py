@@ -366,7 +366,7 @@ def flash_options_rows(quick: bool):
     N 16384 (B1 H32): against causal time x the fraction of tiles the window visits, FlexAttention
     (compiled, sliding-window block mask) and cuDNN's local window (jax.nn.dot_product_attention).
     Each option's cost over plain causal at B4 H32 N4096: softcap, ALiBi, q/kv lengths (full
-    length), segment ids (one segment), bnhd, a bias and a mask."""
+    length), segment ids (one segment; 8 equal documents), bnhd, a bias and a mask."""
     import jax
     import jax.numpy as jnp
     import torch
@@ -435,6 +435,7 @@ def flash_options_rows(quick: bool):
     shape = f"B{B} H{H} N{N} D{D} bf16 causal"
     full = torch.full((B,), N, device="cuda", dtype=torch.int32)
     seg = torch.zeros((B, N), device="cuda", dtype=torch.int32)
+    docs = (torch.arange(N, device="cuda", dtype=torch.int32) * 8 // N).expand(B, N).contiguous()
     slopes = (2.0 ** (-8.0 * torch.arange(1, H + 1, device="cuda") / H)).float()
     qn, kn, vn, don = (x.transpose(1, 2).contiguous() for x in (q, k, v, do))
     variants = {
@@ -443,6 +444,7 @@ def flash_options_rows(quick: bool):
         "alibi": ((q, k, v), do, {"alibi_slopes": slopes}),
         "q/kv lengths": ((q, k, v), do, {"q_lengths": full, "kv_lengths": full}),
         "segment ids": ((q, k, v), do, {"segment_ids": seg}),
+        "segment ids, 8 documents": ((q, k, v), do, {"segment_ids": docs}),
         "bnhd": ((qn, kn, vn), don, {"layout": "bnhd"}),
         "bias [H, N, N]": ((q, k, v), do, {"bias": torch.randn(H, N, N, device="cuda", dtype=torch.bfloat16,
                                                                generator=g)}),

@@ -218,6 +218,16 @@ OPTION_CASES = {
     "lengths_both_window": (3, 2, 2, 50, 50, 16, dict(lengths="both", window=(7, 7))),
     "segments": (2, 2, 1, 60, 60, 16, dict(segments=3)),
     "segments_causal_nq_ne_nk": (2, 4, 2, 41, 53, 24, dict(segments=4, causal=True)),
+    # segment ids out of order: no run of whole tiles, every tile masked
+    "segments_unsorted": (2, 2, 1, 60, 60, 16, dict(segments=3, segments_sorted=False)),
+    # runs of whole tiles (unmasked) and a range scan over several steps of 16 tiles
+    "segments_long_runs_causal": (1, 2, 1, 300, 290, 16, dict(segments=2, causal=True)),
+    # one query segment in two runs of whole key tiles with another between (not one run: all
+    # masked); a batch whose queries' segment no key has (o = 0)
+    "segments_split_runs": (2, 2, 1, 96, 96, 16, dict(segments=3, segment_values=(
+        [0] * 96 + [2] * 96, ([0] * 32 + [1] * 32 + [0] * 32) * 2))),
+    "segments_kv_lengths_bias_causal": (2, 2, 1, 45, 50, 16, dict(segments=2, lengths="kv", bias="heads_keys",
+                                                                  causal=True)),
     "causal_window_softcap_gqa": (2, 4, 2, 70, 70, 48, dict(window=(15, None), causal=True, softcap=1.5)),
     "all": (2, 4, 2, 50, 61, 16, dict(window=(12, 4), causal=True, softcap=2.0, alibi="bh", lengths="both",
                                       segments=3)),

@@ -207,6 +207,12 @@ FA_OPTION_GPU = {
     "alibi": ((2, 8, 2, 1024, 1500, 128), dict(alibi="bh", causal=True)),
     "lengths": ((3, 4, 2, 1000, 1200, 128), dict(lengths="both", causal=True)),
     "segments": ((2, 4, 4, 1024, 1024, 64), dict(segments=5, causal=True)),
+    # runs of whole 128-key tiles (unmasked), range scans of several steps; ids out of order; one
+    # query segment in two runs of whole tiles with another between
+    "segments_long_runs": ((1, 8, 2, 4096, 4096, 128), dict(segments=2, causal=True)),
+    "segments_unsorted": ((2, 4, 2, 1000, 1100, 64), dict(segments=3, segments_sorted=False)),
+    "segments_split_runs": ((1, 4, 2, 768, 768, 128), dict(segments=2, segment_values=(
+        [0] * 768, [0] * 256 + [1] * 256 + [0] * 256))),
     "all_bnhd": ((2, 8, 2, 900, 1100, 128), dict(window=(250, None), causal=True, softcap=20.0, alibi="h",
                                                   lengths="both", segments=3, layout="bnhd")),
     "bias_mask": ((2, 8, 2, 1000, 1100, 128), dict(bias="heads_keys", mask="full", causal=True)),

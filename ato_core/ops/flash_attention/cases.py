@@ -6,11 +6,12 @@ from ato_core.testing import Case, In, gpu_spec
 
 
 def fa_case(B, Hq, Hkv, Nq, Nk, D, dtype="float32", causal=False, lse=True, scale=None, seed=0, layout="bhnd",
-            window=None, softcap=None, alibi=None, lengths=None, segments=None, bias=None, mask=None, dropout=None):
+            window=None, softcap=None, alibi=None, lengths=None, segments=None, bias=None, mask=None, dropout=None,
+            segments_sorted=True, segment_values=None):
     """layout "bnhd": q [B, Nq, Hq, D], k, v [B, Nk, Hkv, D]. Options: window (left, right),
     softcap, alibi "h" ([Hq] slopes) or "bh" ([B, Hq]), lengths "q", "kv" or "both" (random
     q_lengths / kv_lengths in [0, N]), segments: the number of segment ids (sorted per row,
-    as packed documents), bias "full" ([B, Hq, Nq, Nk]) or "heads_keys" ([Hq, 1, Nk], broadcast),
+    as packed documents, unless segments_sorted is False; segment_values: the (q, kv) ids given), bias "full" ([B, Hq, Nq, Nk]) or "heads_keys" ([Hq, 1, Nk], broadcast),
     mask "full" or "pairs" ([Nq, Nk], broadcast; each entry True with probability 0.7), dropout
     (dropout_p, with an int seed drawn from ``seed``)."""
     q, kv = ((B, Hq, Nq, D), (B, Hkv, Nk, D)) if layout == "bhnd" else ((B, Nq, Hq, D), (B, Nk, Hkv, D))
@@ -39,7 +40,10 @@ def fa_case(B, Hq, Hkv, Nq, Nk, D, dtype="float32", causal=False, lse=True, scal
     if segments is not None:
         ints += (("q_segment_ids", (B, Nq), 0, segments), ("kv_segment_ids", (B, Nk), 0, segments))
         kwargs += (("segment_ids", (In("q_segment_ids"), In("kv_segment_ids"))),)
-        options += (("sorted", True),)
+        options += (("sorted", True),) if segments_sorted and segment_values is None else ()
+        if segment_values is not None:
+            qv, kv_ids = (tuple(np.ravel(a).tolist()) for a in segment_values)  # hashable, as a Case is
+            options += (("values", (("q_segment_ids", qv), ("kv_segment_ids", kv_ids))),)
     if window is not None or lengths is not None or segments is not None or mask is not None:
         options += (("block_masked", True),)  # keys each query never sees (test_fuzz's NaN tiers)
     return Case("flash_attention", shapes, dtype, (In("q"), In("k"), In("v")), kwargs, seed, fp32_inputs=fp32,
@@ -103,6 +107,9 @@ COMPILE = [("flash_attention", "flash_attention", (gpu_spec((1, 8, 256, 128)), g
              "q_lengths": gpu_spec((2,), "int32"), "kv_lengths": gpu_spec((2,), "int32"),
              "segment_ids": gpu_spec((2, 256), "int32"), "bias": gpu_spec((8, 256, 256)),
              "mask": gpu_spec((2, 1, 256, 256), "bool")}),
+           ("flash_attention segments", "flash_attention",
+            (gpu_spec((2, 8, 256, 128)), gpu_spec((2, 2, 256, 128)), gpu_spec((2, 2, 256, 128))),
+            {"causal": True, "segment_ids": gpu_spec((2, 256), "int32")}),
            ("flash_attention dropout", "flash_attention",
             (gpu_spec((2, 8, 256, 128)), gpu_spec((2, 2, 256, 128)), gpu_spec((2, 2, 256, 128))),
             {"causal": True, "dropout_p": 0.1, "seed": gpu_spec((), "int64")}),

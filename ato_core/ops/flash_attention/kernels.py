@@ -51,6 +51,8 @@ from ato_core.triton_helpers import aligned, dropout_seed, tanh
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
+# Tiles whose segment ids a block's range scan reads a step (_segment_ranges).
+SEGMENT_SCAN_TILES = tl.constexpr(16)
 DROPOUT_ROUNDS = tl.constexpr(7)  # Philox rounds of the dropout draw (plans.DROPOUT_ROUNDS)
 
 
@@ -157,6 +159,50 @@ def _segment_ids(SEG, b, sb, sn, idx, n, other, SEGMENTS: tl.constexpr):
 
 
 @triton.jit
+def _segment_ranges(SEG, b, ssb, ssn, own, own_valid, start, full_start, full_end, end, other_len,
+                    TILE: tl.constexpr, DENSE: tl.constexpr):
+    """A block's ranges of the other side's tiles (tiles of TILE from start: masked [start,
+    full_start), unmasked [full_start, full_end), masked [full_end, end)) narrowed by segment
+    ids. own [BLOCK]: the block's ids (own_valid: its rows that count); SEG: the other side's
+    ids of batch b (strides ssb, ssn; positions from other_len on do not count). Visited: the
+    tiles from the first to the last that hold an id between own's least and greatest (none:
+    nothing). Unmasked (never with DENSE): where own is one segment, the tiles whose ids all
+    equal it, if they form one run, within [full_start, full_end); else every tile masked."""
+    o0 = tl.sum(tl.where(tl.arange(0, own.shape[0]) == 0, own, 0), 0)
+    lo_id = tl.min(tl.where(own_valid, own, o0), 0)
+    hi_id = tl.max(tl.where(own_valid, own, o0), 0)
+    offs_t = tl.arange(0, SEGMENT_SCAN_TILES) * TILE
+    offs_c = tl.arange(0, TILE)
+    first_hit = end
+    last_hit = start
+    first_full = end
+    last_full = start
+    n_full = 0
+    for t0 in range(start, end, SEGMENT_SCAN_TILES * TILE):
+        tiles = t0 + offs_t
+        pos = tiles[:, None] + offs_c[None, :]
+        inside = (pos < end) & (pos < other_len)
+        ids = tl.load(SEG + b * ssb + pos.to(tl.int64) * ssn, mask=inside, other=0)
+        hit = tl.max((inside & (ids >= lo_id) & (ids <= hi_id)).to(tl.int32), 1) > 0
+        first_hit = tl.minimum(first_hit, tl.min(tl.where(hit, tiles, end), 0))
+        last_hit = tl.maximum(last_hit, tl.max(tl.where(hit, tiles + TILE, start), 0))
+        if not DENSE:
+            full = tl.min((inside & (ids == lo_id)).to(tl.int32), 1) > 0
+            first_full = tl.minimum(first_full, tl.min(tl.where(full, tiles, end), 0))
+            last_full = tl.maximum(last_full, tl.max(tl.where(full, tiles + TILE, start), 0))
+            n_full += tl.sum(full.to(tl.int32), 0)
+    new_start = tl.minimum(first_hit, end)
+    new_end = tl.maximum(tl.minimum(last_hit, end), new_start)
+    if DENSE:
+        return new_start, new_end, new_end, new_end
+    else:
+        lo = tl.maximum(first_full, full_start)
+        hi = tl.minimum(last_full, full_end)
+        run = (lo_id == hi_id) & (n_full > 0) & (n_full * TILE == last_full - first_full) & (lo < hi)
+        return new_start, tl.where(run, lo, new_end), tl.where(run, hi, new_end), new_end
+
+
+@triton.jit
 def _dropout_keep(seed, bh, row0, col0, thr, R: tl.constexpr, C: tl.constexpr):
     """The attention-dropout keep-mask of query rows [row0, row0 + R) and keys [col0, col0 + C)
     of head bh = b * Hq + hq ([R, C], True where kept; row0, R multiples of 16, col0, C of 32).
@@ -235,7 +281,7 @@ def _clamp(x, lo, hi):
 
 @triton.jit
 def _key_ranges(first_row, n_rows_block, kv_len, lo_shift, hi_shift, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                WINDOW: tl.constexpr, SEGMENTS: tl.constexpr):
+                WINDOW: tl.constexpr, DENSE: tl.constexpr):
     """For queries [first_row, first_row + n_rows_block): (start, full_start, full_end, end),
     the key blocks to visit, masked [start, full_start), unmasked [full_start, full_end) (every
     query sees all of them), masked [full_end, end). Without WINDOW start = full_start = 0."""
@@ -253,7 +299,7 @@ def _key_ranges(first_row, n_rows_block, kv_len, lo_shift, hi_shift, BLOCK_N: tl
         start = _clamp(first_row + lo_shift, 0, kv_len) // BLOCK_N * BLOCK_N
         full_start = _clamp(tl.cdiv(tl.maximum(last + lo_shift, 0), BLOCK_N) * BLOCK_N, start, end)
         full_end = _clamp(full_end, full_start, end)
-    if SEGMENTS:
+    if DENSE:  # every block masked (segment ids, a bias, a mask)
         full_start = end
         full_end = end
     return start, full_start, full_end, end
@@ -409,10 +455,10 @@ def _fill_unwritten(X, h, sh, sn, sd, CU, b, nseq, row0, n, T, offs_r, offs_d, d
 
 @triton.jit
 def _live_ranges(first, q_len, BLOCK_M: tl.constexpr, kv_len, lo_shift, hi_shift, BLOCK_N: tl.constexpr,
-                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SEGMENTS: tl.constexpr, Q_LENS: tl.constexpr):
+                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, DENSE: tl.constexpr, Q_LENS: tl.constexpr):
     """_key_ranges of a query block; none for a block past q_len (with Q_LENS)."""
     start, full_start, full_end, end = _key_ranges(first, BLOCK_M, kv_len, lo_shift, hi_shift, BLOCK_N, CAUSAL,
-                                                   WINDOW, SEGMENTS)
+                                                   WINDOW, DENSE)
     if Q_LENS:
         live = first < q_len
         start = tl.where(live, start, 0)
@@ -423,26 +469,29 @@ def _live_ranges(first, q_len, BLOCK_M: tl.constexpr, kv_len, lo_shift, hi_shift
 
 
 @triton.jit
-def _query_options(QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, sqsb, sqsn,
-                   first, offs_m, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+def _query_options(QLEN, KVLEN, SLOPES, QSEG, KSEG, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, sqsb,
+                   sqsn, sksb, sksn, first, offs_m, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                    WINDOW: tl.constexpr, ALIBI: tl.constexpr, Q_LENS: tl.constexpr, KV_LENS: tl.constexpr,
                    SEGMENTS: tl.constexpr, VARLEN: tl.constexpr, DENSE: tl.constexpr):
     """A query block's options (the forward's and dq's): _options, its rows' segment ids and
-    its key ranges (_live_ranges; DENSE: every block masked, as segment ids, a bias or a mask
-    need)."""
+    its key ranges (_live_ranges, narrowed by the segment ids; DENSE: every block masked, as a
+    bias or a mask need)."""
     q_len, kv_len, shift, lo_shift, hi_shift, slope2, q_row0, k_row0 = _options(
         QLEN, KVLEN, SLOPES, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, Q_LENS, KV_LENS, WINDOW, ALIBI,
         VARLEN)
     qseg = _segment_ids(QSEG, b, sqsb, sqsn, offs_m, Nq, -2, SEGMENTS)
     start, full_start, full_end, end = _live_ranges(first, q_len, BLOCK_M, kv_len, lo_shift, hi_shift, BLOCK_N,
                                                     CAUSAL, WINDOW, DENSE, Q_LENS or VARLEN)
+    if SEGMENTS:
+        start, full_start, full_end, end = _segment_ranges(KSEG, b, sksb, sksn, qseg, offs_m < Nq, start, full_start,
+                                                           full_end, end, kv_len, BLOCK_N, DENSE)
     return (q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end, q_row0,
             k_row0)
 
 
 @triton.jit
-def _query_program(QLEN, KVLEN, SLOPES, QSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
+def _query_program(QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn,
+                   sksb, sksn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
                    ALIGN: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, Q_LENS: tl.constexpr,
                    KV_LENS: tl.constexpr, SEGMENTS: tl.constexpr, VARLEN: tl.constexpr, DENSE: tl.constexpr):
     """A query-block program of the forward or dq: _query_tile, its rows, the number of
@@ -451,9 +500,9 @@ def _query_program(QLEN, KVLEN, SLOPES, QSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, ri
     offs_m = first + offs_r
     nseq = tl.num_programs(1) // Hq - 1
     q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end, q_row0, k_row0 = \
-        _query_options(QLEN, KVLEN, SLOPES, QSEG, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, sqsb, sqsn,
-                       first, offs_m, BLOCK_M, BLOCK_N, CAUSAL, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN,
-                       DENSE)
+        _query_options(QLEN, KVLEN, SLOPES, QSEG, KSEG, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, sqsb,
+                       sqsn, sksb, sksn, first, offs_m, BLOCK_M, BLOCK_N, CAUSAL, WINDOW, ALIBI, Q_LENS, KV_LENS,
+                       SEGMENTS, VARLEN, DENSE)
     return (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift,
             hi_shift, slope2, qseg, start, full_start, full_end, end, q_row0, k_row0)
 
@@ -489,8 +538,8 @@ def fa_fwd_kernel(
     0), lse [Hq, Tq]; slot B fills the rows outside every sequence (_unwritten)."""
     (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift, hi_shift,
      slope2, qseg, start, full_start, full_end, end, q_row0, k_row0) = _query_program(
-        QLEN, KVLEN, SLOPES, QSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn, BLOCK_M, BLOCK_N, BD,
-        CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN, SEGMENTS or HAS_BIAS or HAS_MASK)
+        QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn, sksb, sksn,
+        BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN, HAS_BIAS or HAS_MASK)
     n_store = _stored(Nq, q_len, VARLEN)
     q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, q_row0 + first, offs_r, q_row0 + n_store, offs_d, dmask, EVEN_D,
                     ALIGN)
@@ -626,10 +675,13 @@ def _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start, end,
 
 @triton.jit
 def _query_ranges(first, q_len, kv_len, lo_shift, hi_shift, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SEGMENTS: tl.constexpr, KV_LENS: tl.constexpr):
+                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SEGMENTS: tl.constexpr, KV_LENS: tl.constexpr,
+                  DENSE: tl.constexpr):
     """For the key block [first, first + BLOCK_N): the query blocks that see some of its keys
     as three ranges, masked [m0, m1), unmasked [u0, u1) (they see all of its keys), masked
-    [e0, e1): (m0, m1, u0, u1, e0, e1). None for a block past kv_len."""
+    [e0, e1): (m0, m1, u0, u1, e0, e1); with SEGMENTS (any of segment ids, a bias, a mask) m1 =
+    u0 and u1 = e0, and DENSE (a bias or a mask) masks every block. None for a block past
+    kv_len."""
     q_full = q_len // BLOCK_M * BLOCK_M
     last = first + BLOCK_N - 1
     if CAUSAL or WINDOW:
@@ -647,7 +699,7 @@ def _query_ranges(first, q_len, kv_len, lo_shift, hi_shift, BLOCK_M: tl.constexp
         end = tl.where(first < kv_len, end, 0)
         full_lo = _clamp(full_lo, lo, end)
         full_end = _clamp(full_end, full_lo, end)
-        if SEGMENTS:
+        if DENSE:
             full_lo = end
             full_end = end
         return lo, full_lo, full_lo, full_end, full_end, end
@@ -691,7 +743,12 @@ def fa_bwd_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, BD], tl.float32)
     dv = tl.zeros([BLOCK_N, BD], tl.float32)
     m0, m1, u0, u1, e0, e1 = _query_ranges(first, q_len, kv_len, lo_shift, hi_shift, BLOCK_M, BLOCK_N, CAUSAL, WINDOW,
-                                           SEGMENTS or HAS_BIAS or HAS_MASK, KV_LENS or VARLEN)
+                                           SEGMENTS or HAS_BIAS or HAS_MASK, KV_LENS or VARLEN, HAS_BIAS or HAS_MASK)
+    if SEGMENTS:
+        m0, u0, e0, e1 = _segment_ranges(QSEG, b, sqsb, sqsn, kseg, offs_n < kv_len, m0, u0, e0, e1, q_len, BLOCK_M,
+                                         HAS_BIAS or HAS_MASK)
+        m1 = u0
+        u1 = e0
     seed = dropout_seed(SEED, seed, SEED_WORDS)
     for g in range(0, G):
         hq = hk * G + g
@@ -836,8 +893,8 @@ def fa_bwd_dq_kernel(
     last blocks first). VARLEN: as fa_fwd_kernel."""
     (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift, hi_shift,
      slope2, qseg, start, full_start, full_end, end, q_row0, k_row0) = _query_program(
-        QLEN, KVLEN, SLOPES, QSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn, BLOCK_M, BLOCK_N, BD,
-        CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN, SEGMENTS or HAS_BIAS or HAS_MASK)
+        QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn, sksb, sksn,
+        BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN, HAS_BIAS or HAS_MASK)
     offs_m, mmask, q, do, lse2, delta, k_ptrs, v_ptrs = _dq_rows(
         Q, K, V, DO, LSE2, DELTA, b, hq, hk, q_row0, k_row0, _stored(Nq, q_len, VARLEN),
         _lse_rows(bh, hq, Nq, Tq, q_row0, VARLEN), first, offs_r, offs_n, offs_d, dmask, sqb, sqh, sqn, sqd, skb, skh,
