@@ -616,6 +616,56 @@ def fa_bwd_delta_kernel(
 
 
 @triton.jit
+def _dkdv_tile(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start_m, Nq, q_len, shift, lo_shift, hi_shift, dmask,
+               qk_scale, cap_in, cap_out, slope2, kseg, QSEG, b, sqsb, sqsn, BIAS, AMASK, sbi, sbj, smi, smj, Nk,
+               BLOCK_M: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+               PRECISION: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+               SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, seed, bh, key0,
+               DROP_THR: tl.constexpr, DROP_SCALE: tl.constexpr, DROPOUT: tl.constexpr):
+    """The query tile of rows start_m + [0, BLOCK_M) of one query head into dk, dv of one key
+    block (q_ptrs, do_ptrs at its rows; LSE2, DELTA at the head's). MASK etc.: _dkdv_blocks."""
+    offs_r = tl.arange(0, BLOCK_M)
+    rows = start_m + offs_r
+    q = _load_rows(q_ptrs, rows, q_len, dmask, MASK, EVEN_D)
+    if MASK:
+        lse2 = tl.load(LSE2 + rows, mask=rows < q_len, other=float("inf"))
+    else:
+        lse2 = tl.load(LSE2 + rows)
+    sT = _dot(k, tl.trans(q), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PRECISION)
+    sT, tT = _scores(sT, rows[None, :] + shift, offs_n[:, None], qk_scale, cap_in, cap_out, slope2, SOFTCAP, ALIBI)
+    if MASK:
+        if CAUSAL or WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
+            qseg = _segment_ids(QSEG, b, sqsb, sqsn, rows, Nq, -2, SEGMENTS)
+            visible = _visible(rows[None, :], offs_n[:, None], 0, lo_shift, hi_shift, qseg[None, :],
+                               kseg[:, None], False, CAUSAL, WINDOW, SEGMENTS)
+            sT, visible = _pair_terms(sT, visible, BIAS, AMASK, rows[None, :], offs_n[:, None], sbi, sbj, smi, smj,
+                                      Nq, Nk, HAS_BIAS, HAS_MASK)
+            pT = tl.where(visible, tl.math.exp2(sT - lse2[None, :]), 0.0)
+        else:
+            pT = tl.math.exp2(sT - lse2[None, :])
+    else:
+        pT = tl.math.exp2(sT - lse2[None, :])
+    do = _load_rows(do_ptrs, rows, q_len, dmask, MASK, EVEN_D)
+    if DROPOUT:  # dv from the kept p * 1/(1 - p_drop); dp through the same mask
+        keepT = tl.trans(_dropout_keep(seed, bh, start_m, key0, DROP_THR, BLOCK_M, k.shape[0]))
+        dv = _dot(tl.where(keepT, pT * DROP_SCALE, 0.0).to(do.dtype), do, dv, PRECISION)
+    else:
+        dv = _dot(pT.to(do.dtype), do, dv, PRECISION)
+    dpT = _dot(v, tl.trans(do), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PRECISION)
+    if DROPOUT:
+        dpT = tl.where(keepT, dpT * DROP_SCALE, 0.0)
+    if MASK:
+        delta = tl.load(DELTA + rows, mask=rows < q_len, other=0.0)
+    else:
+        delta = tl.load(DELTA + rows)
+    dsT = pT * (dpT - delta[None, :])
+    if SOFTCAP:
+        dsT = dsT * (1.0 - tT * tT)
+    dk = _dot(dsT.to(q.dtype), q, dk, PRECISION)
+    return dk, dv
+
+
+@triton.jit
 def _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start, end, Nq, q_len, shift, lo_shift, hi_shift,
                  dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG, b, sqsb, sqsn, sqn, sdn, BIAS, AMASK, sbi, sbj,
                  smi, smj, Nk, BLOCK_M: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
@@ -627,49 +677,47 @@ def _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start, end,
     DELTA point at the head's rows. With MASK, rows past q_len read as 0 (and p = 0 there,
     lse2 = +inf) and p = 0 outside the band and segment. DROPOUT: the mask of query head bh =
     b * Hq + hq and keys key0 + [0, BLOCK_N)."""
-    offs_r = tl.arange(0, BLOCK_M)
     q_ptrs += tl.cast(start, tl.int64) * aligned(sqn, ALIGN)
     do_ptrs += tl.cast(start, tl.int64) * aligned(sdn, ALIGN)
     for start_m in range(start, end, BLOCK_M):
-        rows = start_m + offs_r
-        q = _load_rows(q_ptrs, rows, q_len, dmask, MASK, EVEN_D)
-        if MASK:
-            lse2 = tl.load(LSE2 + rows, mask=rows < q_len, other=float("inf"))
-        else:
-            lse2 = tl.load(LSE2 + rows)
-        sT = _dot(k, tl.trans(q), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PRECISION)
-        sT, tT = _scores(sT, rows[None, :] + shift, offs_n[:, None], qk_scale, cap_in, cap_out, slope2, SOFTCAP, ALIBI)
-        if MASK:
-            if CAUSAL or WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
-                qseg = _segment_ids(QSEG, b, sqsb, sqsn, rows, Nq, -2, SEGMENTS)
-                visible = _visible(rows[None, :], offs_n[:, None], 0, lo_shift, hi_shift, qseg[None, :],
-                                   kseg[:, None], False, CAUSAL, WINDOW, SEGMENTS)
-                sT, visible = _pair_terms(sT, visible, BIAS, AMASK, rows[None, :], offs_n[:, None], sbi, sbj, smi, smj,
-                                          Nq, Nk, HAS_BIAS, HAS_MASK)
-                pT = tl.where(visible, tl.math.exp2(sT - lse2[None, :]), 0.0)
-            else:
-                pT = tl.math.exp2(sT - lse2[None, :])
-        else:
-            pT = tl.math.exp2(sT - lse2[None, :])
-        do = _load_rows(do_ptrs, rows, q_len, dmask, MASK, EVEN_D)
-        if DROPOUT:  # dv from the kept p * 1/(1 - p_drop); dp through the same mask
-            keepT = tl.trans(_dropout_keep(seed, bh, start_m, key0, DROP_THR, BLOCK_M, k.shape[0]))
-            dv = _dot(tl.where(keepT, pT * DROP_SCALE, 0.0).to(do.dtype), do, dv, PRECISION)
-        else:
-            dv = _dot(pT.to(do.dtype), do, dv, PRECISION)
-        dpT = _dot(v, tl.trans(do), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PRECISION)
-        if DROPOUT:
-            dpT = tl.where(keepT, dpT * DROP_SCALE, 0.0)
-        if MASK:
-            delta = tl.load(DELTA + rows, mask=rows < q_len, other=0.0)
-        else:
-            delta = tl.load(DELTA + rows)
-        dsT = pT * (dpT - delta[None, :])
-        if SOFTCAP:
-            dsT = dsT * (1.0 - tT * tT)
-        dk = _dot(dsT.to(q.dtype), q, dk, PRECISION)
+        dk, dv = _dkdv_tile(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start_m, Nq, q_len, shift, lo_shift,
+                            hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG, b, sqsb, sqsn, BIAS, AMASK,
+                            sbi, sbj, smi, smj, Nk, BLOCK_M, MASK, CAUSAL, EVEN_D, PRECISION, WINDOW, SOFTCAP, ALIBI,
+                            SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, key0, DROP_THR, DROP_SCALE, DROPOUT)
         q_ptrs += BLOCK_M * aligned(sqn, ALIGN)
         do_ptrs += BLOCK_M * aligned(sdn, ALIGN)
+    return dk, dv
+
+
+@triton.jit
+def _dkdv_head_blocks(dk, dv, k, v, q_heads, do_heads, LSE2, DELTA, offs_n, start, end, Nq, q_len, shift, lo_shift,
+                      hi_shift, dmask, qk_scale, cap_in, cap_out, G, sqh, sdh, head_rows, SLOPES, b, hq0, s_ab, s_ah,
+                      nseq, kseg, QSEG, sqsb, sqsn, sqn, sdn, BIAS, AMASK, sbh, smh, sbi, sbj, smi, smj, Nk,
+                      BLOCK_M: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+                      PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                      ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      HAS_MASK: tl.constexpr, seed, bh0, key0, DROP_THR: tl.constexpr, DROP_SCALE: tl.constexpr,
+                      DROPOUT: tl.constexpr):
+    """_dkdv_blocks over the G query heads hq0 + g of one kv head at once: one loop over (head,
+    block), heads outer. q_heads, do_heads: head hq0's tiles from row 0 (a head further by sqh,
+    sdh); LSE2, DELTA its rows (a head further by head_rows); BIAS, AMASK at head hq0 (sbh, smh);
+    bh0 the dropout head of hq0."""
+    nb = tl.cdiv(tl.maximum(end - start, 0), BLOCK_M)
+    # at least 1: the compiled loop's first loads are issued before its bound is tested, and an
+    # address from j // 0 lies outside every array (an empty range: start's rows, as in _dkdv_blocks)
+    per_head = tl.maximum(nb, 1)
+    for j in range(0, G * nb):
+        g = j // per_head
+        start_m = start + (j - g * per_head) * BLOCK_M
+        g64 = tl.cast(g, tl.int64)
+        q_ptrs = q_heads + g64 * aligned(sqh, ALIGN) + tl.cast(start_m, tl.int64) * aligned(sqn, ALIGN)
+        do_ptrs = do_heads + g64 * aligned(sdh, ALIGN) + tl.cast(start_m, tl.int64) * aligned(sdn, ALIGN)
+        slope2 = _slope(SLOPES, b, hq0 + g, s_ab, s_ah, nseq, ALIBI, VARLEN)
+        dk, dv = _dkdv_tile(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + g64 * head_rows, DELTA + g64 * head_rows, offs_n,
+                            start_m, Nq, q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg,
+                            QSEG, b, sqsb, sqsn, BIAS + g64 * sbh, AMASK + g64 * smh, sbi, sbj, smi, smj, Nk, BLOCK_M,
+                            MASK, CAUSAL, EVEN_D, PRECISION, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed,
+                            bh0 + g, key0, DROP_THR, DROP_SCALE, DROPOUT)
     return dk, dv
 
 
@@ -721,10 +769,13 @@ def fa_bwd_dkdv_kernel(
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
     HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False, DROPOUT: tl.constexpr = False,
     SEED_WORDS: tl.constexpr = 0, DROP_THR: tl.constexpr = 0, DROP_SCALE: tl.constexpr = 1.0,
+    HEADS_IN_LOOP: tl.constexpr = False,
 ):
     """Grid (key blocks, B*Hkv). dk, dv of one key block, summed over the G query heads of
-    its kv head in order. For each head, the query blocks split into the band's boundaries
-    (masked), those that see the whole key block (unmasked) and the last partial block.
+    its kv head. The query blocks split into the band's boundaries (masked), those that see the
+    whole key block (unmasked) and the last partial block; each head's in turn, or with
+    HEADS_IN_LOOP (G > 1) each range's (head, block) pairs in one loop (a loop over heads
+    around the three ranges' loops held 1672 bytes of stack a thread at G 4 on sm_90, 40 so).
     VARLEN: as fa_fwd_kernel, grid (key blocks of max_seqlen_k, (B + 1) * Hkv)."""
     bh, b, hk, D, first, offs_c = _block_tile(Hkv, D, BLOCK_N, ALIGN)  # a key block
     offs_n = first + offs_c
@@ -750,35 +801,60 @@ def fa_bwd_dkdv_kernel(
         m1 = u0
         u1 = e0
     seed = dropout_seed(SEED, seed, SEED_WORDS)
-    for g in range(0, G):
-        hq = hk * G + g
-        slope2 = _slope(SLOPES, b, hq, s_ab, s_ah, nseq, ALIBI, VARLEN)
-        bias_h = BIAS + b * sbb + hq * sbh
-        mask_h = AMASK + b * smb + hq * smh
-        q_ptrs = _tile_ptrs(_head_base(Q, b, hq, sqb, sqh, ALIGN), q_row0, offs_r, offs_d, sqn, sqd, ALIGN)
-        do_ptrs = _tile_ptrs(_head_base(DO, b, hq, sdb, sdh, ALIGN), q_row0, offs_r, offs_d, sdn, sdd, ALIGN)
+    if HEADS_IN_LOOP:
+        hq0 = hk * G
+        q_heads = _tile_ptrs(_head_base(Q, b, hq0, sqb, sqh, ALIGN), q_row0, offs_r, offs_d, sqn, sqd, ALIGN)
+        do_heads = _tile_ptrs(_head_base(DO, b, hq0, sdb, sdh, ALIGN), q_row0, offs_r, offs_d, sdn, sdd, ALIGN)
         if VARLEN:
-            rows_base = hq * Tq + q_row0
+            lse_rows = LSE2 + hq0 * Tq + q_row0
+            delta_rows = DELTA + hq0 * Tq + q_row0
+            head_rows = Tq
         else:
-            rows_base = ((b * Hkv + hk) * G + g) * Nq
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, m0, m1, Nq,
-                              q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
-                              b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
-                              BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                              ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, (b * Hkv + hk) * G + g, first,
-                              DROP_THR, DROP_SCALE, DROPOUT)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, u0, u1, Nq,
-                              q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
-                              b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
-                              BLOCK_M, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW,
-                              SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, (b * Hkv + hk) * G + g, first,
-                              DROP_THR, DROP_SCALE, DROPOUT)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, e0, e1, Nq,
-                              q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
-                              b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
-                              BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                              ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, (b * Hkv + hk) * G + g, first,
-                              DROP_THR, DROP_SCALE, DROPOUT)
+            lse_rows = LSE2 + (b * Hkv + hk) * G * Nq
+            delta_rows = DELTA + (b * Hkv + hk) * G * Nq
+            head_rows = Nq
+        bias_h = BIAS + b * sbb + hq0 * sbh
+        mask_h = AMASK + b * smb + hq0 * smh
+        bh0 = (b * Hkv + hk) * G
+        for r in tl.static_range(3):  # the masked, unmasked and masked ranges
+            lo = m0 if r == 0 else (u0 if r == 1 else e0)
+            hi = m1 if r == 0 else (u1 if r == 1 else e1)
+            dk, dv = _dkdv_head_blocks(
+                dk, dv, k, v, q_heads, do_heads, lse_rows, delta_rows, offs_n, lo, hi, Nq, q_len, shift, lo_shift,
+                hi_shift, dmask, qk_scale, cap_in, cap_out, G, sqh, sdh, head_rows, SLOPES, b, hq0, s_ab, s_ah, nseq,
+                kseg, QSEG, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbh, smh, sbi, sbj, smi, smj, Nk, BLOCK_M, r != 1,
+                CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, VARLEN, HAS_BIAS, HAS_MASK, seed,
+                bh0, first, DROP_THR, DROP_SCALE, DROPOUT)
+    else:
+        for g in range(0, G):
+            hq = hk * G + g
+            slope2 = _slope(SLOPES, b, hq, s_ab, s_ah, nseq, ALIBI, VARLEN)
+            bias_h = BIAS + b * sbb + hq * sbh
+            mask_h = AMASK + b * smb + hq * smh
+            q_ptrs = _tile_ptrs(_head_base(Q, b, hq, sqb, sqh, ALIGN), q_row0, offs_r, offs_d, sqn, sqd, ALIGN)
+            do_ptrs = _tile_ptrs(_head_base(DO, b, hq, sdb, sdh, ALIGN), q_row0, offs_r, offs_d, sdn, sdd, ALIGN)
+            if VARLEN:
+                rows_base = hq * Tq + q_row0
+            else:
+                rows_base = ((b * Hkv + hk) * G + g) * Nq
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, m0, m1, Nq,
+                                  q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
+                                  b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
+                                  BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                                  ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, (b * Hkv + hk) * G + g, first,
+                                  DROP_THR, DROP_SCALE, DROPOUT)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, u0, u1, Nq,
+                                  q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
+                                  b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
+                                  BLOCK_M, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW,
+                                  SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, (b * Hkv + hk) * G + g, first,
+                                  DROP_THR, DROP_SCALE, DROPOUT)
+            dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, e0, e1, Nq,
+                                  q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
+                                  b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
+                                  BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                                  ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, (b * Hkv + hk) * G + g, first,
+                                  DROP_THR, DROP_SCALE, DROPOUT)
     if KV_LENS:
         kv = (offs_n < kv_len)[:, None]
         dk = tl.where(kv, dk, 0.0)

@@ -276,6 +276,13 @@ def pair_strides(name: str, spec: Optional[ArraySpec], shape: Tuple[int, int, in
     return tuple(0 if d == 1 else st for d, st in zip(full, strides))
 
 
+def _heads_in_loop(G: int, constexprs: dict) -> bool:
+    """Whether dk/dv take their G query heads' (head, block) pairs in one loop: with G > 1 (a loop
+    over heads spilled 1672 bytes a thread on an H100: GQA dk/dv 5.5 -> 5.1 ms at B2 Hq32 Hkv8
+    N8192, results flash_attention-gqa.txt); not with a bias or a mask (not measured there)."""
+    return G > 1 and not (constexprs.get("HAS_BIAS") or constexprs.get("HAS_MASK"))
+
+
 def _stages(tiles: Tiles, constexprs: dict) -> int:
     """Pipelining depth: at most 2 with a bias or mask, whose [BLOCK_M, BLOCK_N] tiles are
     staged in shared memory beside k and v (3 stages at D 128 need 256 KiB; Hopper has 227)."""
@@ -395,7 +402,8 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
         (Hkv, G, Nq, Nk, D, scale * LOG2E, scale, *o_scalars, *q.strides, *k.strides, *v.strides, *do.strides,
          *bhnd_strides(k.shape, layout), *bhnd_strides(v.shape, layout), *o_strides, Nq, Nk),
         (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype)),
-        {**_constexprs(cfg, cfg.dkdv, D, causal, align), **o_const}, num_warps=cfg.dkdv.warps,
+        {**_constexprs(cfg, cfg.dkdv, D, causal, align), **o_const, "HEADS_IN_LOOP": _heads_in_loop(G, o_const)},
+        num_warps=cfg.dkdv.warps,
         num_stages=_stages(cfg.dkdv, o_const),
     )
     dq = Launch(
@@ -496,7 +504,8 @@ def varlen_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySp
         (Hkv, G, *common, *_packed(row_major_strides((Tk, Hkv, D))), *_packed(row_major_strides((Tk, Hkv, D))),
          *o_strides, Tq, Tk),
         (Buffer("dk", (Tk, Hkv, D), k.dtype), Buffer("dv", (Tk, Hkv, D), v.dtype)),
-        {**_constexprs(cfg, cfg.dkdv, D, causal, align), **o_const}, num_warps=cfg.dkdv.warps,
+        {**_constexprs(cfg, cfg.dkdv, D, causal, align), **o_const, "HEADS_IN_LOOP": _heads_in_loop(G, o_const)},
+        num_warps=cfg.dkdv.warps,
         num_stages=_stages(cfg.dkdv, o_const),
     )
     dq = Launch(
