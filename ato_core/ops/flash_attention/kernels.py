@@ -828,6 +828,7 @@ def fa_bwd_dkdv_kernel(
     else:
         for g in range(0, G):
             hq = hk * G + g
+            bhq = (b * Hkv + hk) * G + g  # (b * Hq + hq)
             slope2 = _slope(SLOPES, b, hq, s_ab, s_ah, nseq, ALIBI, VARLEN)
             bias_h = BIAS + b * sbb + hq * sbh
             mask_h = AMASK + b * smb + hq * smh
@@ -837,24 +838,15 @@ def fa_bwd_dkdv_kernel(
                 rows_base = hq * Tq + q_row0
             else:
                 rows_base = ((b * Hkv + hk) * G + g) * Nq
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, m0, m1, Nq,
-                                  q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
-                                  b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
-                                  BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                                  ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, (b * Hkv + hk) * G + g, first,
-                                  DROP_THR, DROP_SCALE, DROPOUT)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, u0, u1, Nq,
-                                  q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
-                                  b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
-                                  BLOCK_M, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW,
-                                  SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, (b * Hkv + hk) * G + g, first,
-                                  DROP_THR, DROP_SCALE, DROPOUT)
-            dk, dv = _dkdv_blocks(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, e0, e1, Nq,
-                                  q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG,
-                                  b, sqsb, sqsn, sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk,
-                                  BLOCK_M, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                                  ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, (b * Hkv + hk) * G + g, first,
-                                  DROP_THR, DROP_SCALE, DROPOUT)
+            for r in tl.static_range(3):  # the masked, unmasked and masked ranges
+                lo = m0 if r == 0 else (u0 if r == 1 else e0)
+                hi = m1 if r == 0 else (u1 if r == 1 else e1)
+                dk, dv = _dkdv_blocks(
+                    dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + rows_base, DELTA + rows_base, offs_n, lo, hi, Nq, q_len,
+                    shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg, QSEG, b, sqsb, sqsn,
+                    sqn, sdn, bias_h, mask_h, sbi, sbj, smi, smj, Nk, BLOCK_M, r != 1, CAUSAL, EVEN_D, PRECISION,
+                    ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bhq, first, DROP_THR,
+                    DROP_SCALE, DROPOUT)
     if KV_LENS:
         kv = (offs_n < kv_len)[:, None]
         dk = tl.where(kv, dk, 0.0)
