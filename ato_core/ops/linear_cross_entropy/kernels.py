@@ -11,12 +11,13 @@ its gradient. Under vocabulary parallelism each device computes the partials of 
 columns and the gathered partials merge exactly like a device's own splits.
 
 The backward recomputes the logits, in chunks of the vocabulary (bounded memory: one chunk
-of dlogits, [T, C] in x's dtype, and dx's fp32 sum [T, H]): per chunk ``lce_dlogits_kernel``
-writes dlogits = (softmax * (1 + 2 z_loss lse) - eps / V_total - (1 - eps) onehot) * factor
-(times 1 - tanh^2 with a softcap), and once more transposed (each matmul then reads its
-operand with the reduction axis contiguous, the fast layout); ``lce_dw_kernel`` writes the chunk's rows of dweight
-(``lce_dbias_kernel`` those of dbias), complete, reducing over all T in one program; ``lce_dx_kernel`` adds the
-chunk's dlogits @ weight to dx's sum. Every sum has one fixed order: bitwise reproducible,
+of dlogits, [T, C] in x's dtype, x transposed once, and dx's fp32 sum [T, H]): per chunk
+``lce_dlogits_kernel`` writes dlogits = (softmax * (1 + 2 z_loss lse) - eps / V_total - (1 -
+eps) onehot) * factor (times 1 - tanh^2 with a softcap); ``lce_dw_kernel`` writes the chunk's
+rows of dweight as (x^T dlogits)^T (``lce_dbias_kernel`` those of dbias), complete, reducing
+over all T in one program; ``lce_dx_kernel`` adds the chunk's dlogits @ weight to dx's sum.
+Every matmul reads its first operand with the reduction axis contiguous (the fast layout on
+sm_90): hence x^T, written once by ``lce_transpose_kernel``. Every sum has one fixed order: bitwise reproducible,
 no atomics. Four matmuls in all (the forward's and three in the backward), as Cut
 Cross-Entropy; the measurements: benchmarks/results/README.md (linear_cross_entropy).
 """
@@ -170,25 +171,22 @@ def lce_merge_kernel(
         tl.store(ZROW + rows, tl.where(valid, tl.where(in_range, zrow, nan), 0.0), mask=rmask)
 
 
-@kernel(inputs=9, outputs=2)
+@kernel(inputs=8, outputs=1)
 def lce_dlogits_kernel(
-    X, W, BIAS, TARGETS, LSE, SCALE, DLOSS, D_IN, DT_IN,
-    T, V, H, v0, C, t_stride, inv_v, smoothing, z_loss, cap, inv_cap,
-    D, DT,
+    X, W, BIAS, TARGETS, LSE, SCALE, DLOSS, D_IN,
+    T, V, H, v0, C, inv_v, smoothing, z_loss, cap, inv_cap,
+    D,
     BT: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, EVEN_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr, ZLOSS: tl.constexpr,
     PER_ROW: tl.constexpr, IEEE: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (cdiv(T, BT) * cdiv(C, BV),). D [T, C] (x's dtype): the gradient of the logits of
-    columns v0 + [0, C) (0 beyond V), for dloss DLOSS (PER_ROW: [T], else a scalar) times each
-    row's SCALE; DT [C, t_stride] the same transposed (rows padded to t_stride), which the
-    dweight matmul reads with its reduction axis contiguous. TARGETS are column indices of the
-    whole weight (this device's, under vocabulary parallelism: shifted by its first column).
-    D_IN, DT_IN: their memory (the previous chunk's, overwritten; not read). ALIGN divides
-    H, C and t_stride."""
+    columns v0 + [0, C) (those past V: unused values), for dloss DLOSS (PER_ROW: [T], else a scalar) times each
+    row's SCALE. TARGETS are column indices of the whole weight (this device's, under
+    vocabulary parallelism: shifted by its first column). D_IN: D's memory (the previous
+    chunk's, overwritten; not read). ALIGN divides H and C."""
     H = aligned(H, ALIGN)
     C = aligned(C, ALIGN)
-    t_stride = aligned(t_stride, ALIGN)
     tb, cb = _swizzle(tl.program_id(0), tl.cdiv(T, BT), GROUP, tl.cdiv(C, BV))
     rows = tb.to(tl.int64) * BT + tl.arange(0, BT)
     local = cb.to(tl.int64) * BV + tl.arange(0, BV)
@@ -211,75 +209,93 @@ def lce_dlogits_kernel(
     g *= f[:, None]
     if SOFTCAP:
         g *= 1.0 - th * th
-    g = g.to(D.dtype.element_ty)
-    mask = rmask[:, None] & (local[None, :] < C) & (cols[None, :] < V)
-    tl.store(D + rows[:, None] * C + local[None, :], g, mask=mask)
-    tl.store(DT + local[:, None] * t_stride + rows[None, :], tl.trans(g), mask=tl.trans(mask))
+    # columns past V (the last chunk's padding) are written too: their values (of logits 0) are
+    # never used, and a mask on V would stop the stores vectorising
+    tl.store(D + rows[:, None] * C + local[None, :], g.to(D.dtype.element_ty),
+             mask=rmask[:, None] & (local[None, :] < C))
+
+
+@kernel(inputs=1, outputs=1)
+def lce_transpose_kernel(
+    X,
+    T, H, t_stride,
+    XT,
+    BT: tl.constexpr, BH: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (cdiv(T, BT) * cdiv(H, BH),). XT [H, t_stride] = X [T, H] transposed (rows padded
+    to t_stride, the padding not written). ALIGN divides H and t_stride."""
+    H = aligned(H, ALIGN)
+    t_stride = aligned(t_stride, ALIGN)
+    n_h = tl.cdiv(H, BH)
+    rows = (tl.program_id(0) // n_h).to(tl.int64) * BT + tl.arange(0, BT)
+    cols = (tl.program_id(0) % n_h).to(tl.int64) * BH + tl.arange(0, BH)
+    mask = (rows < T)[:, None] & (cols < H)[None, :]
+    tile = tl.load(X + rows[:, None] * H + cols[None, :], mask=mask, other=0.0)
+    tl.store(XT + cols[:, None] * t_stride + rows[None, :], tl.trans(tile), mask=tl.trans(mask))
 
 
 @kernel(inputs=3, outputs=1)
 def lce_dw_kernel(
-    DT, X, DW_IN,
+    XT, D, DW_IN,
     T, V, H, v0, C, t_stride,
     DW,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN_T: tl.constexpr, IEEE: tl.constexpr,
     ALIGN: tl.constexpr,
 ):
-    """Grid (cdiv(C, BM) * cdiv(H, BN),). Rows v0 + [0, C) of DW [V, H] (weight's dtype) = D^T X
-    (DT [C, t_stride]: D transposed), summed over all T in one program. DW_IN: the same memory
-    (written by the other chunks). ALIGN divides H, C and t_stride."""
+    """Grid (cdiv(H, BM) * cdiv(C, BN),). Rows v0 + [0, C) of DW [V, H] (weight's dtype) =
+    (XT D)^T (XT [H, t_stride]: x transposed; D [T, C]: the chunk's dlogits), summed over all
+    T in one program; a tile of H x C, stored transposed. DW_IN: the same memory (written by
+    the other chunks). ALIGN divides H, C and t_stride."""
     H = aligned(H, ALIGN)
     C = aligned(C, ALIGN)
     t_stride = aligned(t_stride, ALIGN)
     pid = tl.program_id(0)
-    n_h = tl.cdiv(H, BN)
-    mb = pid // n_h
-    nb = pid % n_h
-    local = mb.to(tl.int64) * BM + tl.arange(0, BM)
-    cols_h = nb.to(tl.int64) * BN + tl.arange(0, BN)
+    n_c = tl.cdiv(C, BN)
+    hs = (pid // n_c).to(tl.int64) * BM + tl.arange(0, BM)
+    local = (pid % n_c).to(tl.int64) * BN + tl.arange(0, BN)
     kk = tl.arange(0, BK).to(tl.int64)
-    cmask = (local < C) & (v0 + local < V)
-    hmask = cols_h < H
-    dp = DT + local[:, None] * t_stride + kk[None, :]  # [BM, BK]
-    xp = X + kk[:, None] * H + cols_h[None, :]        # [BK, BN]
+    # D's columns past V (v0 + local >= V) hold stale values: they reach only dweight columns
+    # the store leaves out, and a load mask on V would stop the loads vectorising
+    dmask = local < C
+    hmask = hs < H
+    xp = XT + hs[:, None] * t_stride + kk[None, :]  # [BM, BK]
+    dp = D + kk[:, None] * C + local[None, :]       # [BK, BN]
     acc = tl.zeros([BM, BN], tl.float32)
     for k0 in range(0, T, BK):
         if EVEN_T:
-            d = tl.load(dp, mask=cmask[:, None], other=0.0)
-            xv = tl.load(xp, mask=hmask[None, :], other=0.0)
+            xv = tl.load(xp, mask=hmask[:, None], other=0.0)
+            d = tl.load(dp, mask=dmask[None, :], other=0.0)
         else:
             km = (k0 + kk) < T
-            d = tl.load(dp, mask=cmask[:, None] & km[None, :], other=0.0)
-            xv = tl.load(xp, mask=km[:, None] & hmask[None, :], other=0.0)
-        acc = _dot(d, xv, acc, IEEE)
-        dp += BK
-        xp += BK * H
-    rows = v0 + local
-    tl.store(DW + rows[:, None] * H + cols_h[None, :], acc.to(DW.dtype.element_ty),
-             mask=cmask[:, None] & hmask[None, :])
+            xv = tl.load(xp, mask=hmask[:, None] & km[None, :], other=0.0)
+            d = tl.load(dp, mask=km[:, None] & dmask[None, :], other=0.0)
+        acc = _dot(xv, d, acc, IEEE)
+        xp += BK
+        dp += BK * C
+    tl.store(DW + (v0 + local)[None, :] * H + hs[:, None], acc.to(DW.dtype.element_ty),
+             mask=hmask[:, None] & (dmask & (v0 + local < V))[None, :])
 
 
 @kernel(inputs=2, outputs=1)
 def lce_dbias_kernel(
-    DT, DB_IN,
-    T, V, v0, C, t_stride,
+    D, DB_IN,
+    T, V, v0, C,
     DB,
     BLOCK_C: tl.constexpr, BLOCK_T: tl.constexpr, ALIGN: tl.constexpr,
 ):
-    """Grid (cdiv(C, BLOCK_C),). DB[v0 + [0, C)] (bias's dtype) = the column sums of D (rows of
-    DT [C, t_stride]), over T in order. A kernel of its own: summing the tiles the dweight
-    matmul loads, in the same loop, gave wrong dweight on an H100 (Triton 3.6; see
-    benchmarks/results/README.md, linear_cross_entropy). DB_IN: DB's memory. ALIGN divides
-    t_stride."""
-    t_stride = aligned(t_stride, ALIGN)
+    """Grid (cdiv(C, BLOCK_C),). DB[v0 + [0, C)] (bias's dtype) = the column sums of D [T, C],
+    over T in order. A kernel of its own: summing the tiles the dweight matmul loads, in the
+    same loop, gave wrong dweight on an H100 (Triton 3.6; see benchmarks/results/README.md,
+    linear_cross_entropy). DB_IN: DB's memory. ALIGN divides C."""
+    C = aligned(C, ALIGN)
     local = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = (local < C) & (v0 + local < V)
-    tt = tl.arange(0, BLOCK_T)
-    acc = tl.zeros([BLOCK_C, BLOCK_T], tl.float32)
+    tt = tl.arange(0, BLOCK_T).to(tl.int64)
+    acc = tl.zeros([BLOCK_T, BLOCK_C], tl.float32)
     for t0 in range(0, T, BLOCK_T):
-        acc += tl.load(DT + local[:, None] * t_stride + (t0 + tt)[None, :],
-                       mask=cmask[:, None] & ((t0 + tt) < T)[None, :], other=0.0).to(tl.float32)
-    tl.store(DB + v0 + local, tl.sum(acc, 1).to(DB.dtype.element_ty), mask=cmask)
+        acc += tl.load(D + (t0 + tt)[:, None] * C + local[None, :],
+                       mask=((t0 + tt) < T)[:, None] & cmask[None, :], other=0.0).to(tl.float32)
+    tl.store(DB + v0 + local, tl.sum(acc, 0).to(DB.dtype.element_ty), mask=cmask)
 
 
 @kernel(inputs=3, outputs=2)

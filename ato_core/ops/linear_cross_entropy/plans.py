@@ -47,7 +47,7 @@ class Settings(NamedTuple):
 
 
 SETTINGS = Settings(half=Tiles(128, 256, 64, 128, 256, 64, 8, 3), single=Tiles(64, 128, 32, 64, 128, 32, 4, 3),
-                    group=8, programs_per_sm=4, chunk_bytes=128 << 20)
+                    group=8, programs_per_sm=4, chunk_bytes=64 << 20)
 INTERPRETER_TILES = Tiles(16, 32, 16, 16, 32, 16, 4, 1)
 
 
@@ -167,13 +167,12 @@ def forward_plan(x: ArraySpec, weight: ArraySpec, targets: ArraySpec, bias: Opti
 
 def chunk(T: int, V: int, dtype: str, target: Target, settings: Settings) -> int:
     """The backward's vocabulary chunk: a multiple of the logits tile's width, as wide as
-    ``chunk_bytes`` of dlogits (both copies, [T, C] and [C, T]) allows (at least one tile),
-    no wider than V needs."""
+    ``chunk_bytes`` of dlogits ([T, C]) allows (at least one tile), no wider than V needs."""
     tl_ = _tiles(dtype, target, settings)
     if target.interpret:  # two tiles: the CPU tests take several chunks
         width = 2 * tl_.bv
     else:
-        width = max(1, settings.chunk_bytes // (2 * max(T, 1) * itemsize(dtype))) // tl_.bv * tl_.bv
+        width = max(1, settings.chunk_bytes // (max(T, 1) * itemsize(dtype))) // tl_.bv * tl_.bv
     return min(max(width, tl_.bv), cdiv(V, tl_.bv) * tl_.bv)
 
 
@@ -196,25 +195,25 @@ def backward_plan(x: ArraySpec, weight: ArraySpec, targets: ArraySpec, bias: Opt
     ieee = x.dtype == "float32"
     per_row = dloss.ndim >= 1
     bias_in = "bias" if bias is not None else "x"
-    launches = []
-    t_stride = cdiv(T, 16) * 16  # (DT's rows 16-element aligned)
+    t_stride = cdiv(T, 16) * 16  # (x^T's rows 16-element aligned)
     align = alignment(H, C, t_stride)  # (the backward's arrays have rows of H, C and t_stride)
+    launches = [Launch(kern.lce_transpose_kernel, (cdiv(T, 64) * cdiv(H, 64),), ("x",), (T, H, t_stride),
+                       (Buffer("xt", (H, t_stride), x.dtype),), {"BT": 64, "BH": 64, "ALIGN": align}, num_warps=4)]
     for i in range(n_chunks):
         v0 = i * C
-        prev = (f"d{i - 1}", f"dt{i - 1}") if i else ("lse", "lse")
+        prev = f"d{i - 1}" if i else "lse"
         launches.append(Launch(
             kern.lce_dlogits_kernel, (cdiv(T, tl_.bt) * cdiv(C, tl_.bv),),
-            ("x", "weight", bias_in, "targets", "lse", "scale", "dloss", *prev),
-            (T, V, H, v0, C, t_stride, 1.0 / v_total, float(label_smoothing), float(z_loss), *cap),
-            (Buffer(f"d{i}", (T, C), x.dtype, alias=prev[0] if i else None),
-             Buffer(f"dt{i}", (C, t_stride), x.dtype, alias=prev[1] if i else None)),
+            ("x", "weight", bias_in, "targets", "lse", "scale", "dloss", prev),
+            (T, V, H, v0, C, 1.0 / v_total, float(label_smoothing), float(z_loss), *cap),
+            (Buffer(f"d{i}", (T, C), x.dtype, alias=prev if i else None),),
             {"BT": tl_.bt, "BV": tl_.bv, "BK": tl_.bk, "GROUP": settings.group, "EVEN_K": H % tl_.bk == 0,
              "HAS_BIAS": bias is not None, "SOFTCAP": softcap is not None, "SMOOTH": label_smoothing > 0,
              "ZLOSS": z_loss > 0, "PER_ROW": per_row, "IEEE": ieee, "ALIGN": align},
             num_warps=tl_.warps, num_stages=tl_.stages))
         dw_prev = f"dw{i - 1}" if i else "lse"
         launches.append(Launch(
-            kern.lce_dw_kernel, (cdiv(C, tl_.bm) * cdiv(H, tl_.bn),), (f"dt{i}", "x", dw_prev),
+            kern.lce_dw_kernel, (cdiv(H, tl_.bm) * cdiv(C, tl_.bn),), ("xt", f"d{i}", dw_prev),
             (T, V, H, v0, C, t_stride),
             (Buffer(f"dw{i}", tuple(weight.shape), weight.dtype, alias=dw_prev if i else None),),
             {"BM": tl_.bm, "BN": tl_.bn, "BK": tl_.bk2, "EVEN_T": T % tl_.bk2 == 0, "IEEE": ieee, "ALIGN": align},
@@ -222,7 +221,7 @@ def backward_plan(x: ArraySpec, weight: ArraySpec, targets: ArraySpec, bias: Opt
         if bias is not None:
             db_prev = f"db{i - 1}" if i else "lse"
             launches.append(Launch(
-                kern.lce_dbias_kernel, (cdiv(C, 16),), (f"dt{i}", db_prev), (T, V, v0, C, t_stride),
+                kern.lce_dbias_kernel, (cdiv(C, 16),), (f"d{i}", db_prev), (T, V, v0, C),
                 (Buffer(f"db{i}", (V,), bias.dtype, alias=db_prev if i else None),),
                 {"BLOCK_C": 16, "BLOCK_T": 256, "ALIGN": align}, num_warps=4))
         first, last = i == 0, i == n_chunks - 1
@@ -238,7 +237,7 @@ def backward_plan(x: ArraySpec, weight: ArraySpec, targets: ArraySpec, bias: Opt
              "EVEN_C": C % tl_.bk2 == 0 and v0 + C <= V, "FIRST": first, "LAST": last, "IEEE": ieee, "ALIGN": align},
             num_warps=tl_.warps, num_stages=tl_.stages))
     last = n_chunks - 1
-    results = ("dx", f"dw{last}", f"db{last}" if bias is not None else f"dt{last}")  # (no bias: not returned)
+    results = ("dx", f"dw{last}", f"db{last}" if bias is not None else f"d{last}")  # (no bias: not returned)
     return Plan(tuple(launches), results, dense=("x", "weight", "targets", "bias", "dloss"))
 
 
