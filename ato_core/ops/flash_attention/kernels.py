@@ -150,6 +150,25 @@ def _pair_terms(s, visible, BIAS, AMASK, qrows, kcols, sbi, sbj, smi, smj, Nq, N
 
 
 @triton.jit
+def _pair_keys(start_n, offs_n, BLOCK_N: tl.constexpr):
+    """Keys start_n + offs_n of a query block's tile for its bias and mask tiles, written as
+    start_n // BLOCK_N * BLOCK_N + offs_n so that the compiler sees the tile start at a multiple
+    of BLOCK_N and loads them in vectors (a multiple_of hint on a loop variable is dropped). The
+    same keys: with a bias or a mask every tile is masked (DENSE) and the masked ranges start at
+    multiples of BLOCK_N (_key_ranges, _segment_ranges); the interpreter's tests check it."""
+    return start_n // BLOCK_N * BLOCK_N + offs_n
+
+
+@triton.jit
+def _pair_aligned(sbb, sbh, sbi, smb, smh, smi, Nk, PAIR_ALIGN: tl.constexpr):
+    """The bias's and mask's strides but the keys' and Nk declared multiples of PAIR_ALIGN (the
+    plan's, from their values), so that their [BLOCK_M, BLOCK_N] tiles load in 16-byte vectors
+    along the keys: a mask on keys < Nk of unknown alignment makes every load one element."""
+    return (aligned(sbb, PAIR_ALIGN), aligned(sbh, PAIR_ALIGN), aligned(sbi, PAIR_ALIGN), aligned(smb, PAIR_ALIGN),
+            aligned(smh, PAIR_ALIGN), aligned(smi, PAIR_ALIGN), aligned(Nk, PAIR_ALIGN))
+
+
+@triton.jit
 def _segment_ids(SEG, b, sb, sn, idx, n, other, SEGMENTS: tl.constexpr):
     """Segment ids of positions idx (< n) of batch b (``other`` past n; 0 without SEGMENTS)."""
     if SEGMENTS:
@@ -253,7 +272,8 @@ def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len
             kseg = _segment_ids(KSEG, b, sksb, sksn, keys, Nk, -1, SEGMENTS)
             visible = _visible(offs_m[:, None], keys[None, :], kv_len, lo_shift, hi_shift, qseg[:, None],
                                kseg[None, :], True, CAUSAL, WINDOW, SEGMENTS)
-            s, visible = _pair_terms(s, visible, BIAS, AMASK, offs_m[:, None], keys[None, :], sbi, sbj, smi, smj, Nq,
+            kpair = _pair_keys(start_n, offs_n, BLOCK_N)
+            s, visible = _pair_terms(s, visible, BIAS, AMASK, offs_m[:, None], kpair[None, :], sbi, sbj, smi, smj, Nq,
                                      Nk, HAS_BIAS, HAS_MASK)
             s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -529,6 +549,7 @@ def fa_fwd_kernel(
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
     HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False, DROPOUT: tl.constexpr = False,
     SEED_WORDS: tl.constexpr = 0, DROP_THR: tl.constexpr = 0, DROP_SCALE: tl.constexpr = 1.0,
+    PAIR_ALIGN: tl.constexpr = 1,
 ):
     """Grid (query blocks, B*Hq). o[rows] and lse[rows] of one query block of one head (with
     SOFTCAP or ALIBI also LSE2, the base-2 lse the backward reads; +inf for no key).
@@ -536,6 +557,7 @@ def fa_fwd_kernel(
     = cap * log2(e). Causal: the last query blocks (the most keys) run first. VARLEN: grid
     (query blocks of max_seqlen_q, (B + 1) * Hq), q, k, v, o packed ([T, H, D], batch strides
     0), lse [Hq, Tq]; slot B fills the rows outside every sequence (_unwritten)."""
+    sbb, sbh, sbi, smb, smh, smi, Nk = _pair_aligned(sbb, sbh, sbi, smb, smh, smi, Nk, PAIR_ALIGN)
     (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift, hi_shift,
      slope2, qseg, start, full_start, full_end, end, q_row0, k_row0) = _query_program(
         QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn, sksb, sksn,
@@ -769,7 +791,7 @@ def fa_bwd_dkdv_kernel(
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
     HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False, DROPOUT: tl.constexpr = False,
     SEED_WORDS: tl.constexpr = 0, DROP_THR: tl.constexpr = 0, DROP_SCALE: tl.constexpr = 1.0,
-    HEADS_IN_LOOP: tl.constexpr = False,
+    HEADS_IN_LOOP: tl.constexpr = False, PAIR_ALIGN: tl.constexpr = 1,
 ):
     """Grid (key blocks, B*Hkv). dk, dv of one key block, summed over the G query heads of
     its kv head. The query blocks split into the band's boundaries (masked), those that see the
@@ -777,6 +799,7 @@ def fa_bwd_dkdv_kernel(
     HEADS_IN_LOOP (G > 1) each range's (head, block) pairs in one loop (a loop over heads
     around the three ranges' loops held 1672 bytes of stack a thread at G 4 on sm_90, 40 so).
     VARLEN: as fa_fwd_kernel, grid (key blocks of max_seqlen_k, (B + 1) * Hkv)."""
+    sbb, sbh, sbi, smb, smh, smi, Nk = _pair_aligned(sbb, sbh, sbi, smb, smh, smi, Nk, PAIR_ALIGN)
     bh, b, hk, D, first, offs_c = _block_tile(Hkv, D, BLOCK_N, ALIGN)  # a key block
     offs_n = first + offs_c
     offs_r = tl.arange(0, BLOCK_M)
@@ -884,7 +907,8 @@ def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, k
             kseg = _segment_ids(KSEG, b, sksb, sksn, keys, Nk, -1, SEGMENTS)
             visible = _visible(offs_m[:, None], keys[None, :], kv_len, lo_shift, hi_shift, qseg[:, None],
                                kseg[None, :], True, CAUSAL, WINDOW, SEGMENTS)
-            s, visible = _pair_terms(s, visible, BIAS, AMASK, offs_m[:, None], keys[None, :], sbi, sbj, smi, smj, Nq,
+            kpair = _pair_keys(start_n, offs_n, BLOCK_N)
+            s, visible = _pair_terms(s, visible, BIAS, AMASK, offs_m[:, None], kpair[None, :], sbi, sbj, smi, smj, Nq,
                                      Nk, HAS_BIAS, HAS_MASK)
             p = tl.where(visible, tl.math.exp2(s - lse2[:, None]), 0.0)
         else:
@@ -956,9 +980,11 @@ def fa_bwd_dq_kernel(
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
     HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False, DROPOUT: tl.constexpr = False,
     SEED_WORDS: tl.constexpr = 0, DROP_THR: tl.constexpr = 0, DROP_SCALE: tl.constexpr = 1.0,
+    PAIR_ALIGN: tl.constexpr = 1,
 ):
     """Grid (query blocks, B*Hq). dq of one query block, over the keys it sees (causal: the
     last blocks first). VARLEN: as fa_fwd_kernel."""
+    sbb, sbh, sbi, smb, smh, smi, Nk = _pair_aligned(sbb, sbh, sbi, smb, smh, smi, Nk, PAIR_ALIGN)
     (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift, hi_shift,
      slope2, qseg, start, full_start, full_end, end, q_row0, k_row0) = _query_program(
         QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn, sksb, sksn,

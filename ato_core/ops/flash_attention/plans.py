@@ -13,7 +13,7 @@ from typing import NamedTuple, Optional, Tuple
 
 from ato_core import checks
 from . import kernels as kern
-from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, optional_output,
+from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, optional_output,
                              row_alignment, row_major_strides)
 from ato_core.layout import LAYOUTS, as_bhnd, axes, bhnd_strides, check_layout, laid_out  # noqa: F401
 from ato_core.target import Target
@@ -314,13 +314,16 @@ def _option_launch(opts: Options, arrays: dict, causal: bool, scale: float, B: i
     scalars = (far if left is None else left, far if right is None else right,
                scale / cap if cap else 0.0, cap * LOG2E if cap else 0.0)
     pairs = tuple(st for n in ("bias", "mask") for st in pair_strides(n, arrays.get(n), (B, Hq, Nq, Nk)))
+    # what the bias and mask tiles' 16-byte loads along the keys need to be declared (kernels._pair_aligned)
+    pair_align = alignment(Nk, *pairs[:3], *pairs[4:7]) if arrays.get("bias") is not None or \
+        arrays.get("mask") is not None else 1
     thr, drop_scale = dropout_threshold(opts.dropout_p)
     constexprs = {"WINDOW": window, "SOFTCAP": cap is not None, "ALIBI": slopes is not None,
                   "Q_LENS": arrays.get("q_lengths") is not None, "KV_LENS": arrays.get("kv_lengths") is not None,
                   "SEGMENTS": qseg is not None, "HAS_BIAS": arrays.get("bias") is not None,
                   "HAS_MASK": arrays.get("mask") is not None, "DROPOUT": dropout,
                   "SEED_WORDS": 0 if seed is None else (1 if tuple(seed.shape) == () else 2), "DROP_THR": thr,
-                  "DROP_SCALE": drop_scale}
+                  "DROP_SCALE": drop_scale, "PAIR_ALIGN": pair_align}
     tail = (*alibi_strides, *seg_strides, *pairs, int(opts.seed or 0) if dropout else 0)
     return inputs, scalars, tail, constexprs
 
