@@ -196,7 +196,8 @@ def test_streaming_kernels_move_vectors(name, plan, inputs, tmp_path, monkeypatc
 # on a bound of unknown alignment along the contiguous axis (keys < Nk, v0 + c < V), or a tile
 # start the compiler cannot see is a multiple of the tile, splits every access into elements.
 TILE_VECTORS = [("flash_attention options", "fa_fwd_kernel"), ("flash_attention options bwd", "fa_bwd_dq_kernel"),
-                ("flash_attention options bwd", "fa_bwd_dkdv_kernel"),
+                ("flash_attention options bwd", "fa_bwd_dkdv_kernel"), ("flash_attention bias", "fa_fwd_kernel"),
+                ("flash_attention bias bwd", "fa_bwd_dq_kernel"), ("flash_attention bias bwd", "fa_bwd_dkdv_kernel"),
                 ("linear_cross_entropy bwd", "lce_dlogits_kernel"), ("linear_cross_entropy bwd", "lce_dw_kernel")]
 
 
