@@ -233,6 +233,7 @@ OPTION_CASES = {
                                       segments=3)),
     "bias": (2, 2, 1, 37, 45, 16, dict(bias="full")),
     "bias_broadcast_causal": (1, 4, 2, 45, 60, 24, dict(bias="heads_keys", causal=True)),
+    "bias_per_head_batch3": (3, 4, 2, 40, 45, 16, dict(bias="heads_keys")),  # batches inner on the grid
     "mask_pairs_causal": (2, 2, 2, 41, 41, 16, dict(mask="pairs", causal=True)),
     "mask_full_nq_gt_nk": (2, 4, 2, 50, 21, 16, dict(mask="full")),
     "bias_mask_window_softcap_alibi": (2, 4, 2, 45, 50, 16, dict(bias="full", mask="full", window=(9, 3),

@@ -5,7 +5,7 @@ could not see were multiples of BLOCK_N), A/B in one process: B4 H32 N4096 D128 
 forward and forward+backward, plain causal beside them (us, do_bench medians, 3 alternating
 rounds); o and the gradients against OLD's (relative L2). With --memcheck instead: odd shapes
 against the float64 reference (bias broadcast and full, masks, with a window, lengths and
-segment ids), for a run under compute-sanitizer. Not a test. On the GPU machine:
+segment ids, a per-head bias shared by the batch), for a run under compute-sanitizer. Not a test. On the GPU machine:
     python3 benchmarks/experiments/2026-11-26_flash_pair_vectors.py .ab_old .
     compute-sanitizer --tool memcheck python3 benchmarks/experiments/2026-11-26_flash_pair_vectors.py --memcheck
 """
@@ -23,7 +23,8 @@ if sys.argv[1] == "--memcheck":
     for B, Hq, Hkv, Nq, Nk, D, kw in [(2, 4, 2, 200, 333, 128, dict(causal=True, bias="full")),
                                       (1, 4, 1, 129, 250, 64, dict(bias="rows", mask=True)),
                                       (2, 4, 2, 300, 300, 80, dict(causal=True, mask=True, window_size=(50, None))),
-                                      (2, 2, 2, 190, 190, 128, dict(bias="full", segments=True, lengths=True))]:
+                                      (2, 2, 2, 190, 190, 128, dict(bias="full", segments=True, lengths=True)),
+                                      (3, 4, 2, 150, 170, 64, dict(causal=True, bias="heads"))]:
         g = torch.Generator(device="cuda").manual_seed(Nq)
         q = torch.randn(B, Hq, Nq, D, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
         k, v = (torch.randn(B, Hkv, Nk, D, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
@@ -31,6 +32,8 @@ if sys.argv[1] == "--memcheck":
         opts = {n: kw[n] for n in ("causal", "window_size") if n in kw}
         if kw.get("bias") == "full":
             opts["bias"] = torch.randn(B, Hq, Nq, Nk, device="cuda", generator=g).to(torch.bfloat16)
+        elif kw.get("bias") == "heads":  # shared by the batch: batches inner on the grid
+            opts["bias"] = torch.randn(Hq, Nq, Nk, device="cuda", generator=g).to(torch.bfloat16)
         elif kw.get("bias") == "rows":
             opts["bias"] = torch.randn(Nq, Nk, device="cuda", generator=g).to(torch.bfloat16)
         if kw.get("mask"):

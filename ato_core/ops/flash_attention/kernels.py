@@ -337,16 +337,33 @@ def _query_block(CAUSAL: tl.constexpr):
 
 
 @triton.jit
+def _batch_inner(H):
+    """(bh = b * H + h, b (int64), h) of a program on axis 1 of a (blocks, B * H) grid whose
+    batches run inner (BATCH_INNER), so that the B programs of a head run together and share its
+    bias or mask tiles in L2 (an array broadcast over the batch). Else heads run inner."""
+    p = tl.program_id(1)
+    nb = tl.num_programs(1) // H
+    b = (p % nb).to(tl.int64)
+    h = p // nb
+    return b * H + h, b, h
+
+
+@triton.jit
 def _query_tile(Hq, G, D, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
-                ALIGN: tl.constexpr):
-    """The query block and head of a program of grid (query blocks, B*Hq): (bh, b, hq, hk (the
-    kv head, int64), first (its first query row), row, key and head-dim offsets, the head-dim
-    mask)."""
+                ALIGN: tl.constexpr, BATCH_INNER: tl.constexpr = False):
+    """The query block and head of a program of grid (query blocks, B*Hq): (bh = b * Hq + hq,
+    b, hq, hk (the kv head, int64), first (its first query row), row, key and head-dim offsets,
+    the head-dim mask). Axis 1 runs over heads, then batches (BATCH_INNER: batches, then heads;
+    _batch_inner)."""
     pid_m = _query_block(CAUSAL)
-    bh = tl.program_id(1)
-    D = aligned(D, ALIGN)
-    b = (bh // Hq).to(tl.int64)
-    hq = bh % Hq
+    if BATCH_INNER:
+        bh, b, hq = _batch_inner(Hq)
+        D = aligned(D, ALIGN)
+    else:
+        bh = tl.program_id(1)
+        D = aligned(D, ALIGN)
+        b = (bh // Hq).to(tl.int64)
+        hq = bh % Hq
     hk = (hq // G).to(tl.int64)
     offs_d = tl.arange(0, BD)
     return (bh, b, hq.to(tl.int64), hk, pid_m * BLOCK_M, tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N), offs_d,
@@ -354,14 +371,19 @@ def _query_tile(Hq, G, D, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.c
 
 
 @triton.jit
-def _block_tile(H, D, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
-    """A program of grid (blocks, B*H), in launch order: (bh, b, h (int64), D carrying its
-    alignment, the first row of its block, the block's row offsets)."""
+def _block_tile(H, D, BLOCK: tl.constexpr, ALIGN: tl.constexpr, BATCH_INNER: tl.constexpr = False):
+    """A program of grid (blocks, B*H), in launch order (BATCH_INNER: _batch_inner): (bh, b, h
+    (int64), D carrying its alignment, the first row of its block, the block's row offsets)."""
     pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    D = aligned(D, ALIGN)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    if BATCH_INNER:
+        bh, b, h = _batch_inner(H)
+        D = aligned(D, ALIGN)
+        h = h.to(tl.int64)
+    else:
+        bh = tl.program_id(1)
+        D = aligned(D, ALIGN)
+        b = (bh // H).to(tl.int64)
+        h = (bh % H).to(tl.int64)
     return bh, b, h, D, pid * BLOCK, tl.arange(0, BLOCK)
 
 
@@ -513,10 +535,12 @@ def _query_options(QLEN, KVLEN, SLOPES, QSEG, KSEG, b, hq, Nq, Nk, Tq, Tk, nseq,
 def _query_program(QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn,
                    sksb, sksn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BD: tl.constexpr, CAUSAL: tl.constexpr,
                    ALIGN: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, Q_LENS: tl.constexpr,
-                   KV_LENS: tl.constexpr, SEGMENTS: tl.constexpr, VARLEN: tl.constexpr, DENSE: tl.constexpr):
+                   KV_LENS: tl.constexpr, SEGMENTS: tl.constexpr, VARLEN: tl.constexpr, DENSE: tl.constexpr,
+                   BATCH_INNER: tl.constexpr = False):
     """A query-block program of the forward or dq: _query_tile, its rows, the number of
     sequences of a varlen grid ((B + 1) * Hq programs on axis 1) and _query_options."""
-    bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
+    bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN,
+                                                                      BATCH_INNER)
     offs_m = first + offs_r
     nseq = tl.num_programs(1) // Hq - 1
     q_len, kv_len, shift, lo_shift, hi_shift, slope2, qseg, start, full_start, full_end, end, q_row0, k_row0 = \
@@ -549,7 +573,7 @@ def fa_fwd_kernel(
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
     HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False, DROPOUT: tl.constexpr = False,
     SEED_WORDS: tl.constexpr = 0, DROP_THR: tl.constexpr = 0, DROP_SCALE: tl.constexpr = 1.0,
-    PAIR_ALIGN: tl.constexpr = 1,
+    PAIR_ALIGN: tl.constexpr = 1, BATCH_INNER: tl.constexpr = False,
 ):
     """Grid (query blocks, B*Hq). o[rows] and lse[rows] of one query block of one head (with
     SOFTCAP or ALIBI also LSE2, the base-2 lse the backward reads; +inf for no key).
@@ -561,7 +585,8 @@ def fa_fwd_kernel(
     (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift, hi_shift,
      slope2, qseg, start, full_start, full_end, end, q_row0, k_row0) = _query_program(
         QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn, sksb, sksn,
-        BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN, HAS_BIAS or HAS_MASK)
+        BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN, HAS_BIAS or HAS_MASK,
+        BATCH_INNER)
     n_store = _stored(Nq, q_len, VARLEN)
     q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, q_row0 + first, offs_r, q_row0 + n_store, offs_d, dmask, EVEN_D,
                     ALIGN)
@@ -791,7 +816,7 @@ def fa_bwd_dkdv_kernel(
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
     HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False, DROPOUT: tl.constexpr = False,
     SEED_WORDS: tl.constexpr = 0, DROP_THR: tl.constexpr = 0, DROP_SCALE: tl.constexpr = 1.0,
-    HEADS_IN_LOOP: tl.constexpr = False, PAIR_ALIGN: tl.constexpr = 1,
+    HEADS_IN_LOOP: tl.constexpr = False, PAIR_ALIGN: tl.constexpr = 1, BATCH_INNER: tl.constexpr = False,
 ):
     """Grid (key blocks, B*Hkv). dk, dv of one key block, summed over the G query heads of
     its kv head. The query blocks split into the band's boundaries (masked), those that see the
@@ -800,7 +825,7 @@ def fa_bwd_dkdv_kernel(
     around the three ranges' loops held 1672 bytes of stack a thread at G 4 on sm_90, 40 so).
     VARLEN: as fa_fwd_kernel, grid (key blocks of max_seqlen_k, (B + 1) * Hkv)."""
     sbb, sbh, sbi, smb, smh, smi, Nk = _pair_aligned(sbb, sbh, sbi, smb, smh, smi, Nk, PAIR_ALIGN)
-    bh, b, hk, D, first, offs_c = _block_tile(Hkv, D, BLOCK_N, ALIGN)  # a key block
+    bh, b, hk, D, first, offs_c = _block_tile(Hkv, D, BLOCK_N, ALIGN, BATCH_INNER)  # a key block
     offs_n = first + offs_c
     offs_r = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BD)
@@ -980,7 +1005,7 @@ def fa_bwd_dq_kernel(
     KV_LENS: tl.constexpr = False, SEGMENTS: tl.constexpr = False, VARLEN: tl.constexpr = False,
     HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False, DROPOUT: tl.constexpr = False,
     SEED_WORDS: tl.constexpr = 0, DROP_THR: tl.constexpr = 0, DROP_SCALE: tl.constexpr = 1.0,
-    PAIR_ALIGN: tl.constexpr = 1,
+    PAIR_ALIGN: tl.constexpr = 1, BATCH_INNER: tl.constexpr = False,
 ):
     """Grid (query blocks, B*Hq). dq of one query block, over the keys it sees (causal: the
     last blocks first). VARLEN: as fa_fwd_kernel."""
@@ -988,7 +1013,8 @@ def fa_bwd_dq_kernel(
     (bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask, offs_m, nseq, q_len, kv_len, shift, lo_shift, hi_shift,
      slope2, qseg, start, full_start, full_end, end, q_row0, k_row0) = _query_program(
         QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, Tq, Tk, D, left, right, s_ab, s_ah, sqsb, sqsn, sksb, sksn,
-        BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN, HAS_BIAS or HAS_MASK)
+        BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN, WINDOW, ALIBI, Q_LENS, KV_LENS, SEGMENTS, VARLEN, HAS_BIAS or HAS_MASK,
+        BATCH_INNER)
     offs_m, mmask, q, do, lse2, delta, k_ptrs, v_ptrs = _dq_rows(
         Q, K, V, DO, LSE2, DELTA, b, hq, hk, q_row0, k_row0, _stored(Nq, q_len, VARLEN),
         _lse_rows(bh, hq, Nq, Tq, q_row0, VARLEN), first, offs_r, offs_n, offs_d, dmask, sqb, sqh, sqn, sqd, skb, skh,

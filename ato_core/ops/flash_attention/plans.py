@@ -317,13 +317,17 @@ def _option_launch(opts: Options, arrays: dict, causal: bool, scale: float, B: i
     # what the bias and mask tiles' 16-byte loads along the keys need to be declared (kernels._pair_aligned)
     pair_align = alignment(Nk, *pairs[:3], *pairs[4:7]) if arrays.get("bias") is not None or \
         arrays.get("mask") is not None else 1
+    # a bias or mask per head but shared by the batch: the B programs of a head run together
+    # and read its tiles from L2 (kernels._batch_head)
+    batch_inner = B > 1 and any(arrays.get(n) is not None and pairs[i] == 0 and pairs[i + 1] != 0
+                                for n, i in (("bias", 0), ("mask", 4)))
     thr, drop_scale = dropout_threshold(opts.dropout_p)
     constexprs = {"WINDOW": window, "SOFTCAP": cap is not None, "ALIBI": slopes is not None,
                   "Q_LENS": arrays.get("q_lengths") is not None, "KV_LENS": arrays.get("kv_lengths") is not None,
                   "SEGMENTS": qseg is not None, "HAS_BIAS": arrays.get("bias") is not None,
                   "HAS_MASK": arrays.get("mask") is not None, "DROPOUT": dropout,
                   "SEED_WORDS": 0 if seed is None else (1 if tuple(seed.shape) == () else 2), "DROP_THR": thr,
-                  "DROP_SCALE": drop_scale, "PAIR_ALIGN": pair_align}
+                  "DROP_SCALE": drop_scale, "PAIR_ALIGN": pair_align, "BATCH_INNER": batch_inner}
     tail = (*alibi_strides, *seg_strides, *pairs, int(opts.seed or 0) if dropout else 0)
     return inputs, scalars, tail, constexprs
 
