@@ -3,10 +3,11 @@
 (one element a load: a mask on keys < Nk of unknown alignment, and tile starts the compiler
 could not see were multiples of BLOCK_N), A/B in one process: B4 H32 N4096 D128 bf16 causal,
 forward and forward+backward, plain causal beside them (us, do_bench medians, 3 alternating
-rounds); o and the gradients against OLD's (relative L2). With --memcheck instead: odd shapes
-against the float64 reference (bias broadcast and full, masks, with a window, lengths and
-segment ids, a per-head bias shared by the batch), for a run under compute-sanitizer. Not a test. On the GPU machine:
-    python3 benchmarks/experiments/2026-11-26_flash_pair_vectors.py .ab_old .
+rounds); o and the gradients against OLD's (relative L2). --alibi: plain and ALiBi instead.
+--memcheck instead: odd shapes against the float64 reference (bias broadcast and full, masks,
+with a window, lengths and segment ids, a per-head bias shared by the batch), for a run under
+compute-sanitizer. Not a test. On the GPU machine:
+    python3 benchmarks/experiments/2026-11-26_flash_pair_vectors.py .ab_old . [--alibi]
     compute-sanitizer --tool memcheck python3 benchmarks/experiments/2026-11-26_flash_pair_vectors.py --memcheck
 """
 import sys
@@ -60,6 +61,9 @@ q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
 variants = {"plain": {}, "bias [H, N, N]": {"bias": torch.randn(H, N, N, device="cuda", dtype=torch.bfloat16,
                                                                  generator=g)},
             "mask [N, N] all true": {"mask": torch.ones(N, N, device="cuda", dtype=torch.bool)}}
+if "--alibi" in sys.argv:  # (the ALiBi A/B of session 30 ran this loop on these two)
+    slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)], device="cuda")
+    variants = {"plain": {}, "alibi": {"alibi_slopes": slopes}}
 print(f"GPU {torch.cuda.get_device_name()}; B{B} H{H} N{N} D{D} bf16 causal (us)")
 
 
