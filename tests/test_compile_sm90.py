@@ -198,7 +198,8 @@ def test_streaming_kernels_move_vectors(name, plan, inputs, tmp_path, monkeypatc
 TILE_VECTORS = [("flash_attention options", "fa_fwd_kernel"), ("flash_attention options bwd", "fa_bwd_dq_kernel"),
                 ("flash_attention options bwd", "fa_bwd_dkdv_kernel"), ("flash_attention bias", "fa_fwd_kernel"),
                 ("flash_attention bias bwd", "fa_bwd_dq_kernel"), ("flash_attention bias bwd", "fa_bwd_dkdv_kernel"),
-                ("linear_cross_entropy bwd", "lce_dlogits_kernel"), ("linear_cross_entropy bwd", "lce_dw_kernel")]
+                ("linear_cross_entropy bwd", "lce_dlogits_kernel"), ("linear_cross_entropy bwd", "lce_dw_kernel"),
+                ("merge_attention_states", "merge_states_kernel")]
 
 
 @pytest.mark.parametrize("label,kernel_name", TILE_VECTORS, ids=[f"{a}:{b}" for a, b in TILE_VECTORS])
@@ -206,7 +207,7 @@ def test_tile_kernels_move_vectors(label, kernel_name, tmp_path, monkeypatch):
     """No 1- or 2-byte global load or store in these kernels (bias and mask tiles of flash
     attention: one element a load made a bias cost 3.57x plain causal on an H100, 1.62x in
     vectors; linear_cross_entropy's dlogits stores and dweight's loads of them, which could not
-    then be pipelined)."""
+    then be pipelined; merge_attention_states' rows of D)."""
     import re
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))

@@ -262,10 +262,11 @@ def merge_states_kernel(
     OA, LA, OB, LB,
     rows, D,
     O, LSE,
-    ROWS: tl.constexpr, BD: tl.constexpr,
+    ROWS: tl.constexpr, BD: tl.constexpr, ALIGN: tl.constexpr = 1,
 ):
     """Grid (row blocks). (o, lse) of two states per row, row-major: OA, OB [rows, D], LA,
-    LB [rows]; O [rows, D] in O's dtype, LSE [rows] fp32."""
+    LB [rows]; O [rows, D] in O's dtype, LSE [rows] fp32. ALIGN divides D."""
+    D = aligned(D, ALIGN)
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     rmask = r < rows
     two = tl.arange(0, 2)

@@ -12,7 +12,8 @@ from typing import Tuple
 import numpy as np
 
 from ato_core import checks
-from ato_core.launch import ArraySpec, Buffer, Launch, Plan, cached_plan, cdiv, next_pow2, numel, row_alignment
+from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel,
+                             row_alignment)
 from ato_core.layout import axes, swapped
 from ato_core.target import Target
 
@@ -241,5 +242,5 @@ def merge_plan(o_a: ArraySpec, lse_a: ArraySpec, o_b: ArraySpec, lse_b: ArraySpe
     R = 16
     launch = Launch(kern.merge_states_kernel, (cdiv(rows, R),), ("o_a", "lse_a", "o_b", "lse_b"), (rows, D),
                     (Buffer("o", tuple(o_a.shape), o_a.dtype), Buffer("lse", tuple(lse_a.shape), "float32")),
-                    {"ROWS": R, "BD": min(max(16, next_pow2(D)), 128)}, num_warps=4)
+                    {"ROWS": R, "BD": min(max(16, next_pow2(D)), 128), "ALIGN": alignment(D)}, num_warps=4)
     return Plan((launch,), ("o", "lse"), dense=("o_a", "lse_a", "o_b", "lse_b"))
