@@ -21,7 +21,7 @@ from ato_core.ops.flash_attention.cases import fa_case
 from ato_core.ops.flash_attention import plans as fa_core
 from ato_core import reference as ref
 from ato_core.target import INTERPRETER
-from helpers import assert_bnhd_is_bhnd, bad_input_arrays, check, frontend, raises_naming
+from helpers import assert_bnhd_is_bhnd, bad_input_arrays, check, check_special, frontend, raises_naming
 
 FA_CASES = [
     # (B, Hq, Hkv, Nq, Nk, D)
@@ -280,40 +280,27 @@ def test_lengths_zero_rows_and_gradients():
     assert (o[0, :, :25] != 0).any()
 
 
-@pytest.mark.parametrize("framework", ["torch", "jax"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_bias_with_neg_inf(framework, causal):
-    """A bias of -inf is a mask (as torch's and Hugging Face's additive masks write it), in
-    whole tiles too, which take the unmasked path with a bias: rows whose bias is -inf
-    everywhere get o = 0, lse = -inf and zero gradients; rows -inf over their first keys (a
-    whole first tile) or a few keys match the float64 reference, forward and backward."""
-    rng = np.random.default_rng(11)
-    B, H, N, D = 2, 2, 50, 16
-    q, k, v, do = (rng.standard_normal((B, H, N, D)).astype(np.float32) for _ in range(4))
-    bias = rng.standard_normal((B, H, N, N)).astype(np.float32)
+def test_bias_with_neg_inf(causal):
+    """A bias of -inf is a mask (as torch's and Hugging Face's additive masks write it): rows
+    whose bias is -inf everywhere get o = 0, lse = -inf and zero dq; rows -inf over their first
+    keys (whole first tiles) or at one key match the float64 reference, forward and backward,
+    both frameworks bitwise equal (check_special); the finite entries within 1e-5 (fp32, a
+    softmax over at most 50 keys)."""
+    case = fa_case(2, 2, 2, 50, 50, 16, causal=causal, bias="full", seed=11)
+    inputs = h.make_inputs(case)
+    bias = inputs["bias"].copy()
     bias[0, :, 3] = -np.inf              # a row that sees nothing
     bias[1, :, 40:, :20] = -np.inf       # the first tiles of the last rows
     bias[:, 1, :, 7] = -np.inf           # one key for every row of a head
-    ops, arr = frontend(framework)
-    ref = h.reference_op("flash_attention")
-    qd, kd, vd, bd = (torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (q, k, v, bias))
-    ro, rl = ref(qd, kd, vd, causal=causal, bias=bd.detach(), return_lse=True)
-    rgrads = torch.autograd.grad((ro * torch.from_numpy(do.astype(np.float64))).sum(), (qd, kd, vd))
-    if framework == "torch":
-        tq, tk, tv = (torch.from_numpy(a).requires_grad_() for a in (q, k, v))
-        o, lse = ops.flash_attention(tq, tk, tv, causal=causal, bias=torch.from_numpy(bias), return_lse=True)
-        grads = [g.numpy() for g in torch.autograd.grad((o * torch.from_numpy(do)).sum(), (tq, tk, tv))]
-        o, lse = o.detach().numpy(), lse.detach().numpy()
-    else:
-        f = lambda a, b, c: ops.flash_attention(a, b, c, causal=causal, bias=arr(bias), return_lse=True)  # noqa: E731
-        (o, lse), vjp = jax.vjp(f, arr(q), arr(k), arr(v))
-        grads = [np.asarray(g) for g in vjp((arr(do), jnp.zeros_like(lse)))]
-        o, lse = np.asarray(o), np.asarray(lse)
-    assert np.all(o[0, :, 3] == 0) and np.all(np.isneginf(lse[0, :, 3])) and np.all(grads[0][0, :, 3] == 0)
-    assert np.isfinite(o).all() and all(np.isfinite(g).all() for g in grads)
-    np.testing.assert_allclose(lse, rl.detach().numpy(), rtol=1e-5, atol=1e-5)
-    for got, want in zip((o, *grads), (ro, *rgrads)):
-        assert h.rel_err(got, want.detach().numpy()) < 1e-5  # fp32, softmax over at most 50 keys
+    inputs["bias"] = bias
+    t, _, r = check_special(case, inputs)
+    o, lse = t.outputs
+    assert np.all(o[0, :, 3] == 0) and np.all(np.isneginf(lse[0, :, 3])) and np.all(t.grads["q"][0, :, 3] == 0)
+    pairs = list(zip(t.outputs, r.outputs)) + [(t.grads[n], r.grads[n]) for n in r.grads]
+    for got, want in pairs:
+        fin = np.isfinite(want)
+        assert h.rel_err(got[fin], want[fin]) < 1e-5
 
 
 def test_options_jax_vmap_folds_lengths_and_segments():

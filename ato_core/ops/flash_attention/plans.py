@@ -318,7 +318,7 @@ def _option_launch(opts: Options, arrays: dict, causal: bool, scale: float, B: i
     pair_align = alignment(Nk, *pairs[:3], *pairs[4:7]) if arrays.get("bias") is not None or \
         arrays.get("mask") is not None else 1
     # a bias or mask per head but shared by the batch: the B programs of a head run together
-    # and read its tiles from L2 (kernels._batch_head)
+    # and read its tiles from L2 (kernels._batch_inner)
     batch_inner = B > 1 and any(arrays.get(n) is not None and pairs[i] == 0 and pairs[i + 1] != 0
                                 for n, i in (("bias", 0), ("mask", 4)))
     thr, drop_scale = dropout_threshold(opts.dropout_p)

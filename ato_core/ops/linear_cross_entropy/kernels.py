@@ -17,8 +17,8 @@ eps) onehot) * factor (times 1 - tanh^2 with a softcap); ``lce_dw_kernel`` write
 rows of dweight as (x^T dlogits)^T (``lce_dbias_kernel`` those of dbias), complete, reducing
 over all T in one program; ``lce_dx_kernel`` adds the chunk's dlogits @ weight to dx's sum.
 Every matmul reads its first operand with the reduction axis contiguous (the fast layout on
-sm_90): hence x^T, written once by ``lce_transpose_kernel``. Every sum has one fixed order: bitwise reproducible,
-no atomics. Four matmuls in all (the forward's and three in the backward), as Cut
+sm_90): hence x^T, written once by ``lce_transpose_kernel``. Every sum has one fixed order:
+bitwise reproducible, no atomics. Four matmuls in all (the forward's and three in the backward), as Cut
 Cross-Entropy; the measurements: benchmarks/results/README.md (linear_cross_entropy).
 """
 
@@ -181,10 +181,10 @@ def lce_dlogits_kernel(
     PER_ROW: tl.constexpr, IEEE: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (cdiv(T, BT) * cdiv(C, BV),). D [T, C] (x's dtype): the gradient of the logits of
-    columns v0 + [0, C) (those past V: unused values), for dloss DLOSS (PER_ROW: [T], else a scalar) times each
-    row's SCALE. TARGETS are column indices of the whole weight (this device's, under
-    vocabulary parallelism: shifted by its first column). D_IN: D's memory (the previous
-    chunk's, overwritten; not read). ALIGN divides H and C."""
+    columns v0 + [0, C) (those past V: values of logits 0, never used), for dloss DLOSS
+    (PER_ROW: [T], else a scalar) times each row's SCALE. TARGETS are column indices of the
+    whole weight (this device's, under vocabulary parallelism: shifted by its first column).
+    D_IN: D's memory (the previous chunk's, overwritten; not read). ALIGN divides H and C."""
     H = aligned(H, ALIGN)
     C = aligned(C, ALIGN)
     tb, cb = _swizzle(tl.program_id(0), tl.cdiv(T, BT), GROUP, tl.cdiv(C, BV))
@@ -254,8 +254,9 @@ def lce_dw_kernel(
     hs = (pid // n_c).to(tl.int64) * BM + tl.arange(0, BM)
     local = (pid % n_c).to(tl.int64) * BN + tl.arange(0, BN)
     kk = tl.arange(0, BK).to(tl.int64)
-    # D's columns past V (v0 + local >= V) hold stale values: they reach only dweight columns
-    # the store leaves out, and a load mask on V would stop the loads vectorising
+    # D's columns past V (v0 + local >= V, the last chunk's padding, written by dlogits from
+    # logits 0) reach only dweight columns the store leaves out; a load mask on V would stop
+    # the loads vectorising
     dmask = local < C
     hmask = hs < H
     xp = XT + hs[:, None] * t_stride + kk[None, :]  # [BM, BK]
