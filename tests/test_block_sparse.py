@@ -128,19 +128,29 @@ def test_block_sparse_attention(dims, causal, dtype):
     check(bs_case(*dims, causal=causal, dtype=dtype, seed=sum(dims)))
 
 
-def test_all_true_mask_is_flash_attention():
+@pytest.mark.parametrize("nq,nk,block_size", [(75, 75, 32), (40, 49, 16), (90, 41, 16), (37, 100, 32)])
+def test_all_true_mask_is_flash_attention(nq, nk, block_size):
+    """Every block kept: flash attention's o, lse and gradients. With nq != nk the causal
+    diagonal crosses key blocks anywhere (two masked blocks for one query tile)."""
     import torch
 
     import ato_torch
 
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 4, 75, 48, generator=g) for _ in range(3))
+    g = torch.Generator().manual_seed(nq + nk)
+    q = torch.randn(1, 4, nq, 48, generator=g, requires_grad=True)
+    k, v = (torch.randn(1, 2, nk, 48, generator=g, requires_grad=True) for _ in range(2))
+    do = torch.randn(1, 4, nq, 48, generator=g)
     for causal in (False, True):
-        mask = torch.ones(1, 4, 3, 3, dtype=torch.bool)
-        o, lse = ato_torch.block_sparse_attention(q, k[:, :4], v[:, :4], mask, block_size=32, causal=causal,
+        mask = torch.ones(1, 4, -(-nq // block_size), -(-nk // block_size), dtype=torch.bool)
+        o, lse = ato_torch.block_sparse_attention(q, k, v, mask, block_size=block_size, causal=causal,
                                                   return_lse=True)
+        grads = torch.autograd.grad(o, (q, k, v), do)
         fo, flse = ato_torch.flash_attention(q, k, v, causal=causal, return_lse=True)
+        fgrads = torch.autograd.grad(fo, (q, k, v), do)
+        # fp32 sums over at most 100 keys in another order: a few ulps of the largest terms
         assert torch.allclose(o, fo, rtol=1e-6, atol=1e-6) and torch.allclose(lse, flse, rtol=1e-6, atol=1e-6)
+        for a, b in zip(grads, fgrads):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_masked_rows_give_zeros():

@@ -8,7 +8,8 @@ x [B, H, N, D] (any strides; the row strides multiples of ALIGN); block m of a r
 tokens [m * BLOCK, (m + 1) * BLOCK) (the last one partial). The block's representative is its
 token of largest L2 norm, the first on ties; x_coarse [B, H, M, D] takes that token's row and
 index [B, H, M] int32 its position n. One pass over x: each tile of ROWS tokens is loaded once
-and its squared norms summed in fp32; the winner's row is read again at the end (from cache).
+(evict_first: no other program reads it; 0.89 -> 0.92 of the copy rate on an H100) and its
+squared norms summed in fp32; the winner's row is read again at the end (from cache).
 
 No overflow or underflow, whatever the magnitude: a tile whose largest squared norm is infinite
 or below SMALL is summed again scaled by 2^k, the power of two that brings its largest finite
@@ -67,7 +68,7 @@ def max_l2_coarsen_kernel(
         n = m * BLOCK + r0 + offs_r
         nmask = n < N
         x = tl.load(base + n.to(tl.int64)[:, None] * aligned(sxn, ALIGN) + offs_d[None, :] * sxd,
-                    mask=nmask[:, None] & dmask[None, :], other=0.0).to(tl.float32)
+                    mask=nmask[:, None] & dmask[None, :], other=0.0, eviction_policy="evict_first").to(tl.float32)
         s = tl.where(nmask, tl.sum(x * x, 1), -1.0)
         top = tl.max(tl.where(s == s, s, -1.0), 0)
         k = tl.full([], 0, tl.int32)
@@ -133,7 +134,7 @@ def max_l2_coarsen_bwd_kernel(
 # blocks do (keys past Nk, the causal diagonal).
 
 from ato_core.ops.flash_attention.kernels import (  # noqa: E402
-    _dq_tile, _head_base, _load_block, _query_tile, _store_dq, _tile_ptrs, LN2)
+    _dq_tile, _head_base, _load_block, _load_rows, _query_tile, _store_dq, _tile_ptrs, LN2)
 
 
 @kernel(inputs=1, outputs=2)
@@ -202,6 +203,51 @@ def _visible(keys, in_range, offs_m, shift, CAUSAL: tl.constexpr):
     return visible
 
 
+@triton.jit
+def _needs_mask(j, first, Nk, shift, BS: tl.constexpr, CAUSAL: tl.constexpr):
+    """Whether key block j holds a key past Nk or (CAUSAL) after the diagonal of query row first."""
+    end = j * BS + BS
+    needs = end > Nk
+    if CAUSAL:
+        needs = needs | (end - 1 > first + shift)
+    return needs
+
+
+@triton.jit
+def _masked_tail(LIST, entry_base, count, first, Nk, shift, BS: tl.constexpr, CAUSAL: tl.constexpr):
+    """How many of a row's count kept key blocks (LIST[entry_base:], in order) some query of a
+    tile from row first (within one query block) must see masked. _needs_mask grows with j, so
+    they are the last ones; at most two: the causal rule keeps no block past the query block's
+    diagonal, and the last block (the one partial in Nk) comes last."""
+    last = tl.load(LIST + entry_base + tl.maximum(count - 1, 0), mask=count >= 1, other=0)
+    prev = tl.load(LIST + entry_base + tl.maximum(count - 2, 0), mask=count >= 2, other=0)
+    tail = ((count >= 1) & _needs_mask(last, first, Nk, shift, BS, CAUSAL)).to(tl.int32)
+    return tail + ((count >= 2) & _needs_mask(prev, first, Nk, shift, BS, CAUSAL)).to(tl.int32)
+
+
+@triton.jit
+def _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, entry_base, e0, e1, offs_n, offs_m, Nk, shift, dmask, skn, svn,
+               qk_scale, BS: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+               EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr):
+    """The online-softmax update over tiles [e0, e1) of a row's list; MASK: keys past Nk and
+    (CAUSAL) after a query's diagonal score -inf (without, every key is visible)."""
+    for e in range(e0, e1):
+        start_n, keys, in_k = _listed_rows(LIST, entry_base, e, offs_n, Nk, BS, BLOCK_N)
+        k = _load_rows(k_ptrs + start_n.to(tl.int64) * aligned(skn, ALIGN), keys, Nk, dmask, MASK, EVEN_D)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        if MASK:
+            s = tl.where(_visible(keys, in_k, offs_m, shift, CAUSAL), s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = _load_rows(v_ptrs + start_n.to(tl.int64) * aligned(svn, ALIGN), keys, Nk, dmask, MASK, EVEN_D)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
 @kernel(inputs=5, outputs=2)
 def bs_fwd_kernel(
     Q, K, V, LIST, COUNT,
@@ -212,9 +258,10 @@ def bs_fwd_kernel(
     EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (query tiles, B*Hq). o and lse of BLOCK_M queries (within query block first // BS)
-    over the kept key blocks of their row, as one loop over their BLOCK_N-key tiles (so that
-    the loads of one tile overlap the work on the last). A query with no visible key: o = 0,
-    lse = -inf."""
+    over the kept key blocks of their row, as loops over their BLOCK_N-key tiles (so that the
+    loads of one tile overlap the work on the last): the blocks every query sees whole
+    unmasked, then the masked tail (_masked_tail). A query with no visible key: o = 0, lse =
+    -inf."""
     bh, b, hq, hk, first, offs_r, offs_n, offs_d, dmask = _query_tile(Hq, G, D, BLOCK_M, BLOCK_N, BD, CAUSAL, ALIGN)
     offs_m = first + offs_r
     q = _load_block(Q, b, hq, sqb, sqh, sqn, sqd, first, offs_r, Nq, offs_d, dmask, EVEN_D, ALIGN)
@@ -225,19 +272,13 @@ def bs_fwd_kernel(
     acc = tl.zeros([BLOCK_M, BD], tl.float32)
     shift = Nk - Nq
     row = bh.to(tl.int64) * Mq + first // BS
-    for e in range(0, tl.load(COUNT + row) * (BS // BLOCK_N)):
-        start_n, keys, in_k = _listed_rows(LIST, row * Mk, e, offs_n, Nk, BS, BLOCK_N)
-        k = _rows_at(k_ptrs, start_n, in_k, dmask, skn, ALIGN)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        s = tl.where(_visible(keys, in_k, offs_m, shift, CAUSAL), s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = _rows_at(v_ptrs, start_n, in_k, dmask, svn, ALIGN)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
-        m_i = m_new
+    count = tl.load(COUNT + row)
+    whole = (count - _masked_tail(LIST, row * Mk, count, first, Nk, shift, BS, CAUSAL)) * (BS // BLOCK_N)
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, row * Mk, 0, whole, offs_n, offs_m, Nk, shift,
+                               dmask, skn, svn, qk_scale, BS, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN)
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, row * Mk, whole, count * (BS // BLOCK_N),
+                               offs_n, offs_m, Nk, shift, dmask, skn, svn, qk_scale, BS, BLOCK_N, True, CAUSAL, EVEN_D,
+                               PRECISION, ALIGN)
     empty = l_i == 0.0
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
@@ -302,6 +343,25 @@ def bs_bwd_dkdv_kernel(
     tl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=smask)
 
 
+@triton.jit
+def _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, LIST, entry_base, e0, e1, offs_n, offs_m, Nk, shift, dmask, skn,
+              svn, qk_scale, BS: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+              EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr):
+    """dq over tiles [e0, e1) of a row's list, masked as in _fwd_tiles."""
+    for e in range(e0, e1):
+        start_n, keys, in_k = _listed_rows(LIST, entry_base, e, offs_n, Nk, BS, BLOCK_N)
+        k = _load_rows(k_ptrs + start_n.to(tl.int64) * aligned(skn, ALIGN), keys, Nk, dmask, MASK, EVEN_D)
+        v = _load_rows(v_ptrs + start_n.to(tl.int64) * aligned(svn, ALIGN), keys, Nk, dmask, MASK, EVEN_D)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        p = tl.math.exp2(s - lse2[:, None])
+        if MASK:
+            p = tl.where(_visible(keys, in_k, offs_m, shift, CAUSAL), p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+    return dq
+
+
 @kernel(inputs=8, outputs=1)
 def bs_bwd_dq_kernel(
     Q, K, V, DO, LSE2, DELTA, LIST, COUNT,
@@ -312,23 +372,19 @@ def bs_bwd_dq_kernel(
     EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (query tiles, B*Hq). dq of BLOCK_M queries over the key tiles of the kept key
-    blocks of their row (one loop)."""
+    blocks of their row (unmasked, then the masked tail, as in bs_fwd_kernel)."""
     bh, b, hq, first, offs_r, offs_n, offs_d, dmask, offs_m, mmask, q, do, lse2, delta, k_ptrs, v_ptrs = _dq_tile(
         Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, D, sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
         sdb, sdh, sdn, sdd, BLOCK_M, BLOCK_N, BD, CAUSAL, EVEN_D, ALIGN)
     dq = tl.zeros([BLOCK_M, BD], tl.float32)
     shift = Nk - Nq
     row = bh.to(tl.int64) * Mq + first // BS
-    for e in range(0, tl.load(COUNT + row) * (BS // BLOCK_N)):
-        start_n, keys, in_k = _listed_rows(LIST, row * Mk, e, offs_n, Nk, BS, BLOCK_N)
-        k = _rows_at(k_ptrs, start_n, in_k, dmask, skn, ALIGN)
-        v = _rows_at(v_ptrs, start_n, in_k, dmask, svn, ALIGN)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        p = tl.math.exp2(s - lse2[:, None])
-        p = tl.where(_visible(keys, in_k, offs_m, shift, CAUSAL), p, 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+    count = tl.load(COUNT + row)
+    whole = (count - _masked_tail(LIST, row * Mk, count, first, Nk, shift, BS, CAUSAL)) * (BS // BLOCK_N)
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, LIST, row * Mk, 0, whole, offs_n, offs_m, Nk, shift, dmask,
+                   skn, svn, qk_scale, BS, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN)
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, LIST, row * Mk, whole, count * (BS // BLOCK_N), offs_n,
+                   offs_m, Nk, shift, dmask, skn, svn, qk_scale, BS, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN)
     _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd, ALIGN)
 
 
