@@ -184,11 +184,13 @@ def block_sparse_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: A
 # -- curvature block mask ---------------------------------------------------------------
 
 # The curvature mask's kernels: the score tiles (BM, BN) of cab_scores_kernel and
-# cab_normalise_kernel; An @ An's (BM, BN, BK, warps, stages); the rows a cab_select_kernel
-# program ranks. The interpreter's are small, so that test shapes span several tiles.
+# cab_split_kernel; An @ An's (BM, BN, BK, warps, stages); the rows a cab_select_kernel
+# program ranks and its warps. The interpreter's are small, so that test shapes span several
+# tiles. GPU: the fastest on an H100 (results block_sparse-sweep.txt 19, 22).
 CAB_TILES = {"gpu": (64, 64), "interpreter": (16, 16)}
-CAB_DOT_TILES = {"gpu": (128, 128, 64, 8, 3), "interpreter": (16, 16, 16, 4, 1)}
+CAB_DOT_TILES = {"gpu": (64, 64, 64, 4, 3), "interpreter": (16, 16, 16, 4, 1)}
 CAB_SELECT_ELEMENTS = {"gpu": 2048, "interpreter": 64}
+CAB_SELECT_WARPS = 4
 # The coarse products' dot precision for fp32 inputs on the GPU (three tensor-core products,
 # about 2^-21 relative); 16-bit inputs' products are exact in fp32.
 CAB_PRECISION = "tf32x3"
@@ -241,7 +243,7 @@ def curvature_plan(q: ArraySpec, k: ArraySpec, *, block_size: int, keep: float, 
     BR = max(1, min(CAB_SELECT_ELEMENTS[where] // BW, next_pow2(rows * M)))
     select = Launch(kern.cab_select_kernel, (cdiv(rows * M, BR),), ("cab_f",), (rows * M, M, keep_bits, local_blocks),
                     (Buffer("mask", (B, Hq, M, M), "bool"),), {"BR": BR, "BM": BW, "CAUSAL": causal, "ALIGN": align},
-                    num_warps=4)
+                    num_warps=CAB_SELECT_WARPS)
     return Plan((_coarsen_launch(q, block_size, target, ("q", "qc", "q_index")),
                  _coarsen_launch(k, block_size, target, ("k", "kc", "k_index")), scores, split, curvature, select),
                 ("mask",))
