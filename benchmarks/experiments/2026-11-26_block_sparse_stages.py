@@ -1,10 +1,11 @@
-"""block_sparse_attention's forward and dq pipelining stages (settings FWD,DQ: num_stages of
-bs_fwd_kernel and bs_bwd_dq_kernel; 64x64 tiles, 4 warps) at the bench shape (B1 H32 N32768 D128
+"""block_sparse_attention's forward and dq pipelining stages (settings FWD,DQ[,N]: num_stages of
+bs_fwd_kernel and bs_bwd_dq_kernel, and the forward's key tile N (default 64); 64-row tiles, 4
+warps) at the bench shape (B1 H32 N32768 D128
 bf16, blocks of 64, random 10% mask, non-causal) and causal with the same mask, against dense
 flash attention timed in the same run (us, do_bench medians). The K/V loads wait on a block-id
 load: at 3 stages Triton's pipeliner keeps one buffer in one of the two key loops (ttgir
 async_wait num 0), at 5 both overlap (as decode's chunk kernel). Not a test. On the GPU machine:
-    python3 benchmarks/experiments/2026-11-26_block_sparse_stages.py 3,2 4,2 5,2 3,3 3,4
+    python3 benchmarks/experiments/2026-11-26_block_sparse_stages.py 3,2 4,2 5,2 3,3 3,4 3,2,32
 """
 import sys
 
@@ -29,11 +30,11 @@ print(f"GPU {torch.cuda.get_device_name()}; B{B} H{H} N{N} D{D} bf16, blocks of 
 tiles = plans._bs_tiles
 first = None
 for setting in sys.argv[1:]:
-    fs, qs = map(int, setting.split(","))
+    fs, qs, *n = map(int, setting.split(","))
 
-    def patched(cfg, block_size, target, fs=fs, qs=qs):
+    def patched(cfg, block_size, target, fs=fs, qs=qs, n=n):
         fwd, dkdv, dq = tiles(cfg, block_size, target)
-        return Tiles(fwd.m, fwd.n, fwd.warps, fs), dkdv, Tiles(dq.m, dq.n, dq.warps, qs)
+        return Tiles(fwd.m, n[0] if n else fwd.n, fwd.warps, fs), dkdv, Tiles(dq.m, dq.n, dq.warps, qs)
     plans._bs_tiles = patched
     for f in (plans.block_sparse_forward_plan, plans.block_sparse_backward_plan):
         f.cache_clear()
