@@ -2,8 +2,8 @@
 scale) and a row term taken with the row max, and the softcap's tanh with tl.math.fdiv (2 ulp)
 for its division, against the tree before, A/B/C in one process (neither kept:
 results/NVIDIA_H100_80GB_HBM3-flash_options-ab.txt, session 31): B4 H32 N4096 D128 bf16 causal,
-plain, ALiBi and softcap 50, forward and forward+backward (us, do_bench medians, 3 rounds in rotating order); o and the gradients of each
-form against the first's (relative L2). Not a test. On the GPU machine:
+plain, ALiBi and softcap 50, forward and forward+backward (us, do_bench medians, 3 rounds in
+rotating order); o and the gradients of each form against the first's (relative L2). Not a test. On the GPU machine:
     python3 benchmarks/experiments/2026-11-26_flash_alibi_softcap.py NAME=PATH ...
 """
 import sys

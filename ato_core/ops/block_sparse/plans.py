@@ -186,7 +186,7 @@ def block_sparse_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: A
 # The curvature mask's kernels: the score tiles (BM, BN) of cab_scores_kernel and
 # cab_split_kernel; An @ An's (BM, BN, BK, warps, stages); the rows a cab_select_kernel
 # program ranks and its warps. The interpreter's are small, so that test shapes span several
-# tiles. GPU: the fastest on an H100 (results block_sparse-sweep.txt 19, 22).
+# tiles. GPU: the fastest on an H100 (results block_sparse-sweep.txt 19, 24).
 CAB_TILES = {"gpu": (64, 64), "interpreter": (16, 16)}
 CAB_DOT_TILES = {"gpu": (64, 64, 64, 4, 3), "interpreter": (16, 16, 16, 4, 1)}
 CAB_SELECT_ELEMENTS = {"gpu": 2048, "interpreter": 64}
