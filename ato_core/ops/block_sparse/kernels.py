@@ -545,13 +545,15 @@ def cab_select_kernel(
     # from the top as if unsigned (u = mono + 2^31): t starts at u = 0 (mono -2^31), and
     # setting bit b of u flips bit b of mono. Done when every row has exactly n_keep values
     # >= t (count; rows keeping none count as done): later bits would not change that set.
-    mono = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    # A value not allowed is -2^31 (u = 0), below every candidate (each has a bit of u set), so
+    # a pass counts without the mask (an allowed -2^31, a NaN's bits, never counted either).
+    mono = tl.where(allowed, tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF), -2147483648)
     t = tl.full([BR, 1], -2147483648, tl.int32)
     count = tl.where(n_keep > 0, tl.sum(allowed.to(tl.int32), 1, keep_dims=True), 0)
     b = 0
     while (b < 32) & (tl.max(tl.where(count != n_keep, 1, 0)) > 0):
         cand = t ^ (tl.full([BR, 1], 1, tl.int32) << (31 - b))
-        above = tl.sum((allowed & (mono >= cand)).to(tl.int32), 1, keep_dims=True)
+        above = tl.sum((mono >= cand).to(tl.int32), 1, keep_dims=True)
         take = (above >= n_keep) & (n_keep > 0)
         t = tl.where(take, cand, t)
         count = tl.where(take, above, count)

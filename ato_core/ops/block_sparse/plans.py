@@ -184,13 +184,15 @@ def block_sparse_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: A
 # -- curvature block mask ---------------------------------------------------------------
 
 # The curvature mask's kernels: the score tiles (BM, BN) of cab_scores_kernel and
-# cab_split_kernel; An @ An's (BM, BN, BK, warps, stages); the rows a cab_select_kernel
-# program ranks and its warps. The interpreter's are small, so that test shapes span several
-# tiles. GPU: the fastest on an H100 (results block_sparse-sweep.txt 19, 24).
+# cab_split_kernel; An @ An's (BM, BN, BK, warps, stages); the elements of F a warp of a
+# cab_select_kernel program ranks (one warp a program up to a row of 512, then more warps, at
+# most CAB_SELECT_MAX_WARPS, for one longer row): a program stops when its rows are done, so
+# one row a program where a warp holds it. The interpreter's are small, so that test shapes
+# span several tiles. GPU: the fastest on an H100 (results block_sparse-sweep.txt 19, 24, 29).
 CAB_TILES = {"gpu": (64, 64), "interpreter": (16, 16)}
-CAB_DOT_TILES = {"gpu": (64, 64, 64, 4, 3), "interpreter": (16, 16, 16, 4, 1)}
-CAB_SELECT_ELEMENTS = {"gpu": 2048, "interpreter": 64}
-CAB_SELECT_WARPS = 4
+CAB_DOT_TILES = {"gpu": (64, 64, 32, 4, 3), "interpreter": (16, 16, 16, 4, 1)}
+CAB_SELECT_ELEMENTS = {"gpu": 512, "interpreter": 64}
+CAB_SELECT_MAX_WARPS = 4
 # The coarse products' dot precision for fp32 inputs on the GPU (three tensor-core products,
 # about 2^-21 relative); 16-bit inputs' products are exact in fp32.
 CAB_PRECISION = "tf32x3"
@@ -240,10 +242,12 @@ def curvature_plan(q: ArraySpec, k: ArraySpec, *, block_size: int, keep: float, 
                        num_warps=warps, num_stages=stages)
     keep_bits = struct.unpack("<q", struct.pack("<d", float(keep)))[0]
     BW = next_pow2(M)
-    BR = max(1, min(CAB_SELECT_ELEMENTS[where] // BW, next_pow2(rows * M)))
+    per_warp = CAB_SELECT_ELEMENTS[where]
+    select_warps = max(1, min(CAB_SELECT_MAX_WARPS, BW // per_warp))
+    BR = max(1, min(per_warp * select_warps // BW, next_pow2(rows * M)))
     select = Launch(kern.cab_select_kernel, (cdiv(rows * M, BR),), ("cab_f",), (rows * M, M, keep_bits, local_blocks),
                     (Buffer("mask", (B, Hq, M, M), "bool"),), {"BR": BR, "BM": BW, "CAUSAL": causal, "ALIGN": align},
-                    num_warps=CAB_SELECT_WARPS)
+                    num_warps=select_warps)
     return Plan((_coarsen_launch(q, block_size, target, ("q", "qc", "q_index")),
                  _coarsen_launch(k, block_size, target, ("k", "kc", "k_index")), scores, split, curvature, select),
                 ("mask",))
