@@ -4,7 +4,7 @@ before (every tile masked), A/B in one process: the bench shape B1 H32 N32768 D1
 of 64, random 10% mask (non-causal, as ato bench) and cab_attention (causal, keep 0.1); forward
 and forward+backward (us, do_bench medians, 3 alternating rounds), the results' largest
 difference new vs old. Then the curvature mask's kernels for settings of the select kernel
-(plans.CAB_SELECT_ELEMENTS/CAB_SELECT_WARPS, as ELEMENTS,WARPS) and the An @ An tiles
+(plans.CAB_SELECT_ELEMENTS/CAB_SELECT_WARPS of 994d008, as ELEMENTS,WARPS) and the An @ An tiles
 (BM,BN,BK,WARPS,STAGES), per kernel device time, the mask against the first setting's. Not a
 test. On the GPU machine:
     python3 benchmarks/experiments/2026-11-26_block_sparse_unmasked.py .ab_old . [select settings] [-- dot settings]
