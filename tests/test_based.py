@@ -47,7 +47,7 @@ def test_one_row():
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidir"])
 def test_based_half(dtype, causal):
-    check(based_case(2, 2, 100, 16, 24, dtype=dtype, causal=causal, final=True, seed=3))
+    check(based_case(1, 2, 100, 16, 24, dtype=dtype, causal=causal, final=True, seed=3))  # B > 1: test_initial_state
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
