@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-cpu.sh
-python3 -m pytest -q -rs -n auto --dist worksteal tests
+python3 -m pytest -q -rs -n auto tests
