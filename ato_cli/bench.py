@@ -854,17 +854,12 @@ def decode_rows(quick: bool):
     import ato_jax
     import ato_torch
 
-    dev, Hq, Hkv, D, N = "cuda", 32, 8, 128, 8192
+    Hq, Hkv, D, N = 32, 8, 128, 8192
     copy_gbs = _copy_gbs(quick)
     rows = [("copy 1 GiB", "torch", "", None, None, f"{copy_gbs:.0f} GB/s")]
     reps = 3 if quick else 10
     for B, BS in ((64, 16), (64, 64), (8, 16), (1, 16)):
-        g = torch.Generator(device=dev).manual_seed(B + BS)
-        NB = B * N // BS
-        q = torch.randn(B, Hq, D, device=dev, dtype=torch.bfloat16, generator=g)
-        kc, vc = (torch.randn(NB, BS, Hkv, D, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(2))
-        table = torch.randperm(NB, device=dev, generator=g).reshape(B, N // BS).to(torch.int32)
-        lens = torch.full((B,), N, device=dev, dtype=torch.int32)
+        q, kc, vc, table, lens = paged_batch(B, BS, Hq, Hkv, D, N)
         shape = f"B{B} Hq{Hq} Hkv{Hkv} N{N} D{D} bs{BS} bf16"
         nbytes = 2 * B * N * Hkv * D * 2
 
@@ -894,6 +889,20 @@ def decode_rows(quick: bool):
         torch.cuda.empty_cache()
     rows += _decode_shared_rows(quick, copy_gbs, reps)
     return rows
+
+
+def paged_batch(B, BS, Hq=32, Hkv=8, D=128, N=8192):
+    """(q, k_cache, v_cache, block_table, seq_lens) on the GPU, bf16: B sequences of N tokens
+    each, their blocks of BS tokens a random permutation of the cache (the decode rows' batch)."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(B + BS)
+    NB = B * N // BS
+    q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    kc, vc = (torch.randn(NB, BS, Hkv, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    table = torch.randperm(NB, device="cuda", generator=g).reshape(B, N // BS).to(torch.int32)
+    lens = torch.full((B,), N, device="cuda", dtype=torch.int32)
+    return q, kc, vc, table, lens
 
 
 def shared_prefix_batch(B=64, Hq=32, Hkv=8, D=128, BS=16, P=4096, T=256):

@@ -34,12 +34,7 @@ def timed(label, calls, nbytes=None):
 
 
 for B, BS in ((64, 16), (64, 64), (8, 16), (1, 16)):
-    g = torch.Generator(device=dev).manual_seed(B + BS)
-    NB = B * N // BS
-    q = torch.randn(B, Hq, D, device=dev, dtype=torch.bfloat16, generator=g)
-    kc, vc = (torch.randn(NB, BS, Hkv, D, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(2))
-    table = torch.randperm(NB, device=dev, generator=g).reshape(B, N // BS).to(torch.int32)
-    lens = torch.full((B,), N, device=dev, dtype=torch.int32)
+    q, kc, vc, table, lens = forms["var"][1].paged_batch(B, BS, Hq, Hkv, D, N)
     k, v = (c[table.long()].reshape(B, N, Hkv, D).transpose(1, 2).contiguous() for c in (kc, vc))
     calls = {f: (lambda ato=forms[f][0]: ato.decode_attention(q, kc, vc, table, lens)) for f in forms}
     calls["sdpa"] = lambda k=k, v=v: F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True)[:, :, 0]
