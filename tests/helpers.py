@@ -7,6 +7,7 @@ import triton
 import triton.language as tl
 
 from ato_cli import harness as h
+from ato_core.triton_helpers import tanh_abs
 
 
 def check(case, inputs=None):
@@ -136,6 +137,14 @@ def bf16_cast_kernel(X, Y, Z, n, BLOCK: tl.constexpr):
     x = tl.load(X + offs, mask=mask)
     tl.store(Y + offs, x, mask=mask)
     tl.store(Z + offs, x.to(tl.bfloat16), mask=mask)
+
+
+@triton.jit
+def tanh_abs_kernel(X, Y, n, BLOCK: tl.constexpr):
+    """Y = triton_helpers.tanh_abs(X) (fp32): ``tanh_abs_kernel[(1,)](x, y, n, BLOCK=...)``."""
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(Y + offs, tanh_abs(tl.load(X + offs, mask=mask)), mask=mask)
 
 
 def bf16_rounding_values():

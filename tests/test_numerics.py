@@ -9,7 +9,7 @@ import torch
 import ato_jax
 import ato_torch
 from ato_core import interpreter
-from helpers import bf16_cast_kernel, bf16_rounding_values
+from helpers import bf16_cast_kernel, bf16_rounding_values, tanh_abs_kernel
 
 
 def test_interpreter_rounds_bf16_to_nearest_even():
@@ -36,6 +36,30 @@ def test_bf16_output_rounds_to_nearest_even():
     x1, x2 = q.float()[..., :16], q.float()[..., 16:]
     ref = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).bfloat16()
     assert torch.equal(out.view(torch.int16), ref.view(torch.int16))
+
+
+def test_tanh_abs_absolute_error():
+    """flash attention's softcap tanh (triton_helpers.tanh_abs): within 2^-22 of tanh absolutely
+    (the GPU's exp2 is good to about 2^-22 relatively; a score's absolute error is what the
+    softmax sees), odd, +-1 at +-inf, NaN for NaN; random values over many magnitudes."""
+    rng = np.random.default_rng(2)
+    special = [0.0, -0.0, 1e-30, -1e-30, 0.25, -0.25, 1.0, 9.0, 20.0, 1e30, -1e30, np.inf, -np.inf, np.nan]
+    x = np.concatenate([special, rng.standard_normal(2000) * 10.0 ** rng.uniform(-8, 2, 2000)]).astype(np.float32)
+    y = torch.empty(len(x))
+    interpreter.interpreted(tanh_abs_kernel)[(1,)](torch.from_numpy(x), y, len(x), BLOCK=4096)
+    y = y.numpy().astype(np.float64)
+    ref = np.tanh(x.astype(np.float64))
+    nan = np.isnan(x)
+    assert np.isnan(y[nan]).all() and not np.isnan(y[~nan]).any()
+    assert np.abs(y[~nan] - ref[~nan]).max() <= 2.0 ** -22
+    assert np.array_equal(y[~nan], -tanh_of_negated(x[~nan]))
+    assert y[x == np.inf].tolist() == [1.0] and y[x == -np.inf].tolist() == [-1.0]
+
+
+def tanh_of_negated(x):
+    y = torch.empty(len(x))
+    interpreter.interpreted(tanh_abs_kernel)[(1,)](torch.from_numpy(-x), y, len(x), BLOCK=4096)
+    return y.numpy().astype(np.float64)
 
 
 # op: (its float inputs from x [8, 5] ~ N(0, 1), drawn so that results or gradients are
