@@ -271,6 +271,47 @@ def _patch_scalar_index():
     ti._patch_lang_tensor = patched
 
 
+def _patch_device_calls():
+    """Triton's interpreter patches triton.language (inspect.getmembers over four modules) at
+    each launch, and again at every call of a @triton.jit helper inside it, though the launch
+    patched those modules already: about a quarter of a test's time. Within a launch, a helper
+    whose language modules the launch patched skips it (launches hold _LANG_LOCK, one at a
+    time)."""
+    import inspect
+
+    import triton.language as tl
+    import triton.runtime.interpreter as ti
+
+    original = getattr(ti, "_patch_lang", None)
+    executor = getattr(getattr(ti, "GridExecutor", None), "__call__", None)
+    if original is None or executor is None or not hasattr(ti, "_LangPatchScope") \
+            or getattr(original, "_ato_once", False):
+        return
+    launches = []  # per active launch: the ids of the language modules patched in it
+
+    def langs(fn):
+        return {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core)}
+
+    def patch_lang(fn):
+        if launches and launches[-1] is not None and langs(fn) <= launches[-1]:
+            return ti._LangPatchScope()
+        scope = original(fn)
+        if launches:
+            launches[-1] = (launches[-1] or set()) | langs(fn)
+        return scope
+
+    def call(self, *args, **kwargs):
+        launches.append(None)
+        try:
+            return executor(self, *args, **kwargs)
+        finally:
+            launches.pop()
+
+    patch_lang._ato_once = True
+    ti._patch_lang = patch_lang
+    ti.GridExecutor.__call__ = call
+
+
 @functools.lru_cache(maxsize=None)
 def interpreted(kernel) -> _Interpreted:
     """``interpreted(kernel)[grid](*args, **constexprs)`` runs a JITFunction under Triton's
@@ -279,6 +320,7 @@ def interpreted(kernel) -> _Interpreted:
     _patch_bf16_rounding()
     _patch_int_masks()
     _patch_scalar_index()
+    _patch_device_calls()
     return _Interpreted(kernel)
 
 
