@@ -45,11 +45,12 @@ def tanh(x):
 
 
 @triton.jit
-def tanh_abs(x):
-    """tanh of fp32 ``x`` to an absolute error of a few 2^-24 (relative where |tanh x| is not
-    small), NaN for NaN: for a softcapped score, whose absolute error is what a softmax sees.
-    1 - 2 t / (1 + t) with t = e^(-2|x|), signed: one exp2, one division, no series."""
-    t = tl.exp2(tl.abs(x) * -2.8853900817779268)  # e^(-2|x|): 2 log2(e)
+def tanh_abs(x, scale):
+    """tanh(scale * x) (fp32, scale > 0) to an absolute error of a few 2^-24 (relative where
+    |tanh| is not small), NaN for NaN: for a softcapped score, whose absolute error is what a
+    softmax sees. 1 - 2 t / (1 + t) with t = e^(-2 scale |x|), signed: one exp2, one
+    division, no series; scale folds into the exponent's factor."""
+    t = tl.exp2(tl.abs(x) * (scale * -2.8853900817779268))  # e^(-2 scale |x|): 2 log2(e)
     r = 1.0 - 2.0 * (t / (1.0 + t))
     return tl.where(x < 0.0, -r, r)
 

@@ -140,11 +140,11 @@ def bf16_cast_kernel(X, Y, Z, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def tanh_abs_kernel(X, Y, n, BLOCK: tl.constexpr):
-    """Y = triton_helpers.tanh_abs(X) (fp32): ``tanh_abs_kernel[(1,)](x, y, n, BLOCK=...)``."""
+def tanh_abs_kernel(X, Y, n, scale, BLOCK: tl.constexpr):
+    """Y = triton_helpers.tanh_abs(X, scale) (fp32): ``tanh_abs_kernel[(1,)](x, y, n, scale, BLOCK=...)``."""
     offs = tl.arange(0, BLOCK)
     mask = offs < n
-    tl.store(Y + offs, tanh_abs(tl.load(X + offs, mask=mask)), mask=mask)
+    tl.store(Y + offs, tanh_abs(tl.load(X + offs, mask=mask), scale), mask=mask)
 
 
 def bf16_rounding_values():

@@ -38,27 +38,27 @@ def test_bf16_output_rounds_to_nearest_even():
     assert torch.equal(out.view(torch.int16), ref.view(torch.int16))
 
 
-def test_tanh_abs_absolute_error():
-    """flash attention's softcap tanh (triton_helpers.tanh_abs): within 2^-22 of tanh absolutely
-    (the GPU's exp2 is good to about 2^-22 relatively; a score's absolute error is what the
-    softmax sees), odd, +-1 at +-inf, NaN for NaN; random values over many magnitudes."""
+@pytest.mark.parametrize("scale", [1.0, 0.02, 3.0])
+def test_tanh_abs_absolute_error(scale):
+    """flash attention's softcap tanh(scale x) (triton_helpers.tanh_abs): within 2^-22 of tanh
+    absolutely (the GPU's exp2 is good to about 2^-22 relatively; a score's absolute error is
+    what the softmax sees), odd, +-1 at +-inf, NaN for NaN; random values over many magnitudes."""
     rng = np.random.default_rng(2)
     special = [0.0, -0.0, 1e-30, -1e-30, 0.25, -0.25, 1.0, 9.0, 20.0, 1e30, -1e30, np.inf, -np.inf, np.nan]
-    x = np.concatenate([special, rng.standard_normal(2000) * 10.0 ** rng.uniform(-8, 2, 2000)]).astype(np.float32)
-    y = torch.empty(len(x))
-    interpreter.interpreted(tanh_abs_kernel)[(1,)](torch.from_numpy(x), y, len(x), BLOCK=4096)
-    y = y.numpy().astype(np.float64)
-    ref = np.tanh(x.astype(np.float64))
+    x = np.concatenate([special, rng.standard_normal(2000) * 10.0 ** rng.uniform(-8, 2, 2000) / scale])
+    x = x.astype(np.float32)
+    y, y_neg = _tanh_abs(x, scale), _tanh_abs(-x, scale)
+    ref = np.tanh(np.float32(scale) * x.astype(np.float64))
     nan = np.isnan(x)
     assert np.isnan(y[nan]).all() and not np.isnan(y[~nan]).any()
     assert np.abs(y[~nan] - ref[~nan]).max() <= 2.0 ** -22
-    assert np.array_equal(y[~nan], -tanh_of_negated(x[~nan]))
+    assert np.array_equal(y[~nan], -y_neg[~nan])
     assert y[x == np.inf].tolist() == [1.0] and y[x == -np.inf].tolist() == [-1.0]
 
 
-def tanh_of_negated(x):
+def _tanh_abs(x, scale):
     y = torch.empty(len(x))
-    interpreter.interpreted(tanh_abs_kernel)[(1,)](torch.from_numpy(-x), y, len(x), BLOCK=4096)
+    interpreter.interpreted(tanh_abs_kernel)[(1,)](torch.from_numpy(x), y, len(x), scale, BLOCK=4096)
     return y.numpy().astype(np.float64)
 
 

@@ -102,7 +102,7 @@ def _scores(s, qpos, kpos, qk_scale, cap_in, cap_out, slope2, SOFTCAP: tl.conste
     """A raw dot q . k -> (the score in base 2, tanh(s * cap_in) for the backward (SOFTCAP;
     else the score)). qpos (query row + shift) and kpos (key) broadcast to s's shape."""
     if SOFTCAP:
-        t = tanh_abs(s * cap_in)
+        t = tanh_abs(s, cap_in)
         s = t * cap_out
     else:
         s = s * qk_scale
