@@ -42,6 +42,11 @@ def _bench_torch(fn, quick: bool) -> float:
     return do_bench(fn, warmup=25 if quick else 100, rep=100 if quick else 500, return_mode="median")
 
 
+def _device_ms(fn, sync) -> float:
+    """Milliseconds of device time per call of fn: its kernels' sum (device_kernels)."""
+    return sum(us for _, us in device_kernels(fn, sync).values()) / 1e3
+
+
 def device_kernels(fn, sync, calls: int = 20) -> dict:
     """{kernel name: (launches per call, device us per call)} of ``calls`` calls of fn, from
     torch.profiler (CUPTI, which also sees the kernels XLA launches); ``sync(out)`` waits for
@@ -846,7 +851,8 @@ def decode_rows(quick: bool):
     block tables a random permutation of the cache's blocks: GB/s of the K and V bytes read
     against the copy rate measured here, and time against torch's SDPA on the same keys laid
     out contiguously ([B, Hkv, N, D], enable_gqa). B 64 with block sizes 16 and 64, B 8 and 1
-    (split-K must keep the GPU busy). JAX rows: wall time per call."""
+    (split-K must keep the GPU busy). JAX rows: wall time per call. "device" rows: the kernels'
+    time per call alone (CUPTI), which wall time hides where a call's host time is longer (B 1)."""
     import jax
     import torch
     import torch.nn.functional as F
@@ -867,10 +873,15 @@ def decode_rows(quick: bool):
             return (c[table.long()].reshape(B, N, Hkv, D).transpose(1, 2).contiguous() for c in (kc, vc))
 
         k, v = contiguous()
-        ms_sdpa = _bench_torch(lambda: F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True), quick)
+
+        def sdpa():
+            return F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True)
+        ms_sdpa = _bench_torch(sdpa, quick)
+        dev_sdpa = _device_ms(sdpa, lambda out: torch.cuda.synchronize())
         ref = F.scaled_dot_product_attention(q[:, :, None].float(), k.float(), v.float(), enable_gqa=True)[:, :, 0]
         del k, v
         ms = _bench_torch(lambda: ato_torch.decode_attention(q, kc, vc, table, lens), quick)
+        dev = _device_ms(lambda: ato_torch.decode_attention(q, kc, vc, table, lens), lambda out: torch.cuda.synchronize())
         gbs = nbytes / ms / 1e6
         rows.append(("ato_torch", shape, "x SDPA contiguous", ms, ms / ms_sdpa,
                      f"{gbs:.0f} GB/s, {gbs / copy_gbs:.2f} of copy"))
@@ -885,6 +896,11 @@ def decode_rows(quick: bool):
                 jax.numpy.asarray(lens.cpu().numpy()))
         msj = _median_jax(js, *args, reps=reps)
         rows.append(("ato_jax", shape, "x ato_torch", msj, msj / ms, f"{nbytes / msj / 1e6:.0f} GB/s"))
+        devj = _device_ms(lambda: js(*args), jax.block_until_ready)
+        rows += [("device: ato_torch", shape, "x SDPA device", dev, dev / dev_sdpa,
+                  f"{nbytes / dev / 1e6:.0f} GB/s, {nbytes / dev / 1e6 / copy_gbs:.2f} of copy"),
+                 ("device: SDPA contiguous", shape, "x SDPA device", dev_sdpa, 1.0, f"{nbytes / dev_sdpa / 1e6:.0f} GB/s"),
+                 ("device: ato_jax", shape, "x ato_torch device", devj, devj / dev, "")]
         del args, kc, vc, ref, o
         torch.cuda.empty_cache()
     rows += _decode_shared_rows(quick, copy_gbs, reps)
