@@ -511,25 +511,17 @@ def cab_curvature_kernel(
     tl.store(F + at, an - lam * (r / M), mask=valid)
 
 
-@kernel(inputs=1, outputs=1)
-def cab_select_kernel(
-    F,
-    rows, M, keep_bits, local_blocks,
-    MASK,
-    BR: tl.constexpr, BM: tl.constexpr, CAUSAL: tl.constexpr, ALIGN: tl.constexpr,
-):
-    """Grid (cdiv(rows, BR)): BR query blocks (rows of F [rows = B*Hq*M, M]; block i = row %
-    M). Each keeps, of its allowed key blocks (CAUSAL: j <= i; else all), the ceil(keep *
-    allowed) with the highest F (ties: the lower j), the local_blocks blocks ending at i (i,
-    i - 1, ...) and block 0, into MASK [rows, M] (bool). keep_bits: keep's float64 bits (so
-    that ceil(keep * allowed) is Python's, exactly). The cut: a radix search over F's bits
-    made monotonic (at most 32 counting passes), the ties at the cut taken by a running count.
-    ALIGN divides M."""
-    M = aligned(M, ALIGN)
-    row = tl.program_id(0).to(tl.int64) * BR + tl.arange(0, BR)
-    i = (row % M)[:, None]
+@triton.jit
+def _select_rows(F, MASK, heads, M, I0, IN, r0, keep_bits, local_blocks, BR: tl.constexpr, BM: tl.constexpr,
+                 CAUSAL: tl.constexpr):
+    """cab_select_kernel's rows r0 .. r0 + BR of the query blocks [I0, I0 + IN) of every head
+    (row r: head r // IN, block I0 + r % IN), over the first BM key blocks."""
+    r = r0 + tl.arange(0, BR)
+    valid = r < heads * IN
+    row = (r // IN) * M + I0 + r % IN
+    i = (I0 + r % IN)[:, None]
     j = tl.arange(0, BM)[None, :]
-    inrow = (row < rows)[:, None] & (j < M)
+    inrow = valid[:, None] & (j < M)
     if CAUSAL:
         allowed = inrow & (j <= i)
         n_allowed = i + 1
@@ -538,7 +530,7 @@ def cab_select_kernel(
         n_allowed = i * 0 + M
     keep = keep_bits.to(tl.int64).to(tl.float64, bitcast=True)
     n_keep = tl.math.ceil(keep * n_allowed.to(tl.float64)).to(tl.int32)  # [BR, 1]
-    n_keep = tl.where((row < rows)[:, None], n_keep, 0)
+    n_keep = tl.where(valid[:, None], n_keep, 0)
     f = tl.load(F + row[:, None] * M + j, mask=allowed, other=0.0) + 0.0  # -0.0 -> +0.0
     bits = f.to(tl.int32, bitcast=True)
     # F's order as int32 (its bits made monotonic); the n_keep-th largest, t, found bit by bit
@@ -564,3 +556,34 @@ def cab_select_kernel(
     chosen = (n_keep > 0) & (above | (at_cut & (tl.cumsum(at_cut.to(tl.int32), 1) <= need)))
     local = allowed & (j <= i) & (j > i - local_blocks)
     tl.store(MASK + row[:, None] * M + j, chosen | local | (j == 0), mask=inrow)
+    for j0 in range(BM, M, BM):  # (causal rows kept within BM < M) the rest of the row
+        tl.store(MASK + row[:, None] * M + j0 + j, False, mask=valid[:, None] & (j0 + j < M))
+
+
+@kernel(inputs=1, outputs=1)
+def cab_select_kernel(
+    F,
+    heads, M, HALF_PROGRAMS, keep_bits, local_blocks,
+    MASK,
+    BR: tl.constexpr, BM: tl.constexpr, CAUSAL: tl.constexpr, HALF: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Grid (programs): BR query blocks a program (rows of F [heads * M, M], row = head * M +
+    block i). Each keeps, of its allowed key blocks (CAUSAL: j <= i; else all), the ceil(keep *
+    allowed) with the highest F (ties: the lower j), the local_blocks blocks ending at i (i,
+    i - 1, ...) and block 0, into MASK [heads * M, M] (bool). keep_bits: keep's float64 bits
+    (so that ceil(keep * allowed) is Python's, exactly). The cut: a radix search over F's bits
+    made monotonic (at most 32 counting passes), the ties at the cut taken by a running count.
+    HALF (causal, BM = next_pow2(M)): the first HALF_PROGRAMS programs take the blocks i <
+    BM / 2, which keep only blocks below BM / 2, 2 BR at a time on tiles BM / 2 wide; the
+    rest the blocks from BM / 2 on. ALIGN divides M."""
+    M = aligned(M, ALIGN)
+    pid = tl.program_id(0).to(tl.int64)
+    if HALF:
+        if pid < HALF_PROGRAMS:
+            _select_rows(F, MASK, heads, M, 0, BM // 2, pid * (2 * BR), keep_bits, local_blocks, 2 * BR, BM // 2,
+                         CAUSAL)
+        else:
+            _select_rows(F, MASK, heads, M, BM // 2, M - BM // 2, (pid - HALF_PROGRAMS) * BR, keep_bits,
+                         local_blocks, BR, BM, CAUSAL)
+    else:
+        _select_rows(F, MASK, heads, M, 0, M, pid * BR, keep_bits, local_blocks, BR, BM, CAUSAL)

@@ -245,9 +245,13 @@ def curvature_plan(q: ArraySpec, k: ArraySpec, *, block_size: int, keep: float, 
     per_warp = CAB_SELECT_ELEMENTS[where]
     select_warps = max(1, min(CAB_SELECT_MAX_WARPS, BW // per_warp))
     BR = max(1, min(per_warp * select_warps // BW, next_pow2(rows * M)))
-    select = Launch(kern.cab_select_kernel, (cdiv(rows * M, BR),), ("cab_f",), (rows * M, M, keep_bits, local_blocks),
-                    (Buffer("mask", (B, Hq, M, M), "bool"),), {"BR": BR, "BM": BW, "CAUSAL": causal, "ALIGN": align},
-                    num_warps=select_warps)
+    # causal: the blocks i < BW / 2 keep only blocks below BW / 2, ranked on half-wide tiles
+    half = causal and BW >= 32
+    half_programs = cdiv(rows * (BW // 2), 2 * BR) if half else 0
+    programs = half_programs + cdiv(rows * (M - BW // 2 if half else M), BR)
+    select = Launch(kern.cab_select_kernel, (programs,), ("cab_f",), (rows, M, half_programs, keep_bits, local_blocks),
+                    (Buffer("mask", (B, Hq, M, M), "bool"),),
+                    {"BR": BR, "BM": BW, "CAUSAL": causal, "HALF": half, "ALIGN": align}, num_warps=select_warps)
     return Plan((_coarsen_launch(q, block_size, target, ("q", "qc", "q_index")),
                  _coarsen_launch(k, block_size, target, ("k", "kc", "k_index")), scores, split, curvature, select),
                 ("mask",))
