@@ -295,7 +295,7 @@ def _patch_device_calls():
     def patch_lang(fn):
         if launches and launches[-1] is not None and langs(fn) <= launches[-1]:
             return ti._LangPatchScope()
-        scope = original(fn)
+        scope = patch_lang.original(fn)
         if launches:
             launches[-1] = (launches[-1] or set()) | langs(fn)
         return scope
@@ -307,7 +307,7 @@ def _patch_device_calls():
         finally:
             launches.pop()
 
-    patch_lang._ato_once = True
+    patch_lang._ato_once, patch_lang.original = True, original
     ti._patch_lang = patch_lang
     ti.GridExecutor.__call__ = call
 

@@ -147,6 +147,21 @@ def tanh_abs_kernel(X, Y, n, scale, BLOCK: tl.constexpr):
     tl.store(Y + offs, tanh_abs(tl.load(X + offs, mask=mask), scale), mask=mask)
 
 
+@triton.jit
+def _add_one(x):
+    return x + 1.0
+
+
+@triton.jit
+def helper_calls_kernel(X, BLOCK: tl.constexpr):
+    """X[:BLOCK] += 4, by four calls of a @triton.jit helper."""
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(X + offs)
+    for _ in tl.static_range(4):
+        x = _add_one(x)
+    tl.store(X + offs, x)
+
+
 def bf16_rounding_values():
     """fp32 values whose bf16 rounding is easy to get wrong: ties (to even, up and down), the
     overflow to inf past bf16's largest value, subnormals, signed zero, NaN and infinities,

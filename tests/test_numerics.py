@@ -9,7 +9,7 @@ import torch
 import ato_jax
 import ato_torch
 from ato_core import interpreter
-from helpers import bf16_cast_kernel, bf16_rounding_values, tanh_abs_kernel
+from helpers import bf16_cast_kernel, bf16_rounding_values, helper_calls_kernel, tanh_abs_kernel
 
 
 def test_interpreter_rounds_bf16_to_nearest_even():
@@ -36,6 +36,21 @@ def test_bf16_output_rounds_to_nearest_even():
     x1, x2 = q.float()[..., :16], q.float()[..., 16:]
     ref = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).bfloat16()
     assert torch.equal(out.view(torch.int16), ref.view(torch.int16))
+
+
+def test_interpreter_patches_the_language_once_a_launch(monkeypatch):
+    """ato_core.interpreter keeps Triton's interpreter from re-patching triton.language at each
+    call of a @triton.jit helper inside a launch (a quarter of CI's interpreter time): a launch
+    whose kernel calls a helper 4 times patches once, and computes what it should."""
+    import triton.runtime.interpreter as ti
+
+    x = torch.zeros(16)
+    interpreter.interpreted(helper_calls_kernel)[(1,)](x, BLOCK=16)  # installs the patch
+    assert getattr(ti._patch_lang, "_ato_once", False), "the interpreter's structure changed: re-check the patch"
+    calls, real = [], ti._patch_lang.original
+    monkeypatch.setattr(ti._patch_lang, "original", lambda fn: calls.append(fn) or real(fn))
+    interpreter.interpreted(helper_calls_kernel)[(1,)](x, BLOCK=16)
+    assert len(calls) == 1 and torch.equal(x, torch.full((16,), 8.0))
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.02, 3.0])
