@@ -12,7 +12,6 @@ import time
 import torch
 import torch.nn.functional as F
 import triton
-import triton.language as tl
 
 import ato_torch
 from ato_cli import bench
