@@ -215,6 +215,36 @@ def test_curvature_block_mask(opts, dtype):
         assert np.array_equal(mask[0, 0], np.tril(np.ones((M, M), bool)))
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_curvature_select_writes_every_mask_entry(causal):
+    """The select alone, on a mask buffer filled with True first (a fresh allocation may hold
+    anything): every entry is written, so the result is the same as on a False-filled one and
+    causal rows keep nothing past the diagonal, also those ranked on half-wide tiles (M 40:
+    blocks below 32)."""
+    import torch
+
+    from ato_core import interpreter
+    from ato_core.ops.block_sparse import plans
+    from ato_core.target import INTERPRETER
+    from ato_core.testing import gpu_spec
+
+    x = gpu_spec((1, 2, 40 * 16, 16), "float32")
+    plan = plans.curvature_plan(x, x, block_size=16, keep=0.3, lam=0.5, causal=causal, local_blocks=1,
+                                target=INTERPRETER)
+    (select,) = [launch for launch in plan.launches if launch.name == "cab_select_kernel"]
+    assert select.constexprs["HALF"] is causal
+    f = torch.from_numpy(np.random.default_rng(4).standard_normal((2 * 40, 40)).astype(np.float32))
+    masks = []
+    for fill in (True, False):
+        mask = torch.full((1, 2, 40, 40), fill)
+        interpreter.interpreted(select.kernel)[select.grid](f, *select.scalars, mask, **select.constexprs)
+        masks.append(mask)
+    assert torch.equal(masks[0], masks[1])
+    assert masks[0][..., 0].all() and masks[0].sum() < masks[0].numel() // 2
+    if causal:
+        assert not torch.triu(masks[0], 1).any()
+
+
 def test_curvature_constant_scores_keep_the_lowest_blocks():
     """q = 0: every score 0, An = 0 (A constant), F = 0: ties everywhere, the lowest blocks win."""
     import torch
