@@ -42,9 +42,9 @@ def _bench_torch(fn, quick: bool) -> float:
     return do_bench(fn, warmup=25 if quick else 100, rep=100 if quick else 500, return_mode="median")
 
 
-def _device_ms(fn, sync) -> float:
-    """Milliseconds of device time per call of fn: its kernels' sum (device_kernels)."""
-    return sum(us for _, us in device_kernels(fn, sync).values()) / 1e3
+def _device_ms(per: dict) -> float:
+    """Milliseconds of device time per call: the sum over device_kernels' result ``per``."""
+    return sum(us for _, us in per.values()) / 1e3
 
 
 def device_kernels(fn, sync, calls: int = 20) -> dict:
@@ -835,7 +835,7 @@ def based_rows(quick: bool):
     # JAX's row is wall time per call (its dispatch included); the device time of its kernels
     # tells the kernel's rate apart from the host's
     per = device_kernels(lambda: js(*args), jax.block_until_ready)
-    ms = sum(us for _, us in per.values()) / 1e3
+    ms = _device_ms(per)
     gbs = nbytes / ms / 1e6
     rows.append(("based_step ato_jax, device time", f"B{B} H{H} d{d} Dv{Dv} bf16", "of copy GB/s", ms,
                  gbs / copy_gbs, f"{gbs:.0f} GB/s, {sum(c for c, _ in per.values()):.0f} kernels"))
@@ -877,11 +877,12 @@ def decode_rows(quick: bool):
         def sdpa():
             return F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True)
         ms_sdpa = _bench_torch(sdpa, quick)
-        dev_sdpa = _device_ms(sdpa, lambda out: torch.cuda.synchronize())
+        dev_sdpa = _device_ms(device_kernels(sdpa, lambda out: torch.cuda.synchronize()))
         ref = F.scaled_dot_product_attention(q[:, :, None].float(), k.float(), v.float(), enable_gqa=True)[:, :, 0]
         del k, v
         ms = _bench_torch(lambda: ato_torch.decode_attention(q, kc, vc, table, lens), quick)
-        dev = _device_ms(lambda: ato_torch.decode_attention(q, kc, vc, table, lens), lambda out: torch.cuda.synchronize())
+        dev = _device_ms(device_kernels(lambda: ato_torch.decode_attention(q, kc, vc, table, lens),
+                                        lambda out: torch.cuda.synchronize()))
         gbs = nbytes / ms / 1e6
         rows.append(("ato_torch", shape, "x SDPA contiguous", ms, ms / ms_sdpa,
                      f"{gbs:.0f} GB/s, {gbs / copy_gbs:.2f} of copy"))
@@ -896,7 +897,7 @@ def decode_rows(quick: bool):
                 jax.numpy.asarray(lens.cpu().numpy()))
         msj = _median_jax(js, *args, reps=reps)
         rows.append(("ato_jax", shape, "x ato_torch", msj, msj / ms, f"{nbytes / msj / 1e6:.0f} GB/s"))
-        devj = _device_ms(lambda: js(*args), jax.block_until_ready)
+        devj = _device_ms(device_kernels(lambda: js(*args), jax.block_until_ready))
         rows += [("device: ato_torch", shape, "x SDPA device", dev, dev / dev_sdpa,
                   f"{nbytes / dev / 1e6:.0f} GB/s, {nbytes / dev / 1e6 / copy_gbs:.2f} of copy"),
                  ("device: SDPA contiguous", shape, "x SDPA device", dev_sdpa, 1.0, f"{nbytes / dev_sdpa / 1e6:.0f} GB/s"),
