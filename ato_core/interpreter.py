@@ -194,8 +194,9 @@ def _twin(kernel):
 def _interpretable_language():
     """Within the block, the public @jit functions of triton.language (tl.zeros, tl.sum,
     tl.cdiv, tl.rand and the Philox functions it calls, ...) are interpreted functions, as they would be under
-    TRITON_INTERPRET=1. Private combine functions stay as they are: the interpreter recognises them by identity."""
+    TRITON_INTERPRET=1, and the libdevice functions in _LIBDEVICE run on the interpreter's tensors. Private combine functions stay as they are: the interpreter recognises them by identity."""
     import triton.language as tl
+    from triton.language.extra.cuda import libdevice
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
@@ -210,9 +211,20 @@ def _interpretable_language():
                 for name, value in list(vars(mod).items()):
                     if isinstance(value, JITFunction) and not name.startswith("_"):
                         setattr(mod, name, InterpretedFunction(value.fn))
+            for name, fn in _LIBDEVICE.items():
+                setattr(libdevice, name, fn)
             yield
         finally:
             _restore_language(snapshot)
+
+
+def _fast_dividef(x, y, _semantic=None):
+    return x / y
+
+
+# The libdevice functions the kernels call (the interpreter has none), as the interpreter runs
+# them: fast_dividef (MUFU.RCP and a multiply, 2 ulp) as a division.
+_LIBDEVICE = {"fast_dividef": _fast_dividef}
 
 
 def _snapshot_language(tl):
@@ -221,7 +233,9 @@ def _snapshot_language(tl):
     and leaves some of them patched after the run (it expects TRITON_INTERPRET for the whole
     process): a kernel compiled later in the same process then fails in its frontend
     ("'ir.value' object has no attribute 'dtype'"). Everything is put back after each launch."""
-    objs = [tl, tl.core, tl.standard, tl.math, tl.random]
+    from triton.language.extra.cuda import libdevice
+
+    objs = [tl, tl.core, tl.standard, tl.math, tl.random, libdevice]
     objs += [v for v in vars(tl.core).values() if isinstance(v, type) and v.__module__.startswith("triton.language")]
     return [(o, dict(vars(o))) for o in objs]
 

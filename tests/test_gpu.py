@@ -199,6 +199,21 @@ def test_flash_attention_cross_framework_bitwise_gpu(dims, causal):
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.02, 3.0])
+def test_tanh_abs_gpu(scale):
+    """The softcap's tanh compiled (ex2.approx, 2 ulp; MUFU.RCP, 1 ulp; the CPU tier's check at
+    2^-22 runs exact division): within 2^-21 of tanh absolutely, +-1 at +-inf, NaN for NaN."""
+    import torch
+
+    from helpers import tanh_abs_kernel
+    from test_numerics import check_tanh_abs, tanh_abs_inputs
+
+    x = tanh_abs_inputs(scale)
+    y = torch.empty(len(x), device="cuda")
+    tanh_abs_kernel[(1,)](torch.from_numpy(x).cuda(), y, len(x), scale, BLOCK=8192)
+    check_tanh_abs(x, y.cpu().numpy(), scale, 2.0 ** -21)
+
+
 # issue 25's options at realistic sizes (compiled kernels; windows crossing 128-row tiles)
 FA_OPTION_GPU = {
     "window_causal": ((1, 8, 2, 2048, 2048, 128), dict(window=(300, None), causal=True)),

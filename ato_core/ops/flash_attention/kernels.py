@@ -47,7 +47,7 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned, dropout_seed, tanh_abs
+from ato_core.triton_helpers import aligned, dropout_seed, tanh_rcp
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -102,8 +102,8 @@ def _scores(s, qpos, kpos, qk_scale, cap_in, cap_out, slope2, SOFTCAP: tl.conste
     """A raw dot q . k -> (the score in base 2, tanh(s * cap_in) for the backward (SOFTCAP;
     else the score)). qpos (query row + shift) and kpos (key) broadcast to s's shape."""
     if SOFTCAP:
-        t = tanh_abs(s, cap_in)
-        s = t * cap_out
+        s = cap_out - tanh_rcp(s, cap_in, 2.0 * cap_out)
+        t = s * (1.0 / cap_out)
     else:
         s = s * qk_scale
         t = s
