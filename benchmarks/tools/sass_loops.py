@@ -3,7 +3,7 @@ on this machine (no GPU): every launch of the op's forward and backward plans (t
 specs), disassembled with the nvdisasm in Triton's wheel; per loop (a backward branch) the
 instruction count, the count without uniform-datapath instructions, and the opcode mix. Not a test.
 
-    python benchmarks/tools/sass_loops.py OP 'SHAPE;SHAPE;...' ['{"kwarg": value}']
+    python benchmarks/tools/sass_loops.py OP 'SHAPE;SHAPE[@DTYPE];...' ['{"kwarg": value}']   (bf16 by default)
     e.g. python benchmarks/tools/sass_loops.py flash_attention '4,32,4096,128;4,32,4096,128;4,32,4096,128' '{"causal": true, "softcap": 50.0}'
 
 Used for flash attention's softcap in session 33 (results: flash_options-ab.txt).
@@ -48,7 +48,8 @@ def loops(sass: str):
 
 def main():
     op = OPS[sys.argv[1]]
-    args = tuple(gpu_spec(tuple(map(int, s.split(",")))) for s in sys.argv[2].split(";"))
+    args = tuple(gpu_spec(tuple(map(int, shape.split(","))), *dtype) for shape, *dtype in
+                 (a.split("@") for a in sys.argv[2].split(";")))
     kwargs = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     for (plan, specs), tag in zip(compile_plans(op, args, kwargs, h100(), True), ("fwd", "bwd")):
         for launch in plan.launches:
