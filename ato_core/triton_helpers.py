@@ -57,6 +57,20 @@ def tanh_rcp(x, scale, num):
 
 
 @triton.jit
+def tanh_slope(x, scale):
+    """(r, s) of x (fp32 or fp64, scale > 0): r = 1 / (1 + e) with e = e^(2 scale x), so that
+    tanh(scale x) = 1 - 2 r to an absolute few ulps of 1 (fp32: the approximate reciprocal of
+    tanh_rcp), and s = 1 - tanh^2 = 4 e r^2, its slope, accurate relatively also where tanh
+    saturates (0 where e overflows); NaN for NaN."""
+    e = tl.exp2(x * (scale * 2.8853900817779268))  # 2 log2(e)
+    if x.dtype == tl.float64:
+        r = 1.0 / (1.0 + e)
+    else:
+        r = libdevice.fast_dividef(1.0, 1.0 + e)
+    return r, tl.where(e == float("inf"), 0.0, 4.0 * (e * r) * r)
+
+
+@triton.jit
 def tanh_abs(x, scale):
     """tanh(scale * x) (fp32, scale > 0) to an absolute error of a few 2^-24: tanh_rcp."""
     return 1.0 - tanh_rcp(x, scale, 2.0)

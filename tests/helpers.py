@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from ato_cli import harness as h
-from ato_core.triton_helpers import tanh_abs
+from ato_core.triton_helpers import tanh_abs, tanh_slope
 
 
 def check(case, inputs=None):
@@ -137,6 +137,16 @@ def bf16_cast_kernel(X, Y, Z, n, BLOCK: tl.constexpr):
     x = tl.load(X + offs, mask=mask)
     tl.store(Y + offs, x, mask=mask)
     tl.store(Z + offs, x.to(tl.bfloat16), mask=mask)
+
+
+@triton.jit
+def tanh_slope_kernel(X, R, S, n, scale, BLOCK: tl.constexpr):
+    """R, S = triton_helpers.tanh_slope(X, scale) (fp32): ``tanh_slope_kernel[(1,)](x, r, s, n, scale, BLOCK=...)``."""
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    r, slope = tanh_slope(tl.load(X + offs, mask=mask), scale)
+    tl.store(R + offs, r, mask=mask)
+    tl.store(S + offs, slope, mask=mask)
 
 
 @triton.jit

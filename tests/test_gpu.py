@@ -214,6 +214,23 @@ def test_tanh_abs_gpu(scale):
     check_tanh_abs(x, y.cpu().numpy(), scale, 2.0 ** -21)
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.02, 3.0])
+def test_tanh_slope_gpu(scale):
+    """cross_entropy's softcap helper compiled: 1 - 2 r within 2^-21 of tanh absolutely (as
+    test_tanh_abs_gpu), the slope relatively within 2^-19 (ex2.approx 2 ulp, MUFU.RCP 1 ulp, four
+    roundings) plus the exponent's rounding (test_numerics.check_tanh_slope)."""
+    import torch
+
+    from helpers import tanh_slope_kernel
+    from test_numerics import check_tanh_abs, check_tanh_slope, tanh_abs_inputs
+
+    x = tanh_abs_inputs(scale)
+    r, slope = (torch.empty(len(x), device="cuda") for _ in range(2))
+    tanh_slope_kernel[(1,)](torch.from_numpy(x).cuda(), r, slope, len(x), scale, BLOCK=8192)
+    check_tanh_abs(x, 1.0 - 2.0 * r.cpu().numpy().astype(np.float64), scale, 2.0 ** -21)
+    check_tanh_slope(x, slope.cpu().numpy(), scale, 2.0 ** -19)
+
+
 # issue 25's options at realistic sizes (compiled kernels; windows crossing 128-row tiles)
 FA_OPTION_GPU = {
     "window_causal": ((1, 8, 2, 2048, 2048, 128), dict(window=(300, None), causal=True)),

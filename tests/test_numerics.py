@@ -9,7 +9,8 @@ import torch
 import ato_jax
 import ato_torch
 from ato_core import interpreter
-from helpers import bf16_cast_kernel, bf16_rounding_values, helper_calls_kernel, tanh_abs_kernel
+from helpers import (bf16_cast_kernel, bf16_rounding_values, helper_calls_kernel, tanh_abs_kernel,
+                     tanh_slope_kernel)
 
 
 def test_interpreter_rounds_bf16_to_nearest_even():
@@ -63,6 +64,37 @@ def test_tanh_abs_absolute_error(scale):
     y = torch.empty(len(x))
     interpreter.interpreted(tanh_abs_kernel)[(1,)](torch.from_numpy(x), y, len(x), scale, BLOCK=8192)
     check_tanh_abs(x, y.numpy(), scale, 2.0 ** -22)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.02, 3.0])
+def test_tanh_slope(scale):
+    """cross_entropy's softcap (triton_helpers.tanh_slope) under the interpreter: 1 - 2 r as
+    tanh_abs (2^-22 absolutely), the slope 4 e r^2 relatively accurate also where tanh
+    saturates (check_tanh_slope), 0 at +-inf, NaN for NaN. The GPU's: test_gpu.py."""
+    x = tanh_abs_inputs(scale)
+    r, slope = torch.empty(len(x)), torch.empty(len(x))
+    interpreter.interpreted(tanh_slope_kernel)[(1,)](torch.from_numpy(x), r, slope, len(x), scale, BLOCK=8192)
+    check_tanh_abs(x, 1.0 - 2.0 * r.numpy().astype(np.float64), scale, 2.0 ** -22)
+    check_tanh_slope(x, slope.numpy(), scale, 2.0 ** -21)
+
+
+def check_tanh_slope(x, s, scale, ulps):
+    """s against 1 - tanh^2 = 1 / cosh^2 (float64): relatively within ``ulps`` plus what the
+    exponent's fp32 rounding costs (z = 2 scale x log2 e rounded twice: e off by up to |z| ln 2
+    2^-23 relatively), where the slope is a normal fp32 number (above 1e-30); below, within
+    1e-30 (a reciprocal under 2^-126 flushes to 0)."""
+    y = np.float32(scale) * x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        ref = 1.0 / np.cosh(y) ** 2
+    nan = np.isnan(x)
+    assert np.isnan(s[nan]).all() and not np.isnan(s[~nan]).any()
+    s, ref, y = s[~nan].astype(np.float64), ref[~nan], y[~nan]
+    big = ref > 1e-30
+    bound = ulps + 2.0 * np.abs(y[big]) * 2.0 ** -23
+    err = np.abs(s[big] - ref[big]) / ref[big]
+    assert (err <= bound).all(), f"slope: relative error {err.max():.3g} at {y[big][np.argmax(err - bound)]}"
+    assert np.abs(s[~big] - ref[~big]).max() <= 1e-30
+    assert s[np.isinf(y)].tolist() == [0.0, 0.0]
 
 
 def tanh_abs_inputs(scale):

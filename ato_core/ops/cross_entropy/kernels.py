@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned, tanh, widen
+from ato_core.triton_helpers import aligned, tanh_slope, widen
 
 
 @kernel(inputs=1, outputs=1)
@@ -66,10 +66,10 @@ def ce_count_kernel(
 
 @triton.jit
 def _capped(x, cap, inv_cap, SOFTCAP: tl.constexpr):
-    """(cap tanh(x / cap), tanh(x / cap)) with SOFTCAP, else (x, 0)."""
+    """(cap tanh(x / cap), its slope 1 - tanh^2) with SOFTCAP (tanh_slope), else (x, 0)."""
     if SOFTCAP:
-        th = tanh(x * inv_cap)
-        return cap * th, th
+        r, slope = tanh_slope(x, inv_cap)
+        return cap - (2.0 * cap) * r, slope
     else:
         return x, 0.0
 
@@ -141,7 +141,7 @@ def ce_fwd_kernel(
         t = tl.load(TARGETS + row).to(tl.int64)
         valid = t != ignore_index
         in_range = (t >= 0) & (t < V)
-        xt, tht = _capped(widen(tl.load(LOGITS + base + tl.where(in_range, t, 0))), cap, inv_cap, SOFTCAP)
+        xt, slope_t = _capped(widen(tl.load(LOGITS + base + tl.where(in_range, t, 0))), cap, inv_cap, SOFTCAP)
         # loss = lse - (1 - eps) xt - eps mean(x) = (lse - xt) + eps (xt - mean(x))
         loss = (m_row - xt) + lo * LN2
         if SMOOTH:
@@ -172,7 +172,7 @@ def ce_fwd_kernel(
                 cmask = cols < V
                 # not needed again, and the gradient never read here: both first out of L2
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=0.0, eviction_policy="evict_first")
-                x, th = _capped(widen(x), cap, inv_cap, SOFTCAP)
+                x, slope = _capped(widen(x), cap, inv_cap, SOFTCAP)
                 if ZLOSS:  # (the factor may be 0 or negative: not folded into c)
                     g = tl.exp2(tl.fma(x - m_row, LOG2E, -lo)) * (zfac * scale)
                 else:
@@ -180,7 +180,7 @@ def ce_fwd_kernel(
                 if SMOOTH:
                     g -= smoothing * scale / V
                 if SOFTCAP:
-                    g *= 1.0 - th * th
+                    g *= slope
                 tl.store(DLOGITS + base + cols, g.to(DLOGITS.dtype.element_ty), mask=cmask,
                          eviction_policy="evict_first")
             # Every thread's stores above are visible to the whole program after the barrier,
@@ -189,7 +189,7 @@ def ce_fwd_kernel(
             p_t = tl.exp2(tl.fma(xt - m_row, LOG2E, -lo))
             gt = (p_t * zfac - smoothing / V - (1.0 - smoothing)) * scale
             if SOFTCAP:
-                gt *= 1.0 - tht * tht
+                gt *= slope_t
             tl.store(DLOGITS + base + t, gt.to(DLOGITS.dtype.element_ty), mask=in_range)
 
 
