@@ -32,20 +32,6 @@ def widen(x):
 
 
 @triton.jit
-def tanh(x):
-    """tanh of fp32 ``x`` to a few ulps, NaN for NaN (Triton has no tanh the interpreter
-    runs). |x| >= 0.25: (1 - t) / (1 + t) with t = e^(-2|x|), one exp2 and one division;
-    below, where 1 - t would cancel, the odd Taylor series to x^9 (next term < 1e-8
-    relatively)."""
-    a = tl.abs(x)
-    t = tl.exp2(a * -2.8853900817779268)  # e^(-2a): 2 log2(e)
-    big = (1.0 - t) / (1.0 + t)
-    x2 = x * x
-    small = x + x * x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (62.0 / 2835.0))))
-    return tl.where(a < 0.25, small, tl.where(x < 0.0, -big, big))
-
-
-@triton.jit
 def tanh_rcp(x, scale, num):
     """num / (1 + e^(2 scale x)) (fp32, scale > 0): tanh(scale x) = 1 - tanh_rcp(x, scale, 2),
     and a cap c times it c - tanh_rcp(x, scale, 2 c). To an absolute error of a few 2^-24 of

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned, tanh
+from ato_core.triton_helpers import aligned, tanh_slope
 
 
 @triton.jit
@@ -42,8 +42,8 @@ def _dot(a, b, acc, IEEE: tl.constexpr):
 def _logits(X, W, BIAS, rows, cols, T, V, H, cap, inv_cap,
             BT: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, EVEN_K: tl.constexpr,
             HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, IEEE: tl.constexpr):
-    """The logit tile [BT, BV] of rows x cols (fp32; 0 outside T x V) and tanh(z / cap) with
-    SOFTCAP (else 0). rows, cols: int64."""
+    """The logit tile [BT, BV] of rows x cols (fp32; 0 outside T x V) and, with SOFTCAP, the
+    capped logits' slope 1 - tanh(z / cap)^2 (tanh_slope; else 0). rows, cols: int64."""
     kk = tl.arange(0, BK)
     xp = X + rows[:, None] * H + kk[None, :]
     wp = W + cols[None, :] * H + kk[:, None]
@@ -63,11 +63,11 @@ def _logits(X, W, BIAS, rows, cols, T, V, H, cap, inv_cap,
         wp += BK
     if HAS_BIAS:
         acc += tl.load(BIAS + cols, mask=cols < V, other=0.0).to(tl.float32)[None, :]
-    th = 0.0
+    slope = 0.0
     if SOFTCAP:
-        th = tanh(acc * inv_cap)
-        acc = cap * th
-    return acc, th
+        r, slope = tanh_slope(acc, inv_cap)
+        acc = cap - (2.0 * cap) * r
+    return acc, slope
 
 
 @triton.jit
@@ -192,7 +192,8 @@ def lce_dlogits_kernel(
     local = cb.to(tl.int64) * BV + tl.arange(0, BV)
     cols = v0 + local
     rmask = rows < T
-    z, th = _logits(X, W, BIAS, rows, cols, T, V, H, cap, inv_cap, BT, BV, BK, EVEN_K, HAS_BIAS, SOFTCAP, IEEE)
+    z, slope = _logits(X, W, BIAS, rows, cols, T, V, H, cap, inv_cap, BT, BV, BK, EVEN_K, HAS_BIAS, SOFTCAP,
+                       IEEE)
     lse = tl.load(LSE + rows, mask=rmask, other=0.0)
     if PER_ROW:
         dloss = tl.load(DLOSS + rows, mask=rmask, other=0.0).to(tl.float32)
@@ -208,7 +209,7 @@ def lce_dlogits_kernel(
         g -= smoothing * inv_v
     g *= f[:, None]
     if SOFTCAP:
-        g *= 1.0 - th * th
+        g *= slope
     # columns past V (the last chunk's padding) are written too: their values (of logits 0) are
     # never used, and a mask on V would stop the stores vectorising
     tl.store(D + rows[:, None] * C + local[None, :], g.to(D.dtype.element_ty),
