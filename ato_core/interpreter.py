@@ -219,11 +219,15 @@ def _interpretable_language():
 
 
 def _fast_dividef(x, y, _semantic=None):
+    import triton.language as tl
+
+    if not all(getattr(a, "dtype", tl.float32) == tl.float32 for a in (x, y)):  # as libdevice's signature
+        raise TypeError(f"fast_dividef takes fp32 only, got {getattr(x, 'dtype', x)}, {getattr(y, 'dtype', y)}")
     return x / y
 
 
 # The libdevice functions the kernels call (the interpreter has none), as the interpreter runs
-# them: fast_dividef (MUFU.RCP and a multiply, 2 ulp) as a division.
+# them: fast_dividef (MUFU.RCP and a multiply, 2 ulp) as a division, fp32 only as on the GPU.
 _LIBDEVICE = {"fast_dividef": _fast_dividef}
 
 

@@ -4,6 +4,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
+TWO_LOG2E = tl.constexpr(2.8853900817779268)  # e^(2 x) = 2^(x TWO_LOG2E)
+
 
 @triton.jit
 def aligned(x, ALIGN: tl.constexpr):
@@ -39,7 +41,7 @@ def tanh_rcp(x, scale, num):
     exp2 and one approximate division (MUFU.RCP and a multiply; libdevice.fast_dividef, which
     Triton's interpreter runs as a division): the denominator lies in [1, inf], where it needs
     no range fix-up (inf gives 0, as it should)."""
-    return libdevice.fast_dividef(num, 1.0 + tl.exp2(x * (scale * 2.8853900817779268)))  # 2 log2(e)
+    return libdevice.fast_dividef(num, 1.0 + tl.exp2(x * (scale * TWO_LOG2E)))
 
 
 @triton.jit
@@ -48,10 +50,11 @@ def tanh_slope(x, scale):
     tanh(scale x) = 1 - 2 r to an absolute few ulps of 1 (fp32: the approximate reciprocal of
     tanh_rcp), and s = 1 - tanh^2 = 4 e r^2, its slope, accurate relatively also where tanh
     saturates (0 where e overflows); NaN for NaN."""
-    e = tl.exp2(x * (scale * 2.8853900817779268))  # 2 log2(e)
-    if x.dtype == tl.float64:
+    if x.dtype == tl.float64:  # (scale, an fp32 argument, times the constant would round to fp32)
+        e = tl.exp2((x * scale) * TWO_LOG2E)
         r = 1.0 / (1.0 + e)
     else:
+        e = tl.exp2(x * (scale * TWO_LOG2E))
         r = libdevice.fast_dividef(1.0, 1.0 + e)
     return r, tl.where(e == float("inf"), 0.0, 4.0 * (e * r) * r)
 
