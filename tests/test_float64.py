@@ -50,7 +50,7 @@ CASES = [
      (_r(4, 6),), None),
     # cap 2: its fp32 scalars (cap, 1 / cap) exact, so float64 all through
     ("cross_entropy softcap", lambda m, x: m.cross_entropy(3.0 * x, _like(_TARGETS, x), softcap=2.0), (_r(4, 6),),
-     lambda x: torch.nn.functional.cross_entropy(2.0 * torch.tanh(3.0 * x / 2.0), torch.from_numpy(_TARGETS))),
+     lambda x: torch.nn.functional.cross_entropy(2.0 * torch.tanh(3.0 * x / 2.0), _like(_TARGETS, x))),
 ]
 
 

@@ -100,8 +100,14 @@ def ce_fwd_kernel(
     # elements, one thread's vector load, so reductions over axis 1 stay in the thread.
     offs2 = tl.arange(0, BLOCK_V // VEC)[:, None] * VEC + tl.arange(0, VEC)[None, :]
     offs = tl.arange(0, BLOCK_V)
+    # fp64 logits: log2 e and 1 / count in fp64 (a constexpr in tl.fma, and COUNT, are fp32)
+    F64: tl.constexpr = LOGITS.dtype.element_ty == tl.float64
+    log2e = tl.full([], LOG2E, tl.float64 if F64 else tl.float32)
     if MEAN:
-        inv_count = 1.0 / tl.load(COUNT)  # count 0: every row is ignored and scaled by 0 below
+        count = tl.load(COUNT)
+        if F64:
+            count = count.to(tl.float64)  # (an integer: exact)
+        inv_count = 1.0 / count  # count 0: every row is ignored and scaled by 0 below
     else:
         inv_count = 1.0
     inv_v = 1.0 / V
@@ -174,9 +180,9 @@ def ce_fwd_kernel(
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=0.0, eviction_policy="evict_first")
                 x, slope = _capped(widen(x), cap, inv_cap, SOFTCAP)
                 if ZLOSS:  # (the factor may be 0 or negative: not folded into c)
-                    g = tl.exp2(tl.fma(x - m_row, LOG2E, -lo)) * (zfac * scale)
+                    g = tl.exp2(tl.fma(x - m_row, log2e, -lo)) * (zfac * scale)
                 else:
-                    g = tl.exp2(tl.fma(x - m_row, LOG2E, -c))
+                    g = tl.exp2(tl.fma(x - m_row, log2e, -c))
                 if SMOOTH:
                     g -= smoothing * scale / V
                 if SOFTCAP:
@@ -186,7 +192,7 @@ def ce_fwd_kernel(
             # Every thread's stores above are visible to the whole program after the barrier,
             # so the target's element below is written last.
             tl.debug_barrier()
-            p_t = tl.exp2(tl.fma(xt - m_row, LOG2E, -lo))
+            p_t = tl.exp2(tl.fma(xt - m_row, log2e, -lo))
             gt = (p_t * zfac - smoothing / V - (1.0 - smoothing)) * scale
             if SOFTCAP:
                 gt *= slope_t
