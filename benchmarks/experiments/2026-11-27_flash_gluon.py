@@ -352,7 +352,7 @@ def gluon_fwd_ws(Q, K, V, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh,
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-def compile_only(causal=True, stages=3, ws=False, regs=(232, 40), chunk=32):
+def compile_only(causal=True, stages=3, ws=False, regs=(240, 24), chunk=32, d=128):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     sig = {n: "*bf16" for n in "QKVO"}
@@ -361,7 +361,7 @@ def compile_only(causal=True, stages=3, ws=False, regs=(232, 40), chunk=32):
         sig[n] = "i32"
     sig["qk_scale"] = "fp32"
     if ws:
-        consts = {"CAUSAL": causal, "BLOCK_N": 128, "D": 128, "STAGES": stages, "CHUNK": chunk,
+        consts = {"CAUSAL": causal, "BLOCK_N": 128, "D": d, "STAGES": stages, "CHUNK": chunk,
                   "PRODUCER_REGS": regs[1], "CONSUMER_REGS": regs[0], "FMA": True, "PINGPONG": False}
     else:
         consts = {"CAUSAL": causal, "BLOCK_M": 128, "BLOCK_N": 128, "D": 128, "STAGES": stages, "num_warps": 8}
@@ -407,8 +407,11 @@ def main():
     torch.manual_seed(0)
     dev = torch.cuda.get_device_name()
     print("GPU", dev)
-    for B, H, N, D, causal in ((2, 4, 1000, 128, True), (2, 4, 1000, 128, False), (4, 32, 4096, 128, False),
-                               (4, 32, 4096, 128, True), (1, 32, 16384, 128, True)):
+    shapes = ((2, 4, 1000, 128, True), (2, 4, 1000, 128, False), (4, 32, 4096, 128, False),
+              (4, 32, 4096, 128, True), (1, 32, 16384, 128, True))
+    if "--d64" in sys.argv:
+        shapes = ((2, 4, 1000, 64, True), (16, 16, 1024, 64, False), (16, 16, 1024, 64, True))
+    for B, H, N, D, causal in shapes:
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         sl = slice(0, 2)  # the float64 reference on two heads (memory)
         ref = F.scaled_dot_product_attention(q[:1, sl].double(), k[:1, sl].double(), v[:1, sl].double(),
@@ -444,4 +447,6 @@ if __name__ == "__main__":
                   "cp.async", ptx.count("cp.async.cg") + ptx.count("cp.async.ca"), "bar.sync", ptx.count("bar.sync"), "setmaxnreg", ptx.count("setmaxnreg"))
             open(f"/tmp/gluon_ws{int(ws)}_c{int(causal)}.ptx", "w").write(ptx)
     else:
+        if "--d64" in sys.argv:
+            VARIANTS[:] = [(3, (240, 24, 64, True))]
         main()
