@@ -34,6 +34,14 @@ def widen(x):
 
 
 @triton.jit
+def const_like(value: tl.constexpr, x):
+    """The float ``value`` as a scalar of x's dtype. A float constexpr is an fp32 constant
+    wherever no operand promotes it (tl.fma's operands, for one), so a float64 kernel would
+    compute with it rounded to fp32; the interpreter keeps it exact."""
+    return tl.full([], value, x.dtype)
+
+
+@triton.jit
 def tanh_rcp(x, scale, num):
     """num / (1 + e^(2 scale x)) (fp32, scale > 0): tanh(scale x) = 1 - tanh_rcp(x, scale, 2),
     and a cap c times it c - tanh_rcp(x, scale, 2 c). To an absolute error of a few 2^-24 of

@@ -15,7 +15,8 @@ from ato_core.ops.rope import plans as rope
 from ato_core.testing import compile_plans, gpu_spec as _spec, h100
 
 H100 = h100()
-_TT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int32": "i32", "int64": "i64", "bool": "i1"}
+_TT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64", "int32": "i32", "int64": "i64",
+       "bool": "i1"}
 
 
 def _plans():
@@ -299,3 +300,28 @@ def test_gqa_dkdv_takes_heads_in_one_loop(tmp_path, monkeypatch):
     assert len(found) == 1 and found[0][0].constexprs["HEADS_IN_LOOP"]
     stack = cubin_resources(compile_sm90(*found[0]).asm["cubin"])["STACK"]
     assert stack <= 256, f"fa_bwd_dkdv_kernel at G 4 holds a {stack}-byte stack frame a thread"
+
+
+# float64 row ops as tests/test_float64.py runs them (op, logits-like shape, kwargs)
+F64_PLANS = [("cross_entropy", {"label_smoothing": 0.1, "z_loss": 0.01}), ("cross_entropy", {"softcap": 2.0}),
+             ("softmax", {}), ("layer_norm", {})]
+
+
+@pytest.mark.parametrize("name,kwargs", F64_PLANS, ids=[f"{n} {k}" for n, k in F64_PLANS])
+def test_float64_constants_stay_float64(name, kwargs, tmp_path, monkeypatch):
+    """No float64 kernel computes with an fp32-rounded copy of log2 e, ln 2 or 2 log2 e: a
+    float constexpr in tl.fma became one (cross_entropy's gradient, 5e-8 off on the GPU), and
+    the interpreter, which keeps constants exact, cannot show it."""
+    import numpy as np
+
+    from ato_core.testing import gpu_spec
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    args = (gpu_spec((4, 6), "float64"),) + ((gpu_spec((4,), "int64"),) if name == "cross_entropy" else ())
+    rounded = {f"0d{np.float64(np.float32(c)).view(np.uint64):016X}": c
+               for c in (1.4426950408889634, 0.6931471805599453, 2.8853900817779268)}
+    for plan, specs in compile_plans(OPS[name], args, kwargs, H100):
+        for launch in plan.launches:
+            ptx = compile_sm90(launch, plan, specs).asm["ptx"]
+            found = [c for hexval, c in rounded.items() if hexval in ptx]
+            assert not found, f"{name} {kwargs}: {launch.name} uses {found} rounded to fp32"

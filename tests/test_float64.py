@@ -26,6 +26,17 @@ _TARGETS = np.array([1, -100, 4, 0])
 def _like(a, x):
     """``a`` (NumPy) as an array of x's framework, on x's device."""
     return torch.from_numpy(a).to(x.device) if isinstance(x, torch.Tensor) else jnp.asarray(a)
+
+
+def _smoothed_z_loss(x, smoothing, z_loss):
+    """torch's label-smoothed cross entropy plus z_loss * lse^2 averaged over the rows not
+    ignored (-100)."""
+    t = _like(_TARGETS, x)
+    valid = (t != -100).to(x.dtype)
+    lse2 = torch.logsumexp(x, -1).square()
+    return torch.nn.functional.cross_entropy(x, t, label_smoothing=smoothing) + z_loss * (lse2 * valid).sum() / valid.sum()
+
+
 _ANGLES = np.arange(3)[:, None] * 10000.0 ** (-np.arange(2) / 2)[None]
 
 # (id, call(module, *arrays), float64 arrays differentiated, torch's own op or None)
@@ -46,8 +57,9 @@ CASES = [
      lambda g, u: torch.nn.functional.silu(g) * u),
     ("rope", lambda m, q, k: m.rope(q, k, _like(np.cos(_ANGLES), q), _like(np.sin(_ANGLES), q)),
      (_r(1, 2, 3, 4), _r(1, 1, 3, 4, seed=1)), None),
-    ("cross_entropy", lambda m, x: m.cross_entropy(x, _like(_TARGETS, x), label_smoothing=0.1, z_loss=0.01),
-     (_r(4, 6),), None),
+    # smoothing and z_loss exact in fp32 (the GPU's float arguments; the interpreter's are fp64)
+    ("cross_entropy", lambda m, x: m.cross_entropy(x, _like(_TARGETS, x), label_smoothing=0.125, z_loss=0.0078125),
+     (_r(4, 6),), lambda x: _smoothed_z_loss(x, 0.125, 0.0078125)),
     # cap 2: its fp32 scalars (cap, 1 / cap) exact, so float64 all through
     ("cross_entropy softcap", lambda m, x: m.cross_entropy(3.0 * x, _like(_TARGETS, x), softcap=2.0), (_r(4, 6),),
      lambda x: torch.nn.functional.cross_entropy(2.0 * torch.tanh(3.0 * x / 2.0), _like(_TARGETS, x))),

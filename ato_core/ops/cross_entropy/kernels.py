@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned, tanh_slope, widen
+from ato_core.triton_helpers import aligned, const_like, tanh_slope, widen
 
 
 @kernel(inputs=1, outputs=1)
@@ -100,17 +100,15 @@ def ce_fwd_kernel(
     # elements, one thread's vector load, so reductions over axis 1 stay in the thread.
     offs2 = tl.arange(0, BLOCK_V // VEC)[:, None] * VEC + tl.arange(0, VEC)[None, :]
     offs = tl.arange(0, BLOCK_V)
-    # fp64 logits: log2 e and 1 / count in fp64 (a constexpr in tl.fma, and COUNT, are fp32)
-    F64: tl.constexpr = LOGITS.dtype.element_ty == tl.float64
-    log2e = tl.full([], LOG2E, tl.float64 if F64 else tl.float32)
+    # The count (fp32 in COUNT) and V as divisors in the accumulation dtype (ACC, LOSS's): 1.0 /
+    # an integer would be fp32 in a float64 kernel. (Both integers: exact.)
+    ACC: tl.constexpr = LOSS.dtype.element_ty
+    nv = V.to(ACC)
     if MEAN:
-        count = tl.load(COUNT)
-        if F64:
-            count = count.to(tl.float64)  # (an integer: exact)
-        inv_count = 1.0 / count  # count 0: every row is ignored and scaled by 0 below
+        inv_count = 1.0 / tl.load(COUNT).to(ACC)  # count 0: every row is ignored and scaled by 0 below
     else:
         inv_count = 1.0
-    inv_v = 1.0 / V
+    inv_v = 1.0 / nv
     for r in range(tl.program_id(0), T, tl.num_programs(0)):
         row = tl.cast(r, tl.int64)  # (the interpreter's loop index is a Python int)
         base = row * V
@@ -180,9 +178,9 @@ def ce_fwd_kernel(
                 x = tl.load(LOGITS + base + cols, mask=cmask, other=0.0, eviction_policy="evict_first")
                 x, slope = _capped(widen(x), cap, inv_cap, SOFTCAP)
                 if ZLOSS:  # (the factor may be 0 or negative: not folded into c)
-                    g = tl.exp2(tl.fma(x - m_row, log2e, -lo)) * (zfac * scale)
+                    g = tl.exp2(tl.fma(x - m_row, const_like(LOG2E, x), -lo)) * (zfac * scale)
                 else:
-                    g = tl.exp2(tl.fma(x - m_row, log2e, -c))
+                    g = tl.exp2(tl.fma(x - m_row, const_like(LOG2E, x), -c))
                 if SMOOTH:
                     g -= smoothing * scale / V
                 if SOFTCAP:
@@ -192,8 +190,8 @@ def ce_fwd_kernel(
             # Every thread's stores above are visible to the whole program after the barrier,
             # so the target's element below is written last.
             tl.debug_barrier()
-            p_t = tl.exp2(tl.fma(xt - m_row, log2e, -lo))
-            gt = (p_t * zfac - smoothing / V - (1.0 - smoothing)) * scale
+            p_t = tl.exp2(tl.fma(xt - m_row, const_like(LOG2E, xt), -lo))
+            gt = (p_t * zfac - smoothing / nv - (1.0 - smoothing)) * scale
             if SOFTCAP:
                 gt *= slope_t
             tl.store(DLOGITS + base + t, gt.to(DLOGITS.dtype.element_ty), mask=in_range)
