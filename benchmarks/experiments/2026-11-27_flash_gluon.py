@@ -11,6 +11,7 @@ import sys
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from ato_core.triton_helpers import aligned
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier,
                                                              warpgroup_mma, warpgroup_mma_wait)
 
@@ -28,6 +29,29 @@ def _issue_kv(k_bufs, v_bufs, slot, K, V, kv_off, start_n, N, skn, svn, offs_n, 
         async_copy.async_copy_global_to_shared(k_bufs.index(slot), k_ptrs)
         async_copy.async_copy_global_to_shared(v_bufs.index(slot), v_ptrs)
     async_copy.commit_group()
+
+
+@gluon.jit
+def _init_state(start_m, M: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, s_layout: gl.constexpr,
+                o_layout: gl.constexpr):
+    """Query rows and key offsets of a tile, the online softmax's (m, l), o's accumulator, and
+    the zero accumulator the QK wgmma ignores (use_acc=False)."""
+    offs_m = start_m + gl.arange(0, M, layout=gl.SliceLayout(1, s_layout))
+    offs_sn = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    m_i = gl.full([M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.full([M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
+    return offs_m, offs_sn, m_i, l_i, gl.zeros([M, D], gl.float32, o_layout), gl.zeros([M, BLOCK_N], gl.float32,
+                                                                                          s_layout)
+
+
+@gluon.jit
+def _n_tiles(start_m, N, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Key tiles a program of query rows [start_m, start_m + BLOCK_M) visits."""
+    if CAUSAL:
+        hi = gl.minimum(start_m + BLOCK_M, N)
+    else:
+        hi = N
+    return gl.cdiv(hi, BLOCK_N)
 
 
 @gluon.jit
@@ -61,9 +85,21 @@ def _softmax_fma(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, N, CAUSAL: gl.
 
 
 @gluon.jit
+def _update(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, N, CAUSAL: gl.constexpr, MASK: gl.constexpr,
+            FMA: gl.constexpr):
+    """The softmax update of a score tile: _softmax_fma (masked only with MASK), or _softmax
+    (scaled first, every tile masked: section 2's form)."""
+    if FMA:
+        return _softmax_fma(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, N, CAUSAL, MASK)
+    else:
+        return _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, N, CAUSAL)
+
+
+@gluon.jit
 def _ws_step(q_smem, k_bufs, v_bufs, ready, empty, j, p, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, N,
              turn_me, turn_other, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
-             MASK: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+             MASK: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+             FMA: gl.constexpr):
     slot = j % STAGES
     prev = (j - 1) % STAGES
     mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
@@ -76,7 +112,7 @@ def _ws_step(q_smem, k_bufs, v_bufs, ready, empty, j, p, m_i, l_i, acc, s_zero, 
     if PINGPONG:
         mbarrier.arrive(turn_other, count=1)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
-    p, m_i, l_i, alpha = _softmax_fma(s, m_i, l_i, qk_scale, offs_m, j * BLOCK_N, offs_sn, N, CAUSAL, MASK)
+    p, m_i, l_i, alpha = _update(s, m_i, l_i, qk_scale, offs_m, j * BLOCK_N, offs_sn, N, CAUSAL, MASK, FMA)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
     mbarrier.arrive(empty.index(prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
@@ -118,23 +154,14 @@ def gluon_fwd(Q, K, V, O, LSE, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob,
     async_copy.async_copy_global_to_shared(q_smem, q_ptrs, mask=(q_rows < N)[:, None])
     async_copy.commit_group()
 
-    if CAUSAL:
-        hi = gl.minimum(start_m + BLOCK_M, N)
-    else:
-        hi = N
-    n_tiles = gl.cdiv(hi, BLOCK_N)
+    n_tiles = _n_tiles(start_m, N, CAUSAL, BLOCK_M, BLOCK_N)
     for t in gl.static_range(STAGES - 1):
         if t < n_tiles:
             _issue_kv(k_bufs, v_bufs, t, K, V, kv_off, t * BLOCK_N, N, skn, svn, offs_ln, offs_d, True)
         else:
             async_copy.commit_group()
 
-    offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    offs_sn = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    offs_m, offs_sn, m_i, l_i, acc, s_zero = _init_state(start_m, BLOCK_M, BLOCK_N, D, s_layout, o_layout)
 
     # tile 0: its scores alone
     async_copy.wait_group(STAGES - 2)
@@ -219,12 +246,7 @@ def _ws_consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, o_off, bh, son, N
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     dtype: gl.constexpr = O.dtype.element_ty
-    offs_m = start_m + gl.arange(0, M, layout=gl.SliceLayout(1, s_layout))
-    offs_sn = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    m_i = gl.full([M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.full([M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([M, D], gl.float32, o_layout)
-    s_zero = gl.zeros([M, BLOCK_N], gl.float32, s_layout)
+    offs_m, offs_sn, m_i, l_i, acc, s_zero = _init_state(start_m, M, BLOCK_N, D, s_layout, o_layout)
 
     mbarrier.wait(ready.index(0), 0)
     fence_async_shared()
@@ -234,31 +256,15 @@ def _ws_consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, o_off, bh, son, N
     if PINGPONG:
         mbarrier.arrive(turn_other, count=1)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
-    if FMA:
-        p, m_i, l_i, alpha = _softmax_fma(s, m_i, l_i, qk_scale, offs_m, 0, offs_sn, N, CAUSAL, True)
-        for j in range(1, n_tiles - 1):
-            p, m_i, l_i, acc = _ws_step(q_smem, k_bufs, v_bufs, ready, empty, j, p, m_i, l_i, acc, s_zero, qk_scale,
-                                        offs_m, offs_sn, N, turn_me, turn_other, p_layout, o_layout, CAUSAL, False,
-                                        BLOCK_N, STAGES, PINGPONG)
-        if n_tiles > 1:
-            p, m_i, l_i, acc = _ws_step(q_smem, k_bufs, v_bufs, ready, empty, n_tiles - 1, p, m_i, l_i, acc, s_zero,
-                                        qk_scale, offs_m, offs_sn, N, turn_me, turn_other, p_layout, o_layout, CAUSAL,
-                                        True, BLOCK_N, STAGES, PINGPONG)
-    else:
-        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, 0, offs_sn, N, CAUSAL)
-        for j in range(1, n_tiles):
-            slot = j % STAGES
-            prev = (j - 1) % STAGES
-            mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
-            fence_async_shared()
-            s_tok = warpgroup_mma(q_smem, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
-            o_tok = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
-            p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, j * BLOCK_N, offs_sn, N, CAUSAL)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
-            mbarrier.arrive(empty.index(prev), count=1)
-            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    p, m_i, l_i, alpha = _update(s, m_i, l_i, qk_scale, offs_m, 0, offs_sn, N, CAUSAL, True, FMA)
+    for j in range(1, n_tiles - 1):  # the last tile apart: only it needs the mask (FMA)
+        p, m_i, l_i, acc = _ws_step(q_smem, k_bufs, v_bufs, ready, empty, j, p, m_i, l_i, acc, s_zero, qk_scale,
+                                    offs_m, offs_sn, N, turn_me, turn_other, p_layout, o_layout, CAUSAL, False,
+                                    BLOCK_N, STAGES, PINGPONG, FMA)
+    if n_tiles > 1:
+        p, m_i, l_i, acc = _ws_step(q_smem, k_bufs, v_bufs, ready, empty, n_tiles - 1, p, m_i, l_i, acc, s_zero,
+                                    qk_scale, offs_m, offs_sn, N, turn_me, turn_other, p_layout, o_layout, CAUSAL,
+                                    True, BLOCK_N, STAGES, PINGPONG, FMA)
     last = (n_tiles - 1) % STAGES
     p_op = gl.convert_layout(p.to(dtype), p_layout)
     if PINGPONG:
@@ -289,11 +295,11 @@ def gluon_fwd_ws(Q, K, V, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh,
                  FMA: gl.constexpr, PINGPONG: gl.constexpr):
     """Warp-specialised: a 4-warp producer (cp.async ring of STAGES K/V tiles) and two consumer
     warpgroups of 64 query rows each (the default partition is one of them; launch with 4 warps)."""
-    # strides declared multiples of 8 elements (16 bytes: cp.async), as ato_core's aligned() does
-    sqb, sqh, sqn = (sqb // 8) * 8, (sqh // 8) * 8, (sqn // 8) * 8
-    skb, skh, skn = (skb // 8) * 8, (skh // 8) * 8, (skn // 8) * 8
-    svb, svh, svn = (svb // 8) * 8, (svh // 8) * 8, (svn // 8) * 8
-    sob, soh, son = (sob // 8) * 8, (soh // 8) * 8, (son // 8) * 8
+    # strides declared multiples of 8 elements (16 bytes: cp.async; jax-triton passes no hints)
+    sqb, sqh, sqn = aligned(sqb, 8), aligned(sqh, 8), aligned(sqn, 8)
+    skb, skh, skn = aligned(skb, 8), aligned(skh, 8), aligned(skn, 8)
+    svb, svh, svn = aligned(svb, 8), aligned(svh, 8), aligned(svn, 8)
+    sob, soh, son = aligned(sob, 8), aligned(soh, 8), aligned(son, 8)
     BLOCK_M: gl.constexpr = 128
     dtype: gl.constexpr = Q.dtype.element_ty
     pid_m = gl.program_id(0)
@@ -337,11 +343,7 @@ def gluon_fwd_ws(Q, K, V, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh,
     fence_async_shared()
     gl.thread_barrier()
 
-    if CAUSAL:
-        hi = gl.minimum(start_m + BLOCK_M, N)
-    else:
-        hi = N
-    n_tiles = gl.cdiv(hi, BLOCK_N)
+    n_tiles = _n_tiles(start_m, N, CAUSAL, BLOCK_M, BLOCK_N)
     gl.warp_specialize([
         (_ws_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, o_off, bh, son, N, qk_scale, start_m, n_tiles,
                         turns.index(0), turns.index(1), CAUSAL, BLOCK_N, D, STAGES, FMA, PINGPONG)),
@@ -396,7 +398,7 @@ def launch(q, k, v, causal, stages=3, block_n=128, ws=None):
     return o, lse
 
 
-VARIANTS = [(3, (240, 24, 32, True)), (3, (240, 24, 32, True, True))]
+VARIANTS = [(3, (240, 24, 32, True)), (3, (240, 24, 32, True, True)), (3, (240, 24, 32, False))]
 
 
 def main():
