@@ -49,6 +49,9 @@ class ArraySpec(NamedTuple):
     dtype: str
     strides: tuple[int, ...]
     device: str = "cpu"
+    # Whether the data starts at a 16-byte aligned address (a JAX array's always does; a torch
+    # view with a storage offset may not): kernels that copy 16-byte rows asynchronously need it.
+    aligned: bool = True
 
     @property
     def ndim(self) -> int:
@@ -140,12 +143,14 @@ class Launch:
         return getattr(fn, "__name__", repr(fn))
 
 
-def kernel(*, inputs: int, outputs: int):
+def kernel(*, inputs: int, outputs: int, gluon: bool = False):
     """``@triton.jit`` for a kernel that plans launch, in the convention of this module:
     ``inputs`` input pointers, then runtime scalars, then ``outputs`` output pointers, then
     ``tl.constexpr`` s. Its scalars are not specialised on divisibility by 16, as jax-triton
     compiles them, so both frameworks build one binary (a kernel learns what it may assume
-    from its ALIGN constexpr instead). :func:`check_launch` checks every Launch against it."""
+    from its ALIGN constexpr instead). :func:`check_launch` checks every Launch against it.
+    ``gluon``: a Gluon kernel (``triton.experimental.gluon.jit``; compiled only, no
+    interpreter: plans choose one only for a GPU that Target.gluon names)."""
     import inspect
 
     import triton
@@ -158,7 +163,13 @@ def kernel(*, inputs: int, outputs: int):
         if inputs + outputs > len(runtime):
             raise TypeError(f"{fn.__name__}: {inputs} input and {outputs} output pointers declared, but only "
                             f"{len(runtime)} runtime parameters")
-        jitted = triton.jit(fn, do_not_specialize_on_alignment=runtime[inputs:len(runtime) - outputs])
+        if gluon:
+            from triton.experimental import gluon as gluon_front
+
+            jit = gluon_front.jit
+        else:
+            jit = triton.jit
+        jitted = jit(fn, do_not_specialize_on_alignment=runtime[inputs:len(runtime) - outputs])
         jitted.ato_io = (inputs, outputs)
         return jitted
 

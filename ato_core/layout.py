@@ -32,8 +32,7 @@ def swapped(spec: ArraySpec) -> ArraySpec:
     """A 4-D array's view with axes 1 and 2 swapped (the same memory; None stays None)."""
     if spec is None:
         return spec
-    return ArraySpec(tuple(spec.shape[i] for i in _SWAP), spec.dtype, tuple(spec.strides[i] for i in _SWAP),
-                     spec.device)
+    return spec._replace(shape=tuple(spec.shape[i] for i in _SWAP), strides=tuple(spec.strides[i] for i in _SWAP))
 
 
 def laid_out(shape: Tuple[int, ...], layout: str) -> Tuple[int, ...]:

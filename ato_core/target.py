@@ -1,5 +1,5 @@
 """Where a plan will run: Triton's interpreter (any CPU array, or ATO_INTERPRET=1) or a
-compiled CUDA kernel. Plans read only ``num_sms`` and ``interpret`` from it."""
+compiled CUDA kernel. Plans read only ``num_sms``, ``interpret`` and ``gluon`` from it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ import os
 class Target:
     interpret: bool
     num_sms: int
+    # Whether plans may choose Hopper kernels written in Gluon (an sm_90 GPU, Triton's Gluon
+    # front end importable, ATO_PORTABLE unset): the portable Triton kernels otherwise.
+    gluon: bool = False
 
 
 # The interpreter runs one program at a time; a small "SM count" keeps grids small while
@@ -19,9 +22,26 @@ class Target:
 INTERPRETER = Target(interpret=True, num_sms=4)
 
 
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
 def force_interpret() -> bool:
     """True when ATO_INTERPRET is set to a true value: run the interpreter on a GPU too."""
-    return os.environ.get("ATO_INTERPRET", "").strip().lower() not in ("", "0", "false", "no")
+    return _env_flag("ATO_INTERPRET")
+
+
+def force_portable() -> bool:
+    """True when ATO_PORTABLE is set to a true value: no Gluon (Hopper-only) kernels."""
+    return _env_flag("ATO_PORTABLE")
+
+
+def _has_gluon() -> bool:
+    try:
+        from triton.experimental.gluon.language.nvidia import hopper  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=None)
@@ -31,4 +51,6 @@ def cuda_target(device_index: int = 0) -> Target:
     from triton.runtime import driver
 
     props = driver.active.utils.get_device_properties(device_index)
-    return Target(interpret=False, num_sms=int(props["multiprocessor_count"]))
+    major, minor = driver.active.get_device_capability(device_index)
+    hopper = (major, minor) == (9, 0) and not force_portable() and _has_gluon()
+    return Target(interpret=False, num_sms=int(props["multiprocessor_count"]), gluon=hopper)

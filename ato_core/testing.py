@@ -177,11 +177,11 @@ def cotangents(case: Case, outputs) -> list:
 
 
 def h100():
-    """The launch target of an H100 (132 SMs, compiled kernels), for building GPU plans on any
-    machine: the compile examples, and tests of the plans' GPU choices."""
+    """The launch target of an H100 (132 SMs, compiled kernels, Gluon's Hopper kernels), for
+    building GPU plans on any machine: the compile examples, and tests of the plans' GPU choices."""
     from .target import Target
 
-    return Target(interpret=False, num_sms=132)
+    return Target(interpret=False, num_sms=132, gluon=True)
 
 
 def gpu_spec(shape, dtype: str = "bfloat16"):

@@ -9,8 +9,11 @@ No launch decision is made here.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
 import os
+import types
 from typing import Mapping
 
 import jax
@@ -40,7 +43,10 @@ def platform_of(arrays) -> str:
 def target_for(*arrays) -> Target:
     if force_interpret() or platform_of(arrays) != "gpu":
         return INTERPRETER
-    return cuda_target(0)
+    target = cuda_target(0)
+    if target.gluon and not gluon_launches():
+        return dataclasses.replace(target, gluon=False)
+    return target
 
 
 _jax_triton = None
@@ -63,6 +69,7 @@ def import_jax_triton():
         lib = getattr(jax_triton, "triton_lib", None)
         if lib is not None and not _api_04(jax_triton):
             _take_maxnreg(lib)
+            _compile_gluon(lib)
         _jax_triton = jax_triton
     return _jax_triton
 
@@ -96,6 +103,64 @@ def _take_maxnreg(triton_lib) -> None:
 
     get_or_create.ato_maxnreg = True
     triton_lib.get_or_create_triton_kernel = get_or_create
+
+
+def _compile_gluon(triton_lib) -> None:
+    """jax-triton 0.3.x compiles every kernel through the tl front end and launches num_warps
+    warps. This wraps get_or_create_triton_kernel so that a Gluon kernel (Launch.kernel made by
+    ato_core.launch.kernel(gluon=True)) is compiled from a GluonASTSource, with the signature,
+    pointer specialisation and constants jax-triton builds (its own code, below), and launched
+    with the warps of all its partitions (metadata.num_warps): the binary torch's launcher
+    builds from the same launch."""
+    create = triton_lib.get_or_create_triton_kernel
+    if getattr(create, "ato_gluon", False):
+        return
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    lib, cache = triton_lib.triton_kernel_call_lib, {}
+
+    def get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, *, num_warps, num_stages, num_ctas,
+                      compute_capability, enable_fp_fusion, metaparams, dump):
+        if not getattr(fn, "is_gluon", lambda: False)():
+            return create(backend_init_func, platform, fn, arg_dtypes, scalar_args, num_warps=num_warps,
+                          num_stages=num_stages, num_ctas=num_ctas, compute_capability=compute_capability,
+                          enable_fp_fusion=enable_fp_fusion, metaparams=metaparams, dump=dump)
+        cc = compute_capability or lib.get_compute_capability(0)
+        backend = backend_init_func(0, cc)
+        signature = {fn.arg_names[i]: v for i, v in enumerate(arg_dtypes)}
+        alignments = [16] * len(arg_dtypes)  # every pointer 16-byte aligned, scalars unspecialised
+        for i, _, _ in scalar_args:
+            alignments[i] = 0
+        spec = [triton_lib._triton.native_specialize_impl(
+            backend, types.SimpleNamespace(data_ptr=lambda a=a: a, dtype=d.removeprefix("*")), False, True, a > 0)
+            for d, a in zip(arg_dtypes, alignments)]
+        attrs = {(i,): backend.parse_attr(attr) for i, (_, attr) in enumerate(spec)}
+        constants = dict(metaparams)
+        constants.update({k: None for _, k, v in scalar_args if v is None})
+        constants.update({fn.arg_names[i]: 1 for i, _, v in scalar_args if v == 1})
+        signature.update((c, "constexpr") for c in constants)
+        key = (fn, tuple(signature.items()), tuple(spec), tuple(constants.items()), num_warps, num_stages, num_ctas, cc,
+               enable_fp_fusion)
+        if key not in cache:
+            compiled = triton.compile(GluonASTSource(fn, signature, constexprs=constants, attrs=attrs),
+                                      target=GPUTarget("cuda", cc, 32),
+                                      options={"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas,
+                                               "enable_fp_fusion": enable_fp_fusion})
+            cache[key] = lib.TritonKernel(compiled.metadata.name, compiled.metadata.num_warps, num_ctas,
+                                          compiled.metadata.shared, compiled.asm["ptx"], "", cc)
+        return cache[key], attrs
+
+    get_or_create.ato_gluon = True
+    triton_lib.get_or_create_triton_kernel = get_or_create
+
+
+@functools.lru_cache(maxsize=None)
+def gluon_launches() -> bool:
+    """Whether the installed jax-triton can launch Gluon kernels (0.3.x, through
+    _compile_gluon; 0.4.x compiles through the tl front end only)."""
+    return not _api_04(import_jax_triton())
 
 
 def _shape_dtype(buffer) -> jax.ShapeDtypeStruct:

@@ -51,7 +51,14 @@ def spec(t, name: str = "argument") -> ArraySpec:
     name = _DEVICE_NAMES.get(device)
     if name is None:
         name = _DEVICE_NAMES[device] = str(device)
-    return ArraySpec(tuple(t.shape), _NAMES.get(t.dtype) or dtype_name(t.dtype), t.stride(), name)
+    return ArraySpec(tuple(t.shape), _NAMES.get(t.dtype) or dtype_name(t.dtype), t.stride(), name, _aligned(t))
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    """Whether t's data is 16-byte aligned, from its storage offset (allocators align a
+    storage's start; a fake tensor under torch.compile has no data pointer to ask)."""
+    offset = t.storage_offset()
+    return isinstance(offset, int) and offset * t.element_size() % 16 == 0
 
 
 def once_differentiable(backward, name: str):

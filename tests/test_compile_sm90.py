@@ -74,6 +74,8 @@ def compile_sm90(launch, plan, inputs):
             sig[p.name] = "constexpr"
         if sig[p.name].startswith("*"):  # 16-byte aligned, as jax-triton declares every pointer
             attrs[(i,)] = [["tt.divisibility", 16]]
+    if launch.kernel.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     src = ASTSource(fn=launch.kernel, signature=sig, constexprs=constexprs, attrs=attrs)
     opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "enable_fp_fusion": launch.fp_fusion}
     if launch.maxnreg:

@@ -7,6 +7,8 @@ the two frameworks must agree bit for bit. The interpreter plan uses 32x16 / 16x
 so these lengths cross several blocks and every masked and unmasked range runs.
 """
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -160,6 +162,46 @@ def test_plan_shapes_and_ranges():
     delta, dkdv, dq = fa_core.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False,
                                             target=INTERPRETER).launches
     assert dkdv.grid == (-(-70 // cfg.dkdv.n), 4) and dq.grid == (-(-100 // cfg.dq.m), 16)
+
+
+def test_hopper_forward_chosen_where_it_applies():
+    """On an H100 (Target.gluon) the forward plan launches the Gluon kernel for fp16 / bf16 at
+    D 128 with causal, GQA, Nq != Nk and either layout; the portable kernel for anything it does
+    not cover (fp32, another D, an option, no key, tuned settings, rows that cp.async cannot copy:
+    a storage offset or a stride off 16 bytes); never under the interpreter or with gluon off."""
+    from ato_core.testing import gpu_spec, h100
+
+    def fwd(q, k, target=h100(), **kw):
+        kw.setdefault("causal", True)
+        plan = fa_core.forward_plan(q, k, k, softmax_scale=None, target=target, **kw)
+        return plan.launches[0]
+
+    q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 700, 128))
+    launch = fwd(q, k)
+    assert launch.name == "fa_fwd_hopper_kernel"
+    assert launch.grid == (8, 16) and launch.scalars[:4] == (8, 4, 1000, 700)
+    assert fwd(gpu_spec((2, 1000, 8, 128), "float16"), gpu_spec((2, 700, 2, 128), "float16"), layout="bnhd",
+               causal=False).name == "fa_fwd_hopper_kernel"
+    portable = [
+        fwd(gpu_spec((2, 8, 1000, 128), "float32"), gpu_spec((2, 2, 700, 128), "float32")),
+        fwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64))),
+        fwd(q, k, options=fa_core.Options(window=(64, None))),
+        fwd(q, gpu_spec((2, 2, 0, 128))),
+        fwd(q, k, settings=fa_core.Settings(*fa_core._GPU_TILES[128])),
+        fwd(q._replace(aligned=False), k),
+        fwd(q._replace(strides=(1000 * 132, 1000 * 132 // 8, 132, 1)), k),
+        fwd(q, k, target=INTERPRETER),
+        fwd(q, k, target=dataclasses.replace(h100(), gluon=False)),
+    ]
+    assert [p.name for p in portable] == ["fa_fwd_kernel"] * len(portable)
+
+
+def test_torch_spec_alignment():
+    """ato_torch's ArraySpec says whether a tensor's data is 16-byte aligned (from its storage
+    offset), which the Hopper forward needs."""
+    x = torch.empty(4, 64, dtype=torch.bfloat16)
+    assert ato_torch.launcher.spec(x).aligned and ato_torch.launcher.spec(x[1:]).aligned
+    assert not ato_torch.launcher.spec(x[:, 1:]).aligned and not ato_torch.launcher.spec(x.view(-1)[4:]).aligned
 
 
 def test_jax_vmap():

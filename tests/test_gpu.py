@@ -199,6 +199,76 @@ def test_flash_attention_cross_framework_bitwise_gpu(dims, causal):
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
 
 
+# The Gluon forward (flash_attention/hopper.py) at the shapes that exercise its own bounds:
+# partial tiles, causal programs with no key (Nq > Nk + 128), Nq < Nk, GQA and MQA, one row.
+HOPPER_DIMS = [
+    (2, 8, 2, 1000, 1000, 128, "bhnd"),
+    (1, 4, 4, 777, 300, 128, "bhnd"),
+    (1, 4, 1, 300, 1500, 128, "bnhd"),
+    (3, 2, 2, 1, 1, 128, "bhnd"),
+    (1, 2, 2, 129, 4097, 128, "bnhd"),
+]
+
+
+def _forward_kernel(case) -> str:
+    """The kernel the forward plan of ``case`` (its shapes, row-major) launches on this GPU."""
+    from ato_core.ops import OPS
+    from ato_core.target import cuda_target
+    from ato_core.testing import gpu_spec
+
+    shapes = dict(case.shapes)
+    args = [gpu_spec(shapes[n], case.dtype) for n in ("q", "k", "v")]
+    arrays, static = OPS["flash_attention"].signature(*args, **dict(case.kwargs))
+    return OPS["flash_attention"].forward_plan(arrays, static, cuda_target(0), True).launches[0].name
+
+
+def _hopper() -> bool:
+    import torch
+
+    return torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.parametrize("dims", HOPPER_DIMS, ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_attention_hopper_gpu(dims, dtype, causal):
+    """On an sm_90 GPU the Gluon forward runs (elsewhere the portable one): o, lse and the
+    gradients (the portable backward from its o and lse) of both frameworks against the float64
+    reference, and torch == JAX bit for bit."""
+    *shape, layout = dims
+    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout)
+    want = "fa_fwd_hopper_kernel" if _hopper() else "fa_fwd_kernel"
+    assert _forward_kernel(case) == want
+    t, j, _ = _check(case)
+    assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
+def test_flash_attention_hopper_needs_aligned_rows_gpu():
+    """q starting 2 bytes past a 16-byte boundary, or with a row stride not a multiple of 8
+    elements, takes the portable forward (cp.async copies 16 bytes); its result equals that of
+    aligned copies within bf16 rounding of the two kernels."""
+    import torch
+
+    import ato_torch
+    from ato_core.ops.flash_attention import plans
+    from ato_torch.launcher import spec, target_for
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    B, H, N, D = 1, 4, 300, 128
+    flat = torch.randn(B * H * N * D + 1, device="cuda", generator=g).to(torch.bfloat16)
+    q_off = flat[1:].view(B, H, N, D)  # storage offset 1: not 16-byte aligned
+    wide = torch.randn(B, H, N, D + 4, device="cuda", generator=g).to(torch.bfloat16)
+    q_pad = wide[..., :D]  # row stride 132: 8 bytes past a multiple of 16
+    k, v = (torch.randn(B, H, N, D, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
+    for q in (q_off, q_pad):
+        plan = plans.forward_plan(spec(q), spec(k), spec(v), causal=True, softmax_scale=None, target=target_for(q))
+        assert plan.launches[0].name == "fa_fwd_kernel"
+        got = ato_torch.flash_attention(q, k, v, causal=True).float()
+        ref = ato_torch.flash_attention(q.contiguous(), k, v, causal=True).float()
+        err = ((got - ref).norm() / ref.norm()).item()
+        assert err < h.TOLERANCE["bfloat16"], err
+
+
 @pytest.mark.parametrize("scale", [1.0, 0.02, 3.0])
 def test_tanh_abs_gpu(scale):
     """The softcap's tanh compiled (ex2.approx, 2 ulp; MUFU.RCP, 1 ulp; the CPU tier's check at

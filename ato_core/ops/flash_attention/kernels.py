@@ -49,6 +49,11 @@ import triton.language as tl
 from ato_core.launch import kernel
 from ato_core.triton_helpers import aligned, dropout_seed, tanh_rcp
 
+try:  # the Hopper forward, in Gluon (Triton >= 3.6)
+    from . import hopper
+except ImportError:
+    hopper = None
+
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 # Tiles whose segment ids a block's range scan reads a step (_segment_ranges).

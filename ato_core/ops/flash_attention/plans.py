@@ -361,9 +361,11 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     named = dict(zip(OPTION_ARRAYS, arrays))
     check_option_arrays(named, q, B, Hq, Nq, Nk)
     q, k, v = (as_bhnd(s, layout) for s in (q, k, v))
-    cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     scale = resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
+    if settings is None and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays):
+        return _hopper_plan(q, k, v, B, Hq, Hkv, Nq, Nk, causal, scale, layout)
+    cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     launch = Launch(
         kern.fa_fwd_kernel, (cdiv(Nq, cfg.fwd.m), B * Hq), ("q", "k", "v", *o_inputs),
@@ -373,6 +375,43 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
          optional_output("lse_base2", (B, Hq, Nq), "float32", _base2_lse(o_const))),
         {**_constexprs(cfg, cfg.fwd, D, causal, _align(D, q, k, v)), **o_const}, num_warps=cfg.fwd.warps,
         num_stages=_stages(cfg.fwd, o_const),
+    )
+    return Plan((launch,), ("o", "lse", "lse_base2"))
+
+
+# The Gluon forward (hopper.py): the ring depth, key rows a cp.async pass, and the registers of
+# the producer and consumer warpgroups (setmaxnreg; 240 x 256 + 24 x 128 fill the 64K a block
+# may hold). The fastest on an H100 (results flash_gluon.txt): 240 spare the consumers' spills.
+HOPPER = {"BLOCK_N": 128, "STAGES": 3, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
+HOPPER_HEAD_DIMS = (128,)
+
+
+def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, target: Target, layout: str,
+                    options: Options, arrays) -> bool:
+    """Whether the forward runs the Gluon kernel (hopper.fa_fwd_hopper_kernel): a Hopper GPU
+    (Target.gluon), fp16 / bf16, D 128, no option beyond causal and GQA, at least one key, and
+    q, k, v 16-byte aligned, rows of unit stride and the other strides multiples of 8 elements
+    (cp.async copies 16 bytes). Anything else: the portable kernel."""
+    if not target.gluon or kern.hopper is None:
+        return False
+    if q.dtype not in ("float16", "bfloat16") or D not in HOPPER_HEAD_DIMS or Nk == 0:
+        return False
+    if options != NO_OPTIONS or any(a is not None for a in arrays):
+        return False
+    rows = all(s.strides[3] == 1 and s.aligned for s in (q, k, v))
+    return rows and alignment(*(st for s in (q, k, v) for st in s.strides[:3])) >= 8
+
+
+def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, B: int, Hq: int, Hkv: int, Nq: int, Nk: int, causal: bool,
+                 scale: float, layout: str) -> Plan:
+    o_shape = (B, Hq, Nq, q.shape[3])
+    launch = Launch(
+        kern.hopper.fa_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq), ("q", "k", "v"),
+        (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, *q.strides[:3], *k.strides[:3], *v.strides[:3],
+         *bhnd_strides(o_shape, layout)[:3]),
+        (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32"),
+         optional_output("lse_base2", (B, Hq, Nq), "float32", False)),
+        {"CAUSAL": causal, "D": q.shape[3], **HOPPER}, num_warps=4,
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
 

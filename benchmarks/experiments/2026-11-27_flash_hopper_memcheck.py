@@ -1,0 +1,34 @@
+"""The Gluon flash forward (flash_attention/hopper.py) at small odd shapes (partial tiles,
+causal programs with no key, Nq < Nk, GQA, MQA, bnhd, one row), forward and backward against
+the float64 reference: run under compute-sanitizer (memcheck) on an sm_90 GPU to find
+out-of-range accesses and races on its shared-memory ring.
+
+    compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py
+"""
+import sys
+
+import torch
+
+import ato_torch
+from ato_core.ops.flash_attention import reference
+
+sys.path.insert(0, "benchmarks/tools")
+from fa_against_reference import against_reference  # noqa: E402
+
+CASES = [
+    # (B, Hq, Hkv, Nq, Nk, dtype, kwargs)
+    (2, 4, 2, 77, 77, torch.bfloat16, dict(causal=True)),
+    (1, 2, 2, 300, 77, torch.float16, dict(causal=True)),
+    (1, 4, 1, 100, 1000, torch.bfloat16, dict(causal=False, layout="bnhd")),
+    (2, 2, 2, 1, 1, torch.bfloat16, dict(causal=True)),
+    (1, 2, 1, 1000, 1000, torch.bfloat16, dict(causal=False)),
+]
+
+for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
+    g = torch.Generator(device="cuda").manual_seed(Nq)
+    shape_q, shape_k = ((B, Hq, Nq, 128), (B, Hkv, Nk, 128)) if kw.get("layout") != "bnhd" else \
+        ((B, Nq, Hq, 128), (B, Nk, Hkv, 128))
+    q = torch.randn(shape_q, device="cuda", generator=g).to(dtype).requires_grad_()
+    k, v = (torch.randn(shape_k, device="cuda", generator=g).to(dtype).requires_grad_() for _ in range(2))
+    result = against_reference(ato_torch.flash_attention, reference.flash_attention, q, k, v, **kw)
+    print(f"{B}x{Hq}x{Hkv}x{Nq}x{Nk}x128 {dtype} {kw}: " + result, flush=True)
