@@ -166,8 +166,8 @@ def test_plan_shapes_and_ranges():
 
 def test_hopper_forward_chosen_where_it_applies():
     """On an H100 (Target.gluon) the forward plan launches the Gluon kernel for fp16 / bf16 at
-    D 128 with causal, GQA, Nq != Nk and either layout; the portable kernel for anything it does
-    not cover (fp32, another D, an option, no key, tuned settings, rows that cp.async cannot copy:
+    D 128 with causal, GQA, Nq != Nk, a window and either layout; the portable kernel for anything
+    it does not cover (fp32, another D, another option, no key, tuned settings, rows that cp.async cannot copy:
     a storage offset or a stride off 16 bytes); never under the interpreter or with gluon off."""
     from ato_core.testing import gpu_spec, h100
 
@@ -182,10 +182,14 @@ def test_hopper_forward_chosen_where_it_applies():
     assert launch.grid == (8, 16) and launch.scalars[:4] == (8, 4, 1000, 700)
     assert fwd(gpu_spec((2, 1000, 8, 128), "float16"), gpu_spec((2, 700, 2, 128), "float16"), layout="bnhd",
                causal=False).name == "fa_fwd_hopper_kernel"
+    window = fwd(q, k, options=fa_core.Options(window=(64, None)))
+    assert window.name == "fa_fwd_hopper_kernel" and window.constexprs["WINDOW"]
+    assert window.scalars[5:7] == (64, 0) and launch.scalars[5:7] == (1000 + 700 + 1, 0)
     portable = [
         fwd(gpu_spec((2, 8, 1000, 128), "float32"), gpu_spec((2, 2, 700, 128), "float32")),
         fwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64))),
-        fwd(q, k, options=fa_core.Options(window=(64, None))),
+        fwd(q, k, options=fa_core.Options(window=(64, None), softcap=30.0)),
+        fwd(q, k, arrays=(None, gpu_spec((2,), "int32")) + (None,) * 6),
         fwd(q, gpu_spec((2, 2, 0, 128))),
         fwd(q, k, settings=fa_core.Settings(*fa_core._GPU_TILES[128])),
         fwd(q._replace(aligned=False), k),

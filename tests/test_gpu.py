@@ -228,15 +228,24 @@ def _hopper() -> bool:
     return torch.cuda.get_device_capability() == (9, 0)
 
 
-@pytest.mark.parametrize("dims", HOPPER_DIMS, ids=lambda d: "x".join(map(str, d)))
+# With a window (left, right): tiles skipped below it, both edges masked, rows that see no key.
+HOPPER_WINDOWS = [
+    ((1, 4, 2, 1000, 1000, 128, "bhnd"), (100, None), True),
+    ((1, 2, 2, 300, 700, 128, "bnhd"), (64, 32), False),
+    ((2, 2, 1, 777, 300, 128, "bhnd"), (0, 0), False),
+    ((1, 2, 2, 129, 4097, 128, "bhnd"), (300, None), True),
+]
+
+
+@pytest.mark.parametrize("dims,window,causal", [(d, None, c) for d in HOPPER_DIMS for c in (False, True)] + HOPPER_WINDOWS,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_flash_attention_hopper_gpu(dims, dtype, causal):
+def test_flash_attention_hopper_gpu(dims, window, causal, dtype):
     """On an sm_90 GPU the Gluon forward runs (elsewhere the portable one): o, lse and the
     gradients (the portable backward from its o and lse) of both frameworks against the float64
     reference, and torch == JAX bit for bit."""
     *shape, layout = dims
-    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout)
+    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window)
     want = "fa_fwd_hopper_kernel" if _hopper() else "fa_fwd_kernel"
     assert _forward_kernel(case) == want
     t, j, _ = _check(case)

@@ -1,6 +1,6 @@
 """The Gluon flash forward (flash_attention/hopper.py) at small odd shapes (partial tiles,
 causal programs with no key, Nq < Nk, GQA, MQA, bnhd, one row), forward and backward against
-the float64 reference: run under compute-sanitizer (memcheck) on an sm_90 GPU to find
+the float64 reference (session 35: with windows too): run under compute-sanitizer (memcheck) on an sm_90 GPU to find
 out-of-range accesses and races on its shared-memory ring.
 
     compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py
@@ -22,6 +22,9 @@ CASES = [
     (1, 4, 1, 100, 1000, torch.bfloat16, dict(causal=False, layout="bnhd")),
     (2, 2, 2, 1, 1, torch.bfloat16, dict(causal=True)),
     (1, 2, 1, 1000, 1000, torch.bfloat16, dict(causal=False)),
+    (1, 2, 2, 700, 700, torch.bfloat16, dict(causal=True, window_size=(150, None))),
+    (2, 2, 1, 300, 500, torch.float16, dict(causal=False, window_size=(40, 70))),
+    (1, 2, 2, 400, 200, torch.bfloat16, dict(causal=False, window_size=(0, 0))),
 ]
 
 for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:

@@ -101,6 +101,8 @@ def check_cases(gpu: bool, dtype: str, quick: bool):
 # sm_90 compile examples (tests/test_compile_sm90.py): (label, op, args, kwargs)
 COMPILE = [("flash_attention", "flash_attention", (gpu_spec((1, 8, 256, 128)), gpu_spec((1, 2, 256, 128)),
                                                    gpu_spec((1, 2, 256, 128))), {"causal": True, "return_lse": True}),
+           ("flash_attention window", "flash_attention", (gpu_spec((1, 8, 256, 128)), gpu_spec((1, 2, 300, 128)),
+                                                          gpu_spec((1, 2, 300, 128))), {"window_size": (64, 32)}),
            ("flash_attention d64", "flash_attention", (gpu_spec((1, 8, 256, 64)), gpu_spec((1, 2, 256, 64)),
                                                        gpu_spec((1, 2, 256, 64))), {"causal": True}),
            ("flash_attention options", "flash_attention",
