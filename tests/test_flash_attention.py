@@ -166,7 +166,7 @@ def test_plan_shapes_and_ranges():
 
 def test_hopper_forward_chosen_where_it_applies():
     """On an H100 (Target.gluon) the forward plan launches the Gluon kernel for fp16 / bf16 at
-    D 128 with causal, GQA, Nq != Nk, a window and either layout; the portable kernel for anything
+    D 128 with causal, GQA, Nq != Nk, a window, q / kv lengths and either layout; the portable kernel for anything
     it does not cover (fp32, another D, another option, no key, tuned settings, rows that cp.async cannot copy:
     a storage offset or a stride off 16 bytes); never under the interpreter or with gluon off."""
     from ato_core.testing import gpu_spec, h100
@@ -185,11 +185,14 @@ def test_hopper_forward_chosen_where_it_applies():
     window = fwd(q, k, options=fa_core.Options(window=(64, None)))
     assert window.name == "fa_fwd_hopper_kernel" and window.constexprs["WINDOW"]
     assert window.scalars[5:7] == (64, 0) and launch.scalars[5:7] == (1000 + 700 + 1, 0)
+    lengths = fwd(q, k, arrays=(None, None, gpu_spec((2,), "int64")) + (None,) * 5)
+    assert lengths.name == "fa_fwd_hopper_kernel" and lengths.inputs == ("q", "k", "v", "q", "kv_lengths")
+    assert lengths.constexprs["KV_LENS"] and not lengths.constexprs["Q_LENS"]
     portable = [
         fwd(gpu_spec((2, 8, 1000, 128), "float32"), gpu_spec((2, 2, 700, 128), "float32")),
         fwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64))),
         fwd(q, k, options=fa_core.Options(window=(64, None), softcap=30.0)),
-        fwd(q, k, arrays=(None, gpu_spec((2,), "int32")) + (None,) * 6),
+        fwd(q, k, arrays=(gpu_spec((8,), "float32"),) + (None,) * 7),
         fwd(q, gpu_spec((2, 2, 0, 128))),
         fwd(q, k, settings=fa_core.Settings(*fa_core._GPU_TILES[128])),
         fwd(q._replace(aligned=False), k),

@@ -18,6 +18,7 @@ from ato_cli import harness as h
 from ato_core.ops.based.cases import based_case, based_step_case, taylor_case
 from ato_core.ops.cross_entropy.cases import ce_case
 from ato_core.ops.flash_attention.cases import fa_case, fa_varlen_case
+from ato_core.testing import In
 from ato_core.ops.linear_attention.cases import elu_case, la_case, step_case
 from ato_core.ops.linear_cross_entropy.cases import lce_case
 from ato_core.ops.norms.cases import drln_case, norm_case
@@ -216,9 +217,10 @@ def _forward_kernel(case) -> str:
     from ato_core.target import cuda_target
     from ato_core.testing import gpu_spec
 
-    shapes = dict(case.shapes)
+    shapes = dict(case.shapes, **{n: s for n, s, *_ in case.int_inputs})
     args = [gpu_spec(shapes[n], case.dtype) for n in ("q", "k", "v")]
-    arrays, static = OPS["flash_attention"].signature(*args, **dict(case.kwargs))
+    kwargs = {n: gpu_spec(shapes[v.name], "int32") if isinstance(v, In) else v for n, v in case.kwargs}
+    arrays, static = OPS["flash_attention"].signature(*args, **kwargs)
     return OPS["flash_attention"].forward_plan(arrays, static, cuda_target(0), True).launches[0].name
 
 
@@ -237,15 +239,25 @@ HOPPER_WINDOWS = [
 ]
 
 
-@pytest.mark.parametrize("dims,window,causal", [(d, None, c) for d in HOPPER_DIMS for c in (False, True)] + HOPPER_WINDOWS,
+# With padding lengths (random in [0, N]: empty batches too), alone and with a window.
+HOPPER_LENGTHS = [
+    ((3, 4, 2, 1000, 1000, 128, "bhnd"), None, True, "both"),
+    ((3, 2, 2, 300, 700, 128, "bnhd"), None, False, "kv"),
+    ((3, 2, 1, 777, 300, 128, "bhnd"), (100, None), True, "q"),
+]
+
+
+@pytest.mark.parametrize("dims,window,causal,lengths",
+                         [(d, None, c, None) for d in HOPPER_DIMS for c in (False, True)]
+                         + [(*w, None) for w in HOPPER_WINDOWS] + HOPPER_LENGTHS,
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_flash_attention_hopper_gpu(dims, window, causal, dtype):
+def test_flash_attention_hopper_gpu(dims, window, causal, lengths, dtype):
     """On an sm_90 GPU the Gluon forward runs (elsewhere the portable one): o, lse and the
     gradients (the portable backward from its o and lse) of both frameworks against the float64
     reference, and torch == JAX bit for bit."""
     *shape, layout = dims
-    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window)
+    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths)
     want = "fa_fwd_hopper_kernel" if _hopper() else "fa_fwd_kernel"
     assert _forward_kernel(case) == want
     t, j, _ = _check(case)

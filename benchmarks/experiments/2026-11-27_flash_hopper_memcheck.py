@@ -1,6 +1,6 @@
 """The Gluon flash forward (flash_attention/hopper.py) at small odd shapes (partial tiles,
 causal programs with no key, Nq < Nk, GQA, MQA, bnhd, one row), forward and backward against
-the float64 reference (session 35: with windows too): run under compute-sanitizer (memcheck) on an sm_90 GPU to find
+the float64 reference (session 35: with windows and lengths too): run under compute-sanitizer (memcheck) on an sm_90 GPU to find
 out-of-range accesses and races on its shared-memory ring.
 
     compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py
@@ -25,6 +25,7 @@ CASES = [
     (1, 2, 2, 700, 700, torch.bfloat16, dict(causal=True, window_size=(150, None))),
     (2, 2, 1, 300, 500, torch.float16, dict(causal=False, window_size=(40, 70))),
     (1, 2, 2, 400, 200, torch.bfloat16, dict(causal=False, window_size=(0, 0))),
+    (3, 2, 1, 300, 500, torch.bfloat16, dict(causal=True, lengths=True)),
 ]
 
 for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
@@ -33,5 +34,8 @@ for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
         ((B, Nq, Hq, 128), (B, Nk, Hkv, 128))
     q = torch.randn(shape_q, device="cuda", generator=g).to(dtype).requires_grad_()
     k, v = (torch.randn(shape_k, device="cuda", generator=g).to(dtype).requires_grad_() for _ in range(2))
+    if kw.pop("lengths", False):
+        kw["q_lengths"] = torch.tensor([Nq - 1, 0, Nq // 2][:B], device="cuda", dtype=torch.int32)
+        kw["kv_lengths"] = torch.tensor([Nk, Nk // 3, 0][:B], device="cuda", dtype=torch.int64)
     result = against_reference(ato_torch.flash_attention, reference.flash_attention, q, k, v, **kw)
     print(f"{B}x{Hq}x{Hkv}x{Nq}x{Nk}x128 {dtype} {kw}: " + result, flush=True)

@@ -7,9 +7,9 @@ a 4-warp producer fills a ring of STAGES K/V tiles by cp.async (pointers, no TMA
 descriptors: jax-triton launches it as any kernel), synchronised by mbarriers; two consumer
 warpgroups take 64 query rows each, at CONSUMER_REGS registers a thread (setmaxnreg).
 
-The math is kernels.fa_fwd_kernel's with no option but a window: GQA (kv head hq // G),
-causal aligned to the bottom right (query i sees key j iff j <= i + Nk - Nq), a window
-(WINDOW: tiles below it never visited), any Nq, Nk >= 1, o and the natural-log lse
+The math is kernels.fa_fwd_kernel's with no option but a window and padding lengths: GQA
+(kv head hq // G), causal aligned to the bottom right (query i sees key j iff j <= i + Nk -
+Nq), a window (WINDOW: tiles below it never visited), q / kv lengths, any Nq, Nk >= 1, o and the natural-log lse
 [B, Hq, Nq] (a query that sees no key: o = 0, lse = -inf). The row maximum is taken on the
 raw scores and p = 2^(s * qk_scale - m * qk_scale) in one FMA a score; only key tiles that
 cross the causal diagonal, a window edge or Nk are masked. fp16 / bf16, D = 128; b, h
@@ -112,10 +112,11 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
 
 
 @gluon.jit
-def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son, Nq, Nk, lo_shift, hi_shift, qk_scale,
-              start_m, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
-              STAGES: gl.constexpr):
-    """One warpgroup: query rows [start_m, start_m + ROWS); writes their o and lse."""
+def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son, Nq, q_len, Nk, lo_shift, hi_shift,
+              qk_scale, start_m, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr,
+              BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+    """One warpgroup: query rows [start_m, start_m + ROWS); writes their o and lse (Q_LENS: rows
+    from q_len on get o = 0, lse = -inf). Nk: the keys of this batch."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -131,8 +132,12 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son,
                                 offs_sn, Nk, lo_shift, hi_shift, tiles, p_layout, o_layout, CAUSAL, WINDOW, BLOCK_N,
                                 STAGES)
     empty_row = l_i == 0.0
+    if Q_LENS:
+        empty_row = empty_row | (offs_m >= q_len)
     l_safe = gl.where(empty_row, 1.0, l_i)
     acc = acc / gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout))[:, None]
+    if Q_LENS:
+        acc = gl.where(gl.convert_layout(empty_row, gl.SliceLayout(1, o_layout))[:, None], 0.0, acc)
     offs_om = start_m + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
     offs_od = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
     o_ptrs = O + o_off + offs_om.to(gl.int64)[:, None] * son + offs_od[None, :]
@@ -185,15 +190,17 @@ def _key_tiles(start_m, Nk, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl
     return lo, full_lo, full_hi, hi
 
 
-@kernel(inputs=3, outputs=3, gluon=True)
-def fa_fwd_hopper_kernel(Q, K, V, Hq, G, Nq, Nk, qk_scale, left, right, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn,
+@kernel(inputs=5, outputs=3, gluon=True)
+def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, left, right, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn,
                          sob, soh, son, O, LSE, LSE2, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
                          STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                         CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False):
+                         CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
+                         KV_LENS: gl.constexpr = False):
     """Grid (cdiv(Nq, 128), B * Hq), 4 warps (the default partition: the first consumer; 12
     in all). qk_scale = softmax_scale * log2(e). WINDOW: query i sees key j only if
     i + shift - left <= j <= i + shift + right (kernels.fa_fwd_kernel's window; causal is
-    right = 0). LSE2: never written (the portable kernel's base-2 lse, an option's). Causal:
+    right = 0). Q_LENS, KV_LENS: batch b has QLEN[b] queries and KVLEN[b] keys (clamped to
+    [0, Nq], [0, Nk]; shift = kv_len - q_len), as kernels._options. LSE2: never written (the portable kernel's base-2 lse, an option's). Causal:
     the last query blocks (the most keys) run first."""
     sqb, sqh, sqn = aligned(sqb, 8), aligned(sqh, 8), aligned(sqn, 8)
     skb, skh, skn = aligned(skb, 8), aligned(skh, 8), aligned(skn, 8)
@@ -209,8 +216,14 @@ def fa_fwd_hopper_kernel(Q, K, V, Hq, G, Nq, Nk, qk_scale, left, right, sqb, sqh
     h = bh % Hq
     hk = h // G
     start_m = pid_m * BLOCK_M
-    lo_shift = Nk - Nq - left
-    hi_shift = Nk - Nq + right
+    q_len = Nq
+    kv_len = Nk
+    if Q_LENS:
+        q_len = gl.minimum(gl.maximum(gl.load(QLEN + b).to(gl.int32), 0), Nq)
+    if KV_LENS:
+        kv_len = gl.minimum(gl.maximum(gl.load(KVLEN + b).to(gl.int32), 0), Nk)
+    lo_shift = kv_len - q_len - left
+    hi_shift = kv_len - q_len + right
     q_off = b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
     k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
     v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
@@ -241,12 +254,12 @@ def fa_fwd_hopper_kernel(Q, K, V, Hq, G, Nq, Nk, qk_scale, left, right, sqb, sqh
     fence_async_shared()
     gl.thread_barrier()
 
-    tiles = _key_tiles(start_m, Nk, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N)
+    tiles = _key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N)
     gl.warp_specialize([
-        (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son, Nq, Nk, lo_shift, hi_shift,
-                     qk_scale, start_m, tiles, CAUSAL, WINDOW, BLOCK_N, D, STAGES)),
-        (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son, Nq, Nk, lo_shift, hi_shift,
-                     qk_scale, start_m + ROWS, tiles, CAUSAL, WINDOW, BLOCK_N, D, STAGES)),
-        (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, tiles[0], tiles[3], BLOCK_N, D,
-                     STAGES, CHUNK)),
+        (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son, Nq, q_len, kv_len, lo_shift,
+                     hi_shift, qk_scale, start_m, tiles, CAUSAL, WINDOW, Q_LENS, BLOCK_N, D, STAGES)),
+        (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son, Nq, q_len, kv_len, lo_shift,
+                     hi_shift, qk_scale, start_m + ROWS, tiles, CAUSAL, WINDOW, Q_LENS, BLOCK_N, D, STAGES)),
+        (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], BLOCK_N,
+                     D, STAGES, CHUNK)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])

@@ -364,7 +364,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     scale = resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
     if settings is None and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays):
-        return _hopper_plan(q, k, v, B, Hq, Hkv, Nq, Nk, causal, scale, layout, options)
+        return _hopper_plan(q, k, v, B, Hq, Hkv, Nq, Nk, causal, scale, layout, options, named)
     cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     launch = Launch(
@@ -389,30 +389,34 @@ HOPPER_HEAD_DIMS = (128,)
 def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, target: Target, layout: str,
                     options: Options, arrays) -> bool:
     """Whether the forward runs the Gluon kernel (hopper.fa_fwd_hopper_kernel): a Hopper GPU
-    (Target.gluon), fp16 / bf16, D 128, no option but causal, GQA and a window, at least one key, and
+    (Target.gluon), fp16 / bf16, D 128, no option but causal, GQA, a window and q / kv lengths, at
+    least one key, and
     q, k, v 16-byte aligned, rows of unit stride and the other strides multiples of 8 elements
     (cp.async copies 16 bytes). Anything else: the portable kernel."""
     if not target.gluon or kern.hopper is None:
         return False
     if q.dtype not in ("float16", "bfloat16") or D not in HOPPER_HEAD_DIMS or Nk == 0:
         return False
-    if options != Options(window=options.window) or any(a is not None for a in arrays):
+    lengths = ("q_lengths", "kv_lengths")
+    if options != Options(window=options.window) or any(a is not None for n, a in zip(OPTION_ARRAYS, arrays)
+                                                        if n not in lengths):
         return False
     rows = all(s.strides[3] == 1 and s.aligned for s in (q, k, v))
     return rows and alignment(*(st for s in (q, k, v) for st in s.strides[:3])) >= 8
 
 
 def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, B: int, Hq: int, Hkv: int, Nq: int, Nk: int, causal: bool,
-                 scale: float, layout: str, options: Options) -> Plan:
+                 scale: float, layout: str, options: Options, named: dict) -> Plan:
     o_shape = (B, Hq, Nq, q.shape[3])
-    _, (left, right, _, _), _, const = _option_launch(options, {}, causal, scale, B, Hq, Nq, Nk)
+    inputs, (left, right, _, _), _, const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     launch = Launch(
-        kern.hopper.fa_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq), ("q", "k", "v"),
+        kern.hopper.fa_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq), ("q", "k", "v", inputs[1], inputs[2]),
         (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, left, right, *q.strides[:3], *k.strides[:3], *v.strides[:3],
          *bhnd_strides(o_shape, layout)[:3]),
         (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32"),
          optional_output("lse_base2", (B, Hq, Nq), "float32", False)),
-        {"CAUSAL": causal, "WINDOW": const["WINDOW"], "D": q.shape[3], **HOPPER}, num_warps=4,
+        {"CAUSAL": causal, "D": q.shape[3], **HOPPER, **{n: const[n] for n in ("WINDOW", "Q_LENS", "KV_LENS")}},
+        num_warps=4,
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
