@@ -327,3 +327,46 @@ def test_float64_constants_stay_float64(name, kwargs, tmp_path, monkeypatch):
             ptx = compile_sm90(launch, plan, specs).asm["ptx"]
             found = [c for hexval, c in rounded.items() if hexval in ptx]
             assert not found, f"{name} {kwargs}: {launch.name} uses {found} rounded to fp32"
+
+
+def test_gluon_compiles_alike_for_jax(tmp_path, monkeypatch):
+    """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
+    Hopper forward into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,
+    torch's path) builds, and launches it with all its partitions' warps: the precondition of
+    bitwise torch == JAX on the GPU, checked here on a CPU with a stand-in for jax-triton's library."""
+    import types
+
+    import numpy as np
+    import triton._C.libtriton as libtriton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    from ato_core.ops.flash_attention import plans as fa
+    from ato_core.testing import gpu_spec
+    from ato_jax import launcher
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    q, k = gpu_spec((2, 8, 300, 128)), gpu_spec((2, 2, 500, 128))
+    plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100,
+                           options=fa.Options(window=(100, None)))
+    (launch,) = plan.launches
+    assert launch.kernel.is_gluon()
+    lib = types.SimpleNamespace(
+        _triton=libtriton, get_or_create_triton_kernel=lambda *a, **kw: pytest.fail("not a Gluon compile"),
+        triton_kernel_call_lib=types.SimpleNamespace(TritonKernel=lambda *a: a, get_compute_capability=lambda d: 90))
+    launcher._compile_gluon(lib)
+    scalars = launcher.kernel_scalars(launch.scalars)
+    flat = [*launch.inputs, *scalars, *launch.outputs]
+    arg_dtypes = ["*" + _TT[q.dtype]] * len(launch.inputs) + [_scalar_type(float(v)) if isinstance(v, np.float32) else _scalar_type(v)
+                                             for v in scalars] + ["*" + _TT[b.dtype] for b in launch.outputs]
+    scalar_args = [(i, arg_dtypes[i], float(v) if isinstance(v, np.float32) else v)
+                   for i, v in enumerate(flat) if not isinstance(v, (str, type(launch.outputs[0])))]
+    kernel, _ = lib.get_or_create_triton_kernel(
+        lambda device, cc: CUDABackend(GPUTarget("cuda", cc, 32)), "CUDA", launch.kernel, arg_dtypes, scalar_args,
+        num_warps=launch.num_warps, num_stages=launch.num_stages, num_ctas=1, compute_capability=90,
+        enable_fp_fusion=launch.fp_fusion, metaparams=dict(launch.constexprs), dump=False)
+    name, warps, _, shared, ptx, _, cc = kernel
+    torch_side = compile_sm90(launch, plan, {"q": q, "k": k, "v": k})
+    assert warps == torch_side.metadata.num_warps == 12 and cc == 90
+    assert shared == torch_side.metadata.shared and name == torch_side.metadata.name
+    assert ptx == torch_side.asm["ptx"] and "setmaxnreg" in ptx

@@ -203,6 +203,20 @@ def test_hopper_forward_chosen_where_it_applies():
     assert [p.name for p in portable] == ["fa_fwd_kernel"] * len(portable)
 
 
+def test_jax_target_without_a_gluon_launcher(monkeypatch):
+    """ato_jax plans for a Hopper GPU without Gluon kernels when its jax-triton cannot compile
+    them (0.4.x), with them when it can (0.3.x, through launcher._compile_gluon)."""
+    from ato_core.testing import h100
+    from ato_jax import launcher
+
+    monkeypatch.setattr(launcher, "platform_of", lambda arrays: "gpu")
+    monkeypatch.setattr(launcher, "cuda_target", lambda index=0: h100())
+    monkeypatch.setattr(launcher, "gluon_launches", lambda: False)
+    assert launcher.target_for() == dataclasses.replace(h100(), gluon=False)
+    monkeypatch.setattr(launcher, "gluon_launches", lambda: True)
+    assert launcher.target_for() == h100()
+
+
 def test_torch_spec_alignment():
     """ato_torch's ArraySpec says whether a tensor's data is 16-byte aligned (from its storage
     offset), which the Hopper forward needs."""
