@@ -8,8 +8,8 @@ dK, dV accumulators in registers) and per query tile run
 
 delta and lse2 (= lse log2 e, +inf where lse = -inf) are the portable delta kernel's. GQA: a
 program's keys take the G query heads' tiles in turn. Causal: query tiles from the first that sees
-the program's first key; those crossing the diagonal masked. dQ stays the portable kernel's.
-D 128, fp16/bf16. Written on a CPU machine (session 35), compiled for sm_90 there; not yet run.
+the program's first key; those crossing the diagonal masked. dQ (gluon_dq): the forward's form,
+two warpgroups of 64 query rows, K / V tiles of 64 keys streamed; dQ += dS K. D 128, fp16/bf16. Written on a CPU machine (session 35), compiled for sm_90 there; not yet run.
 
     python3 2026-11-27_flash_gluon_bwd.py --compile    # sm_90 registers, spills, shared memory (CPU)
     python3 2026-11-27_flash_gluon_bwd.py              # GPU: dk, dv against ato's backward; timings
@@ -189,22 +189,171 @@ def gluon_dkdv(Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, Nk, qk_scale, sm_scale, sqb,
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-def compile_only(causal=True, stages=2, regs=(240, 24), chunk=32, d=128):
+# ---- dQ: two consumer warpgroups of 64 query rows, K / V tiles of 64 keys streamed (the forward's form)
+
+@gluon.jit
+def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, lse2, delta, qk_scale, rows_k,
+             offs_n, Nk, dq_op: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr):
+    """Key tile j (the ring's c-th): dQ updated; its slot freed. rows_k: the rows' last visible
+    key (row + shift)."""
+    slot = c % STAGES
+    mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+    fence_async_shared()
+    k_s = k_bufs.index(slot)
+    s_tok = warpgroup_mma(q_smem, k_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    dp_tok = warpgroup_mma(do_smem, v_bufs.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
+    p = gl.exp2(gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), -lse2[:, None]))
+    if MASK:
+        keys = j * KEYS + offs_n
+        if CAUSAL:
+            p = gl.where((keys[None, :] <= rows_k[:, None]) & (keys < Nk)[None, :], p, 0.0)
+        else:
+            p = gl.where((keys < Nk)[None, :], p, 0.0)
+    dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
+    ds = p * (dp - delta[:, None])
+    dq_tok = warpgroup_mma(gl.convert_layout(ds.to(k_bufs.dtype), dq_op), k_s, dq, is_async=True)
+    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
+    mbarrier.arrive(empty.index(slot), count=1)
+    return dq
+
+
+@gluon.jit
+def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk, shift,
+                 qk_scale, sm_scale, m0, n_full, n_tiles, CAUSAL: gl.constexpr, D: gl.constexpr,
+                 STAGES: gl.constexpr):
+    """One warpgroup: query rows [m0, m0 + BLOCK_M); writes their dQ. Key tiles [0, n_full)
+    unmasked, [n_full, n_tiles) masked."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, KEYS, 16])
+    a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+    dq_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=a_layout, k_width=2)
+    rows = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    inside = rows < Nq
+    lse2 = gl.load(LSE2 + lse_off + rows, mask=inside, other=float("inf"))
+    delta = gl.load(DELTA + lse_off + rows, mask=inside, other=0.0)
+    rows_k = rows + shift
+    offs_n = gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
+    zero_s = gl.zeros([BLOCK_M, KEYS], gl.float32, s_layout)
+    dq = gl.zeros([BLOCK_M, D], gl.float32, a_layout)
+    for j in range(0, n_full):
+        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j, j, dq, zero_s, lse2, delta, qk_scale, rows_k,
+                      offs_n, Nk, dq_op, CAUSAL, False, STAGES)
+    for j in range(n_full, n_tiles):
+        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j, j, dq, zero_s, lse2, delta, qk_scale, rows_k,
+                      offs_n, Nk, dq_op, CAUSAL, True, STAGES)
+    offs_r = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, a_layout))
+    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
+    gl.store(DQ + dq_off + offs_r.to(gl.int64)[:, None] * sdqn + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
+             mask=(offs_r < Nq)[:, None])
+
+
+@gluon.jit
+def _kv_producer(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, n_tiles, D: gl.constexpr,
+                 STAGES: gl.constexpr, CHUNK: gl.constexpr):
+    """K / V tiles of KEYS rows into the ring (rows past Nk zero-filled)."""
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
+    offs_r = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, ld))
+    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
+    for j in range(n_tiles):
+        slot = j % STAGES
+        mbarrier.wait(empty.index(slot), ((j // STAGES) & 1) ^ 1)
+        for r in gl.static_range(KEYS // CHUNK):
+            rows = j * KEYS + r * CHUNK + offs_r
+            inside = (rows < Nk)[:, None]
+            async_copy.async_copy_global_to_shared(k_bufs.index(slot).slice(r * CHUNK, CHUNK),
+                                                   K + k_off + rows.to(gl.int64)[:, None] * skn + offs_d[None, :],
+                                                   mask=inside)
+            async_copy.async_copy_global_to_shared(v_bufs.index(slot).slice(r * CHUNK, CHUNK),
+                                                   V + v_off + rows.to(gl.int64)[:, None] * svn + offs_d[None, :],
+                                                   mask=inside)
+        async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+
+
+@gluon.jit
+def gluon_dq(Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, Nk, qk_scale, sm_scale, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn,
+             sdob, sdoh, sdon, sdqb, sdqh, sdqn, DQ, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+             CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """Grid (cdiv(Nq, 128), B * Hq), 4 warps (12 in all). Causal: the last query blocks first."""
+    sqb, sqh, sqn = aligned(sqb, 8), aligned(sqh, 8), aligned(sqn, 8)
+    skb, skh, skn = aligned(skb, 8), aligned(skh, 8), aligned(skn, 8)
+    svb, svh, svn = aligned(svb, 8), aligned(svh, 8), aligned(svn, 8)
+    sdob, sdoh, sdon = aligned(sdob, 8), aligned(sdoh, 8), aligned(sdon, 8)
+    sdqb, sdqh, sdqn = aligned(sdqb, 8), aligned(sdqh, 8), aligned(sdqn, 8)
+    dtype: gl.constexpr = Q.dtype.element_ty
+    pid_m = gl.program_id(0)
+    if CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    bh = gl.program_id(1)
+    b = bh // Hq
+    h = bh % Hq
+    hk = h // G
+    m0 = pid_m * (2 * BLOCK_M)
+    shift = Nk - Nq
+    if CAUSAL:  # the program's rows see keys <= m0 + 2 BLOCK_M - 1 + shift; all see those <= m0 + shift
+        n_tiles = gl.cdiv(gl.minimum(gl.maximum(m0 + 2 * BLOCK_M + shift, 0), Nk), KEYS)
+        n_full = gl.minimum(gl.maximum(m0 + shift + 1, 0) // KEYS, Nk // KEYS)
+    else:
+        n_tiles = gl.cdiv(Nk, KEYS)
+        n_full = Nk // KEYS
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D], dtype)
+    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, D], dtype)
+    q0_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_layout)
+    q1_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_layout)
+    do0_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_layout)
+    do1_s = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=128)
+        mbarrier.init(empty.index(s), count=2)
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
+    offs_r = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, ld))
+    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
+    q_head = Q + b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
+    do_head = DO + b.to(gl.int64) * sdob + h.to(gl.int64) * sdoh
+    rows = m0 + offs_r
+    inside = (rows < Nq)[:, None]
+    q0_s.store(gl.load(q_head + rows.to(gl.int64)[:, None] * sqn + offs_d[None, :], mask=inside, other=0.0))
+    do0_s.store(gl.load(do_head + rows.to(gl.int64)[:, None] * sdon + offs_d[None, :], mask=inside, other=0.0))
+    rows = rows + BLOCK_M
+    inside = (rows < Nq)[:, None]
+    q1_s.store(gl.load(q_head + rows.to(gl.int64)[:, None] * sqn + offs_d[None, :], mask=inside, other=0.0))
+    do1_s.store(gl.load(do_head + rows.to(gl.int64)[:, None] * sdon + offs_d[None, :], mask=inside, other=0.0))
+    fence_async_shared()
+    gl.thread_barrier()
+    lse_off = bh.to(gl.int64) * Nq
+    dq_off = b.to(gl.int64) * sdqb + h.to(gl.int64) * sdqh
+    k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
+    v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
+    gl.warp_specialize([
+        (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk,
+                        shift, qk_scale, sm_scale, m0, n_full, n_tiles, CAUSAL, D, STAGES)),
+        (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk,
+                        shift, qk_scale, sm_scale, m0 + BLOCK_M, n_full, n_tiles, CAUSAL, D, STAGES)),
+        (_kv_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, n_tiles, D, STAGES, CHUNK)),
+    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+def compile_only(causal=True, stages=2, regs=(240, 24), chunk=32, d=128, dq=False):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
+    outs = ("dq",) if dq else ("dk", "dv")
     names = ["Q", "K", "V", "DO", "LSE2", "DELTA", "Hq", "G", "Nq", "Nk", "qk_scale", "sm_scale"]
-    names += [f"s{x}{a}" for x in ("q", "k", "v", "do", "dk", "dv") for a in "bhn"]
+    names += [f"s{x}{a}" for x in ("q", "k", "v", "do", *outs) for a in "bhn"]
     sig = {n: "*bf16" for n in ("Q", "K", "V", "DO")}
     sig |= {"LSE2": "*fp32", "DELTA": "*fp32"}
     sig |= {n: "i32" for n in names[6:10] + names[12:]}
-    sig |= {"qk_scale": "fp32", "sm_scale": "fp32", "DK": "*bf16", "DV": "*bf16"}
-    sig = {n: sig[n] for n in names + ["DK", "DV"]}
+    sig |= {"qk_scale": "fp32", "sm_scale": "fp32"}
+    sig = {n: sig[n] for n in names} | {o.upper(): "*bf16" for o in outs}
     consts = {"CAUSAL": causal, "D": d, "STAGES": stages, "CHUNK": chunk, "PRODUCER_REGS": regs[1],
               "CONSUMER_REGS": regs[0]}
     sig |= {n: "constexpr" for n in consts}
     ptrs = [i for i, n in enumerate(sig) if sig[n].startswith("*")]
     attrs = {(i, ): [["tt.divisibility", 16]] for i in ptrs}
-    src = GluonASTSource(fn=gluon_dkdv, signature=sig, constexprs=consts, attrs=attrs)
+    src = GluonASTSource(fn=gluon_dq if dq else gluon_dkdv, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "enable_fp_fusion": False})
 
 
@@ -220,6 +369,19 @@ def launch(q, k, v, do, lse2, delta, causal, stages=2, regs=(240, 24), chunk=32)
         CAUSAL=causal, D=D, STAGES=stages, CHUNK=chunk, PRODUCER_REGS=regs[1], CONSUMER_REGS=regs[0], num_warps=4,
         enable_fp_fusion=False)
     return dk, dv
+
+
+def launch_dq(q, k, v, do, lse2, delta, causal, stages=2, regs=(240, 24), chunk=32):
+    import torch
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    dq = torch.empty_like(q)
+    scale = D ** -0.5
+    gluon_dq[(triton.cdiv(Nq, 128), B * Hq)](
+        q, k, v, do, lse2, delta, Hq, Hq // Hkv, Nq, Nk, scale * 1.4426950408889634, scale, *q.stride()[:3],
+        *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3], dq, CAUSAL=causal, D=D, STAGES=stages,
+        CHUNK=chunk, PRODUCER_REGS=regs[1], CONSUMER_REGS=regs[0], num_warps=4, enable_fp_fusion=False)
+    return dq
 
 
 def main():
@@ -239,33 +401,37 @@ def main():
                 for _ in range(2))
         o, lse = ato_torch.flash_attention(q, k, v, causal=causal, return_lse=True)
         do = torch.randn_like(o)
-        _, dk_ref, dv_ref = torch.autograd.grad(o, (q, k, v), do)
+        dq_ref, dk_ref, dv_ref = torch.autograd.grad(o, (q, k, v), do)
         bwd = plans.backward_plan(spec(q), spec(k), spec(v), spec(do), causal=causal, softmax_scale=None,
                                   has_dlse=False, target=target_for(q))
-        delta_step, dkdv_step = (Plan((launch_,), tuple(b.name for b in launch_.outputs)) for launch_ in bwd.launches[:2])
+        delta_step, dkdv_step, dq_step = (Plan((launch_,), tuple(b.name for b in launch_.outputs))
+                                          for launch_ in bwd.launches)
         delta, lse2 = run_plan(delta_step, {"o": o.detach(), "do": do, "lse": lse}, target_for(q))
-        dk, dv = launch(q.detach(), k.detach(), v.detach(), do, lse2, delta, causal)
-        errs = [((a.float() - r.float()).norm() / r.float().norm()).item() for a, r in ((dk, dk_ref), (dv, dv_ref))]
+        args = (q.detach(), k.detach(), v.detach(), do, lse2, delta, causal)
+        dk, dv = launch(*args)
+        dq = launch_dq(*args)
+        errs = [((a.float() - r.float()).norm() / r.float().norm()).item()
+                for a, r in ((dq, dq_ref), (dk, dk_ref), (dv, dv_ref))]
         env = {"q": q.detach(), "k": k.detach(), "v": v.detach(), "do": do, "lse2": lse2, "delta": delta}
-        ms_port = triton.testing.do_bench(lambda: run_plan(dkdv_step, env, target_for(q)), warmup=25, rep=200)
-        ms_gl = triton.testing.do_bench(lambda: launch(q.detach(), k.detach(), v.detach(), do, lse2, delta, causal),
-                                        warmup=25, rep=200)
-        flops = 8 * B * Hq * Nq * Nk * 128 / (2 if causal else 1)  # dV, dP, S, dK: four matmuls
-        print(f"B{B} Hq{Hq} Hkv{Hkv} Nq{Nq} Nk{Nk} {'causal' if causal else 'full'}: dk/dv rel err vs ato "
-              f"{errs[0]:.1e}/{errs[1]:.1e} | gluon dkdv {ms_gl * 1e3:8.1f} us ({flops / ms_gl / 1e9:4.0f} TF/s) | "
-              f"portable dkdv {ms_port * 1e3:8.1f} us ({flops / ms_port / 1e9:4.0f})", flush=True)
+        times = [triton.testing.do_bench(fn, warmup=25, rep=200) * 1e3 for fn in (
+            lambda: launch(*args), lambda: run_plan(dkdv_step, env, target_for(q)), lambda: launch_dq(*args),
+            lambda: run_plan(dq_step, env, target_for(q)))]
+        flops = 4 * B * Hq * Nq * Nk * 128 / (2 if causal else 1)  # one matmul's flops x 2
+        print(f"B{B} Hq{Hq} Hkv{Hkv} Nq{Nq} Nk{Nk} {'causal' if causal else 'full'}: dq/dk/dv rel err vs ato "
+              f"{errs[0]:.1e}/{errs[1]:.1e}/{errs[2]:.1e} | dkdv gluon {times[0]:8.1f} us ({2 * flops / times[0] / 1e6:4.0f} "
+              f"TF/s) portable {times[1]:8.1f} | dq gluon {times[2]:8.1f} ({1.5 * flops / times[2] / 1e6:4.0f}) portable "
+              f"{times[3]:8.1f}", flush=True)
 
 
 if __name__ == "__main__":
     if "--compile" in sys.argv:
         sys.path.insert(0, "tests")
         from test_compile_sm90 import cubin_resources
-        for causal in (False, True):
-            for stages in (2, 3):
-                k = compile_only(causal, stages)
-                ptx = k.asm["ptx"]
-                print("causal", causal, "stages", stages, cubin_resources(k.asm["cubin"]), "smem", k.metadata.shared,
-                      "warps", k.metadata.num_warps, "wgmma", ptx.count("wgmma.mma_async"), "setmaxnreg",
-                      ptx.count("setmaxnreg"), flush=True)
+        for dq, causal, stages in ((dq, c, st) for dq in (False, True) for c in (False, True) for st in (2, 3)):
+            k = compile_only(causal, stages, dq=dq)
+            ptx = k.asm["ptx"]
+            print("dq" if dq else "dkdv", "causal", causal, "stages", stages, cubin_resources(k.asm["cubin"]), "smem",
+                  k.metadata.shared, "warps", k.metadata.num_warps, "wgmma", ptx.count("wgmma.mma_async"), "setmaxnreg",
+                  ptx.count("setmaxnreg"), flush=True)
     else:
         main()
