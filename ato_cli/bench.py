@@ -353,6 +353,72 @@ def flash_attention_rows(quick: bool):
     return rows
 
 
+# Issue 22's table: (B, Hq, Hkv, N, D, causal).
+FLASH_SHAPES = ((4, 32, 32, 4096, 128, False), (4, 32, 32, 4096, 128, True), (16, 16, 16, 1024, 64, False),
+                (16, 16, 16, 1024, 64, True), (1, 32, 32, 16384, 128, True), (2, 32, 8, 8192, 128, True))
+
+
+def flash_shapes_rows(quick: bool):
+    """Every shape of issue 22's table (D 128 and 64, causal and not, N 16384, GQA), bf16:
+    ato_torch and ato_jax against SDPA's cuDNN backend and jax.nn.dot_product_attention's cuDNN
+    (through [B, N, H, D] copies, its layout), forward and forward+backward; ratios are time over
+    cuDNN's from the same framework. TFLOP/s as flash_attention_rows."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import ato_jax
+    import ato_torch
+
+    rows = []
+    reps = 3 if quick else 5
+    for B, Hq, Hkv, N, D, causal in FLASH_SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(N)
+        q, do = (torch.randn(B, Hq, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        shape = f"B{B} Hq{Hq} Hkv{Hkv} N{N} D{D} bf16 {'causal' if causal else 'full'}"
+        flops = 4 * B * Hq * N * N * D * (0.5 if causal else 1.0)
+        ato = lambda a, b, c: ato_torch.flash_attention(a, b, c, causal=causal)  # noqa: E731
+
+        def cudnn(a, b, c):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(a, b, c, is_causal=causal, enable_gqa=Hq != Hkv)
+
+        t = {}
+        for name, fn in (("ato_torch", ato), ("SDPA cuDNN", cudnn)):
+            try:
+                t[f"{name} fwd"] = _bench_torch(lambda fn=fn: fn(q, k, v), quick)
+                t[f"{name} fwd+bwd"] = _bench_torch(_torch_fwd_bwd(fn, (q, k, v), do), quick)
+            except Exception as exc:  # report, don't hide
+                rows.append((f"{name} unavailable", shape, type(exc).__name__, None, None, str(exc)[:60]))
+        qj, kj, vj, doj = (jnp.asarray(x.float().cpu().numpy()).astype(jnp.bfloat16) for x in (q, k, v, do))
+        jpeers = {"ato_jax": (lambda a, b, c: ato_jax.flash_attention(a, b, c, causal=causal), (qj, kj, vj, doj)),
+                  "jax cuDNN": (lambda a, b, c: jax.nn.dot_product_attention(a, b, c, is_causal=causal,
+                                                                            implementation="cudnn"),
+                                tuple(jnp.transpose(x, (0, 2, 1, 3)) for x in (qj, kj, vj, doj)))}
+        for name, (fn, args) in jpeers.items():
+            try:
+                def fb(a, b, c, d, fn=fn):
+                    return jax.vjp(fn, a, b, c)[1](d)
+                t[f"{name} fwd"] = _median_jax(jax.jit(fn), *args[:3], reps=reps, calls=10)
+                t[f"{name} fwd+bwd"] = _median_jax(jax.jit(fb), *args, reps=reps, calls=5)
+            except Exception as exc:
+                rows.append((f"{name} unavailable", shape, type(exc).__name__, None, None, str(exc)[:60]))
+        for mode, mult in (("fwd", 1.0), ("fwd+bwd", 3.5)):
+            for name, peer in (("ato_torch", "SDPA cuDNN"), ("SDPA cuDNN", None), ("ato_jax", "jax cuDNN"),
+                               ("jax cuDNN", None)):
+                ms = t.get(f"{name} {mode}")
+                if ms is None:
+                    continue
+                base = t.get(f"{peer} {mode}") if peer else None
+                rows.append((f"{name} {mode}", shape, "x cuDNN time" if peer else "", ms, ms / base if base else None,
+                             f"{mult * flops / ms / 1e9:.0f} TFLOP/s"))
+        del q, k, v, do, qj, kj, vj, doj
+    return rows
+
+
 def window_tile_fraction(N: int, left: int, block_m: int, block_n: int) -> float:
     """Of the (query block, key block) tiles a causal forward visits, the fraction a causal
     window of ``left`` keys back visits (Nq = Nk = N; the kernels' key ranges)."""
@@ -1213,7 +1279,7 @@ def linear_cross_entropy_rows(quick: bool):
 
 # One table per op family, or per group of families (ato_core.ops.GROUPS).
 TABLES = {"linear_attention": linear_attention_rows, "based": based_rows, "flash_attention": flash_attention_rows,
-          "flash_options": flash_options_rows, "flash_varlen": flash_varlen_rows,
+          "flash_options": flash_options_rows, "flash_varlen": flash_varlen_rows, "flash_shapes": flash_shapes_rows,
           "decode": decode_rows, "block_sparse": block_sparse_rows, "transformer_ops": transformer_ops_rows,
           "linear_cross_entropy": linear_cross_entropy_rows}
 

@@ -45,9 +45,10 @@ def main(argv=None) -> int:
                                    "one) and the peers installed (pip install -e '.[gpu]' and the peers' wheels).")
     b.add_argument("--out", default="benchmarks/results", help="folder for the CSV, PNG and table")
     b.add_argument("--quick", action="store_true", help="fewer repetitions")
-    b.add_argument("--op", action="append", choices=choices() + ["flash_options", "flash_varlen"],
+    b.add_argument("--op", action="append", choices=choices() + ["flash_options", "flash_varlen", "flash_shapes"],
                    help="op family or group whose table to time, or flash_options (flash attention's "
-                        "windows, softcap, ALiBi, lengths, segments) or flash_varlen (packed documents); "
+                        "windows, softcap, ALiBi, lengths, segments), flash_varlen (packed documents) or "
+                        "flash_shapes (flash attention against cuDNN at every shape of issue 22); "
                         "repeatable; default: all")
     args = parser.parse_args(argv)
     if args.command is None:
