@@ -99,15 +99,17 @@ def check_cases(gpu: bool, dtype: str, quick: bool):
 
 
 # sm_90 compile examples (tests/test_compile_sm90.py): (label, op, args, kwargs)
+# (label, op, args, kwargs[, grad]): the window, lengths and D64 cases forward only (their
+# backward plans are the first case's kernels).
 COMPILE = [("flash_attention", "flash_attention", (gpu_spec((1, 8, 256, 128)), gpu_spec((1, 2, 256, 128)),
                                                    gpu_spec((1, 2, 256, 128))), {"causal": True, "return_lse": True}),
            ("flash_attention window", "flash_attention", (gpu_spec((1, 8, 256, 128)), gpu_spec((1, 2, 300, 128)),
-                                                          gpu_spec((1, 2, 300, 128))), {"window_size": (64, 32)}),
+                                                          gpu_spec((1, 2, 300, 128))), {"window_size": (64, 32)}, False),
            ("flash_attention lengths", "flash_attention", (gpu_spec((2, 8, 256, 128)), gpu_spec((2, 2, 300, 128)),
                                                            gpu_spec((2, 2, 300, 128))),
-            {"causal": True, "q_lengths": gpu_spec((2,), "int32"), "kv_lengths": gpu_spec((2,), "int64")}),
+            {"causal": True, "q_lengths": gpu_spec((2,), "int32"), "kv_lengths": gpu_spec((2,), "int64")}, False),
            ("flash_attention d64", "flash_attention", (gpu_spec((1, 8, 256, 64)), gpu_spec((1, 2, 256, 64)),
-                                                       gpu_spec((1, 2, 256, 64))), {"causal": True}),
+                                                       gpu_spec((1, 2, 256, 64))), {"causal": True}, False),
            ("flash_attention options", "flash_attention",
             (gpu_spec((2, 8, 256, 128)), gpu_spec((2, 2, 256, 128)), gpu_spec((2, 2, 256, 128))),
             {"causal": True, "window_size": (64, None), "softcap": 30.0, "alibi_slopes": gpu_spec((8,), "float32"),
