@@ -75,8 +75,11 @@ def compile_sm90(launch, plan, inputs):
         if sig[p.name].startswith("*"):  # 16-byte aligned, as jax-triton declares every pointer
             attrs[(i,)] = [["tt.divisibility", 16]]
     if launch.kernel.is_gluon():
-        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
-    src = ASTSource(fn=launch.kernel, signature=sig, constexprs=constexprs, attrs=attrs)
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        src = GluonASTSource(fn=launch.kernel, signature=sig, constexprs=constexprs, attrs=attrs)
+    else:
+        src = ASTSource(fn=launch.kernel, signature=sig, constexprs=constexprs, attrs=attrs)
     opts = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, "enable_fp_fusion": launch.fp_fusion}
     if launch.maxnreg:
         opts["maxnreg"] = launch.maxnreg
@@ -355,12 +358,12 @@ def test_gluon_compiles_alike_for_jax(tmp_path, monkeypatch):
         _triton=libtriton, get_or_create_triton_kernel=lambda *a, **kw: pytest.fail("not a Gluon compile"),
         triton_kernel_call_lib=types.SimpleNamespace(TritonKernel=lambda *a: a, get_compute_capability=lambda d: 90))
     launcher._compile_gluon(lib)
-    scalars = launcher.kernel_scalars(launch.scalars)
-    flat = [*launch.inputs, *scalars, *launch.outputs]
-    arg_dtypes = ["*" + _TT[q.dtype]] * len(launch.inputs) + [_scalar_type(float(v)) if isinstance(v, np.float32) else _scalar_type(v)
-                                             for v in scalars] + ["*" + _TT[b.dtype] for b in launch.outputs]
-    scalar_args = [(i, arg_dtypes[i], float(v) if isinstance(v, np.float32) else v)
-                   for i, v in enumerate(flat) if not isinstance(v, (str, type(launch.outputs[0])))]
+    # the scalars as jax-triton receives them (np.float32 for a float) and types them
+    scalars = [float(v) if isinstance(v, np.float32) else v for v in launcher.kernel_scalars(launch.scalars)]
+    n_in = len(launch.inputs)
+    arg_dtypes = (["*" + _TT[q.dtype]] * n_in + [_scalar_type(v) for v in scalars]
+                  + ["*" + _TT[b.dtype] for b in launch.outputs])
+    scalar_args = [(n_in + i, arg_dtypes[n_in + i], v) for i, v in enumerate(scalars)]
     kernel, _ = lib.get_or_create_triton_kernel(
         lambda device, cc: CUDABackend(GPUTarget("cuda", cc, 32)), "CUDA", launch.kernel, arg_dtypes, scalar_args,
         num_warps=launch.num_warps, num_stages=launch.num_stages, num_ctas=1, compute_capability=90,

@@ -18,13 +18,13 @@ from ato_cli import harness as h
 from ato_core.ops.based.cases import based_case, based_step_case, taylor_case
 from ato_core.ops.cross_entropy.cases import ce_case
 from ato_core.ops.flash_attention.cases import fa_case, fa_varlen_case
-from ato_core.testing import In
 from ato_core.ops.linear_attention.cases import elu_case, la_case, step_case
 from ato_core.ops.linear_cross_entropy.cases import lce_case
 from ato_core.ops.norms.cases import drln_case, norm_case
 from ato_core.ops.rope.cases import rope_case
 from ato_core.ops.softmax.cases import softmax_case
 from ato_core.ops.swiglu.cases import swiglu_case
+from ato_core.testing import In
 
 import test_block_layers
 import test_empty
@@ -211,17 +211,19 @@ HOPPER_DIMS = [
 ]
 
 
-def _forward_kernel(case) -> str:
-    """The kernel the forward plan of ``case`` (its shapes, row-major) launches on this GPU."""
+def _forward_launch(case):
+    """The forward launch of ``case``'s plan (its shapes, row-major) on this GPU: the cached
+    plan's own Launch, which ato_torch's call of the case runs (and keeps its binary in)."""
     from ato_core.ops import OPS
     from ato_core.target import cuda_target
     from ato_core.testing import gpu_spec
 
     shapes = dict(case.shapes, **{n: s for n, s, *_ in case.int_inputs})
     args = [gpu_spec(shapes[n], case.dtype) for n in ("q", "k", "v")]
-    kwargs = {n: gpu_spec(shapes[v.name], "int32") if isinstance(v, In) else v for n, v in case.kwargs}
+    # (the harness makes integer inputs int64: ato_core.testing.make_inputs)
+    kwargs = {n: gpu_spec(shapes[v.name], "int64") if isinstance(v, In) else v for n, v in case.kwargs}
     arrays, static = OPS["flash_attention"].signature(*args, **kwargs)
-    return OPS["flash_attention"].forward_plan(arrays, static, cuda_target(0), True).launches[0].name
+    return OPS["flash_attention"].forward_plan(arrays, static, cuda_target(0), True).launches[0]
 
 
 def _hopper() -> bool:
@@ -258,9 +260,11 @@ def test_flash_attention_hopper_gpu(dims, window, causal, lengths, dtype):
     reference, and torch == JAX bit for bit."""
     *shape, layout = dims
     case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths)
-    want = "fa_fwd_hopper_kernel" if _hopper() else "fa_fwd_kernel"
-    assert _forward_kernel(case) == want
+    launch = _forward_launch(case)
+    assert launch.name == ("fa_fwd_hopper_kernel" if _hopper() else "fa_fwd_kernel")
     t, j, _ = _check(case)
+    # ato_torch ran this very launch (it caches the binary on it), not another plan's
+    assert launch.compiled or os.environ.get("ATO_TRITON_JIT_LAUNCH"), "the case ran another forward launch"
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
 
 

@@ -191,8 +191,8 @@ def _key_tiles(start_m, Nk, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl
 
 
 @kernel(inputs=5, outputs=3, gluon=True)
-def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, left, right, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn,
-                         sob, soh, son, O, LSE, LSE2, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
+def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, left, right, sqb, sqh, sqn, skb, skh, skn,
+                         svb, svh, svn, sob, soh, son, O, LSE, LSE2, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
                          STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                          CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
                          KV_LENS: gl.constexpr = False):
@@ -200,8 +200,9 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, left, ri
     in all). qk_scale = softmax_scale * log2(e). WINDOW: query i sees key j only if
     i + shift - left <= j <= i + shift + right (kernels.fa_fwd_kernel's window; causal is
     right = 0). Q_LENS, KV_LENS: batch b has QLEN[b] queries and KVLEN[b] keys (clamped to
-    [0, Nq], [0, Nk]; shift = kv_len - q_len), as kernels._options. LSE2: never written (the portable kernel's base-2 lse, an option's). Causal:
-    the last query blocks (the most keys) run first."""
+    [0, Nq], [0, Nk]; shift = kv_len - q_len), as kernels._options. LSE2: never written (the
+    portable kernel's base-2 lse, an option's). Causal: the last query blocks (the most keys)
+    run first."""
     sqb, sqh, sqn = aligned(sqb, 8), aligned(sqh, 8), aligned(sqn, 8)
     skb, skh, skn = aligned(skb, 8), aligned(skh, 8), aligned(skn, 8)
     svb, svh, svn = aligned(svb, 8), aligned(svh, 8), aligned(svn, 8)

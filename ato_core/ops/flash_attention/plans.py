@@ -389,10 +389,9 @@ HOPPER_HEAD_DIMS = (128,)
 def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, target: Target, layout: str,
                     options: Options, arrays) -> bool:
     """Whether the forward runs the Gluon kernel (hopper.fa_fwd_hopper_kernel): a Hopper GPU
-    (Target.gluon), fp16 / bf16, D 128, no option but causal, GQA, a window and q / kv lengths, at
-    least one key, and
-    q, k, v 16-byte aligned, rows of unit stride and the other strides multiples of 8 elements
-    (cp.async copies 16 bytes). Anything else: the portable kernel."""
+    (Target.gluon), fp16 / bf16, D 128, no option but causal, GQA, a window and q / kv lengths,
+    at least one key, and q, k, v 16-byte aligned, rows of unit stride and the other strides
+    multiples of 8 elements (cp.async copies 16 bytes). Anything else: the portable kernel."""
     if not target.gluon or kern.hopper is None:
         return False
     if q.dtype not in ("float16", "bfloat16") or D not in HOPPER_HEAD_DIMS or Nk == 0:
@@ -409,8 +408,10 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, B: int, Hq: int, Hkv:
                  scale: float, layout: str, options: Options, named: dict) -> Plan:
     o_shape = (B, Hq, Nq, q.shape[3])
     inputs, (left, right, _, _), _, const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
+    lengths = dict(zip(OPTION_ARRAYS, inputs))
     launch = Launch(
-        kern.hopper.fa_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq), ("q", "k", "v", inputs[1], inputs[2]),
+        kern.hopper.fa_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq),
+        ("q", "k", "v", lengths["q_lengths"], lengths["kv_lengths"]),
         (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, left, right, *q.strides[:3], *k.strides[:3], *v.strides[:3],
          *bhnd_strides(o_shape, layout)[:3]),
         (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32"),
