@@ -162,7 +162,11 @@ def ieee_environment() -> _IEEEEnvironment:
 
 
 _TWINS: dict = {}
-_LANG_LOCK = threading.Lock()
+# Held by every interpreted run, from building the twins (hashing a JITFunction parses its
+# source) to the last launch. Triton's interpreter patches triton.language for the whole
+# process, and CPython 3.11's ast.parse fails on two threads at once ("AST constructor
+# recursion depth mismatch"); JAX runs host callbacks on several threads (shard_map).
+LOCK = threading.RLock()
 
 
 def _twin(kernel):
@@ -204,7 +208,7 @@ def _interpretable_language():
         import triton.experimental.gluon  # noqa: F401
     except ImportError:
         pass
-    with _LANG_LOCK:
+    with LOCK:
         snapshot = _snapshot_language(tl)
         try:
             for mod in (tl, tl.core, tl.standard, tl.math, tl.random):
@@ -293,7 +297,7 @@ def _patch_device_calls():
     """Triton's interpreter patches triton.language (inspect.getmembers over four modules) at
     each launch, and again at every call of a @triton.jit helper inside it, though the launch
     patched those modules already: about a quarter of a test's time. Within a launch, a helper
-    whose language modules the launch patched skips it (launches hold _LANG_LOCK, one at a
+    whose language modules the launch patched skips it (launches hold LOCK, one at a
     time)."""
     import inspect
 
@@ -344,8 +348,9 @@ def interpreted(kernel) -> _Interpreted:
 
 def run_plan(plan, arrays) -> tuple:
     """Runs every launch of ``plan`` under the interpreter on torch tensors (``arrays``: the
-    plan's input names to tensors, None for an absent optional input); returns its results."""
-    with ieee_environment():
+    plan's input names to tensors, None for an absent optional input); returns its results.
+    Runs one at a time in the process (LOCK)."""
+    with LOCK, ieee_environment():
         return execute(plan, arrays, _interpret)
 
 

@@ -248,8 +248,9 @@ def _run_interpreted(plan: Plan, env: dict, target: Target) -> tuple:
     result_specs = tuple(_shape_dtype(plan.buffer(name)) for name in plan.results)
 
     def host(*arrays):
-        outs = interpreter.run_plan(plan, {n: _to_torch(a) for n, a in zip(names, arrays)})
-        return tuple(_to_numpy(o.cpu()) for o in outs)
+        with interpreter.LOCK:  # the conversions too: the first imports torch, which parses source
+            outs = interpreter.run_plan(plan, {n: _to_torch(a) for n, a in zip(names, arrays)})
+            return tuple(_to_numpy(o.cpu()) for o in outs)
 
     return tuple(jax.pure_callback(host, result_specs, *[env[n] for n in names]))
 
