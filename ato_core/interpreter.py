@@ -217,9 +217,45 @@ def _interpretable_language():
                         setattr(mod, name, InterpretedFunction(value.fn))
             for name, fn in _LIBDEVICE.items():
                 setattr(libdevice, name, fn)
+            init = _tensor_init()
+            if init is not None:
+                tl.core.tensor.__init__ = init
             yield
         finally:
             _restore_language(snapshot)
+
+
+@functools.lru_cache(maxsize=None)
+def _tensor_init():
+    """tl.tensor.__init__ as Triton 3.6-3.9 write it, with each shape's tuple of constexprs
+    built once (a tl.tuple builds its type's name string; every op's result is a tensor: a
+    tenth of an interpreted test's time); None where it would not set the same attributes."""
+    import math
+
+    import numpy as np
+    import triton.language as tl
+
+    shapes = {}
+    original, constexpr = tl.core.tensor.__init__, tl.core.constexpr
+
+    def init(self, handle, type):
+        tl.core.base_value.__init__(self)
+        self.handle = handle
+        shape = tuple(type.shape) if type.is_block() else ()
+        got = shapes.get(shape)
+        if got is None:
+            got = shapes[shape] = (constexpr(math.prod(shape)), tl.core.tuple([constexpr(n) for n in shape]))
+        self.numel, self.shape = got
+        self.type = type
+        self.dtype = type.scalar
+
+    block = tl.block_type(tl.float32, [2, 4])
+    want, got = object.__new__(tl.core.tensor), object.__new__(tl.core.tensor)
+    original(want, np.zeros(8), block)
+    init(got, np.zeros(8), block)
+    same = vars(want).keys() == vars(got).keys() and want.numel.value == got.numel.value and \
+        [n.value for n in want.shape] == [n.value for n in got.shape] and want.dtype == got.dtype
+    return init if same else None
 
 
 def _fast_dividef(x, y, _semantic=None):
@@ -310,9 +346,14 @@ def _patch_device_calls():
             or getattr(original, "_ato_once", False):
         return
     launches = []  # per active launch: the ids of the language modules patched in it
+    seen = {}  # fn: the ids of its language modules (a module's imports, fixed once it has run)
 
     def langs(fn):
-        return {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core)}
+        got = seen.get(fn)
+        if got is None:
+            got = seen[fn] = frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v)
+                                       and v in (tl, tl.core))
+        return got
 
     def patch_lang(fn):
         if launches and launches[-1] is not None and langs(fn) <= launches[-1]:
@@ -334,6 +375,31 @@ def _patch_device_calls():
     ti.GridExecutor.__call__ = call
 
 
+def _patch_np_dtype():
+    """Triton's interpreter maps a Triton dtype to NumPy's by building a dict of 18 dtypes at
+    every call (7% of a test's time, from every op's result): each answer once, then looked up."""
+    import triton.language as tl
+    import triton.runtime.interpreter as ti
+
+    original = getattr(ti, "_get_np_dtype", None)
+    if original is None or getattr(original, "_ato_table", False):
+        return
+    table = {}
+    uint64 = original(tl.pointer_type(tl.int8))
+
+    def get_np_dtype(tt_dtype):
+        key = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        if isinstance(key, tl.pointer_type):  # (unhashable)
+            return uint64
+        got = table.get(key)
+        if got is None:
+            got = table[key] = original(key)
+        return got
+
+    get_np_dtype._ato_table = True
+    ti._get_np_dtype = get_np_dtype
+
+
 @functools.lru_cache(maxsize=None)
 def interpreted(kernel) -> _Interpreted:
     """``interpreted(kernel)[grid](*args, **constexprs)`` runs a JITFunction under Triton's
@@ -343,6 +409,7 @@ def interpreted(kernel) -> _Interpreted:
     _patch_int_masks()
     _patch_scalar_index()
     _patch_device_calls()
+    _patch_np_dtype()
     return _Interpreted(kernel)
 
 
