@@ -203,6 +203,64 @@ def test_hopper_forward_chosen_where_it_applies():
     assert [p.name for p in portable] == ["fa_fwd_kernel"] * len(portable)
 
 
+@pytest.fixture
+def hopper_backward(monkeypatch):
+    """plans.HOPPER_BACKWARD on (off by default until it has run on a GPU), the plan caches
+    emptied before and after."""
+    monkeypatch.setattr(fa_core, "HOPPER_BACKWARD", True)
+    fa_core.backward_plan.cache_clear()
+    yield
+    fa_core.backward_plan.cache_clear()
+
+
+def test_hopper_backward_chosen_where_it_applies(hopper_backward):
+    """With HOPPER_BACKWARD, the backward plan on an H100 launches the Gluon dK / dV and dQ
+    kernels after the portable delta kernel where the Gluon forward applies with no option at
+    all (GQA, Nq != Nk, causal or not, either layout), do laid out as cp.async needs; the
+    portable kernels otherwise."""
+    from ato_core.testing import gpu_spec, h100
+
+    def bwd(q, k, do=None, target=h100(), **kw):
+        kw.setdefault("causal", True)
+        plan = fa_core.backward_plan(q, k, k, q if do is None else do, softmax_scale=None, has_dlse=False,
+                                     target=target, **kw)
+        return [launch.name for launch in plan.launches], plan
+
+    q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 700, 128))
+    names, plan = bwd(q, k)
+    assert names == ["fa_bwd_delta_kernel", "fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
+    _, dkdv, dq = plan.launches
+    assert dkdv.grid == (6, 4) and dq.grid == (8, 16) and dkdv.scalars[:4] == dq.scalars[:4] == (8, 4, 1000, 700)
+    assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse2", "delta")
+    assert plan.results == ("dq", "dk", "dv")
+    names, plan = bwd(gpu_spec((2, 1000, 8, 128), "float16"), gpu_spec((2, 700, 2, 128), "float16"), layout="bnhd",
+                      causal=False)
+    assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
+    assert plan.buffer("dq").shape == (2, 1000, 8, 128) and plan.launches[2].scalars[-3:] == (1000 * 8 * 128, 128,
+                                                                                              8 * 128)
+    portable = [
+        bwd(q, k, options=fa_core.Options(window=(64, None))),
+        bwd(q, k, arrays=(None, None, gpu_spec((2,), "int64")) + (None,) * 5),
+        bwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64))),
+        bwd(q, k, do=q._replace(aligned=False)),
+        bwd(q, k, do=q._replace(strides=(1000 * 132, 1000 * 132 // 8, 132, 1))),
+        bwd(q, k, settings=fa_core.Settings(*fa_core._GPU_TILES[128])),
+        bwd(q, k, target=dataclasses.replace(h100(), gluon=False)),
+        bwd(q, k, target=INTERPRETER),
+    ]
+    assert [names[1:] for names, _ in portable] == [["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]] * len(portable)
+
+
+def test_hopper_backward_off_by_default():
+    """Until the Gluon backward has run on an sm_90 GPU, an H100's backward plan is the portable one."""
+    from ato_core.testing import gpu_spec, h100
+
+    assert not fa_core.HOPPER_BACKWARD
+    q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 700, 128))
+    plan = fa_core.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=h100())
+    assert [launch.name for launch in plan.launches][1:] == ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
+
+
 def test_jax_target_without_a_gluon_launcher(monkeypatch):
     """ato_jax plans for a Hopper GPU without Gluon kernels when its jax-triton cannot compile
     them (0.4.x), with them when it can (0.3.x, through launcher._compile_gluon)."""

@@ -26,6 +26,7 @@ from ato_core.ops.softmax.cases import softmax_case
 from ato_core.ops.swiglu.cases import swiglu_case
 from ato_core.testing import In
 
+import helpers
 import test_block_layers
 import test_empty
 import test_flash_attention_dropout
@@ -211,19 +212,27 @@ HOPPER_DIMS = [
 ]
 
 
-def _forward_launch(case):
-    """The forward launch of ``case``'s plan (its shapes, row-major) on this GPU: the cached
-    plan's own Launch, which ato_torch's call of the case runs (and keeps its binary in)."""
+def _plans(case):
+    """The forward and backward plans of ``case`` (its shapes, row-major; every cotangent) on
+    this GPU: the cached plans whose Launches ato_torch's call of the case runs (and keeps its
+    binaries in)."""
     from ato_core.ops import OPS
     from ato_core.target import cuda_target
     from ato_core.testing import gpu_spec
 
+    op, target = OPS["flash_attention"], cuda_target(0)
     shapes = dict(case.shapes, **{n: s for n, s, *_ in case.int_inputs})
     args = [gpu_spec(shapes[n], case.dtype) for n in ("q", "k", "v")]
     # (the harness makes integer inputs int64: ato_core.testing.make_inputs)
     kwargs = {n: gpu_spec(shapes[v.name], "int64") if isinstance(v, In) else v for n, v in case.kwargs}
-    arrays, static = OPS["flash_attention"].signature(*args, **kwargs)
-    return OPS["flash_attention"].forward_plan(arrays, static, cuda_target(0), True).launches[0]
+    arrays, static = op.signature(*args, **kwargs)
+    forward = op.forward_plan(arrays, static, target, True)
+    cotangents = tuple(op.result_spec(forward, name, "cuda:0") for name in op.returned(static))
+    return forward, op.backward_plan(forward, arrays, static, cotangents, target)
+
+
+def _forward_launch(case):
+    return _plans(case)[0].launches[0]
 
 
 def _hopper() -> bool:
@@ -265,6 +274,36 @@ def test_flash_attention_hopper_gpu(dims, window, causal, lengths, dtype):
     t, j, _ = _check(case)
     # ato_torch ran this very launch (it caches the binary on it), not another plan's
     assert launch.compiled or os.environ.get("ATO_TRITON_JIT_LAUNCH"), "the case ran another forward launch"
+    assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
+@pytest.fixture
+def hopper_backward(monkeypatch):
+    """plans.HOPPER_BACKWARD on (off by default until it has run here), no plan cached from before."""
+    from ato_core.ops.flash_attention import plans
+
+    monkeypatch.setattr(plans, "HOPPER_BACKWARD", True)
+    helpers.clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
+    yield
+    helpers.clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
+
+
+@pytest.mark.parametrize("dims,causal", [(d, c) for d in HOPPER_DIMS for c in (False, True)],
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_flash_attention_hopper_backward_gpu(dims, causal, dtype, hopper_backward):
+    """With plans.HOPPER_BACKWARD, an sm_90 GPU runs the Gluon dK / dV and dQ kernels (elsewhere
+    the portable ones): o, lse and every gradient of both frameworks against the float64
+    reference, torch == JAX bit for bit; ato_torch ran those very launches."""
+    *shape, layout = dims
+    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout)
+    backward = _plans(case)[1].launches
+    hopper = ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
+    assert [launch.name for launch in backward[1:]] == (hopper if _hopper() else ["fa_bwd_dkdv_kernel",
+                                                                                  "fa_bwd_dq_kernel"])
+    t, j, _ = _check(case)
+    ran = os.environ.get("ATO_TRITON_JIT_LAUNCH") or all(launch.compiled for launch in backward[1:])
+    assert ran, "the case ran another backward plan"
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
 
 

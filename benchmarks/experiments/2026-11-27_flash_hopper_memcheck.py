@@ -3,14 +3,16 @@ causal programs with no key, Nq < Nk, GQA, MQA, bnhd, one row), forward and back
 the float64 reference (session 35: with windows and lengths too): run under compute-sanitizer (memcheck) on an sm_90 GPU to find
 out-of-range accesses and races on its shared-memory ring.
 
-    compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py
+    compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py [--backward]
+
+--backward: with plans.HOPPER_BACKWARD on (the Gluon dK / dV and dQ kernels; cases without options).
 """
 import sys
 
 import torch
 
 import ato_torch
-from ato_core.ops.flash_attention import reference
+from ato_core.ops.flash_attention import plans, reference
 
 sys.path.insert(0, "benchmarks/tools")
 from fa_against_reference import against_reference  # noqa: E402
@@ -28,6 +30,7 @@ CASES = [
     (3, 2, 1, 300, 500, torch.bfloat16, dict(causal=True, lengths=True)),
 ]
 
+plans.HOPPER_BACKWARD = "--backward" in sys.argv
 for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     g = torch.Generator(device="cuda").manual_seed(Nq)
     shape_q, shape_k = ((B, Hq, Nq, 128), (B, Hkv, Nk, 128)) if kw.get("layout") != "bnhd" else \

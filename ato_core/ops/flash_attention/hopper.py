@@ -15,6 +15,10 @@ raw scores and p = 2^(s * qk_scale - m * qk_scale) in one FMA a score; only key 
 cross the causal diagonal, a window edge or Nk are masked. fp16 / bf16, D = 128; b, h
 and n strides multiples of 8 elements (16 bytes, cp.async's width), unit d strides (the
 plan checks: plans._hopper_forward). Benchmarks: results README, "flash_attention on Hopper".
+
+The backward's dK / dV and dQ kernels (fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel) take
+the same form, after the portable delta kernel; no option but causal and GQA. Not yet run on a
+GPU: plans.HOPPER_BACKWARD keeps them off until the GPU tier has passed them.
 """
 
 from triton.experimental import gluon
@@ -147,25 +151,71 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son,
 
 
 @gluon.jit
-def _producer(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, lo, hi, BLOCK_N: gl.constexpr,
-              D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr):
-    """K/V tiles by cp.async into the ring (rows past Nk zero-filled); each of the partition's
-    128 threads arrives on ready[slot] (noinc) when its copies land; waits on empty[slot]
-    (both consumers) before reusing a slot."""
+def _fill(a_bufs, b_bufs, ready, empty, A, B, a_off, b_off, N, san, sbn, lo, hi, c0, TILE: gl.constexpr,
+          D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr):
+    """Row tiles [lo, hi) of two [N, D] arrays (rows san, sbn apart; rows past N zero-filled)
+    by cp.async into the ring's slots for its c0-th tile on; each of the partition's 128
+    threads arrives on ready[slot] (noinc) when its copies land; waits on empty[slot] (both
+    consumers) before reusing a slot."""
     ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
     offs_r = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, ld))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
     for j in range(hi - lo):
-        slot = j % STAGES
-        mbarrier.wait(empty.index(slot), ((j // STAGES) & 1) ^ 1)
-        for c in gl.static_range(BLOCK_N // CHUNK):
-            rows = (lo + j) * BLOCK_N + c * CHUNK + offs_r
-            inside = (rows < Nk)[:, None]
-            k_ptrs = K + k_off + rows.to(gl.int64)[:, None] * skn + offs_d[None, :]
-            v_ptrs = V + v_off + rows.to(gl.int64)[:, None] * svn + offs_d[None, :]
-            async_copy.async_copy_global_to_shared(k_bufs.index(slot).slice(c * CHUNK, CHUNK), k_ptrs, mask=inside)
-            async_copy.async_copy_global_to_shared(v_bufs.index(slot).slice(c * CHUNK, CHUNK), v_ptrs, mask=inside)
+        c = c0 + j
+        slot = c % STAGES
+        mbarrier.wait(empty.index(slot), ((c // STAGES) & 1) ^ 1)
+        for r in gl.static_range(TILE // CHUNK):
+            rows = (lo + j) * TILE + r * CHUNK + offs_r
+            inside = (rows < N)[:, None]
+            a_ptrs = A + a_off + rows.to(gl.int64)[:, None] * san + offs_d[None, :]
+            b_ptrs = B + b_off + rows.to(gl.int64)[:, None] * sbn + offs_d[None, :]
+            async_copy.async_copy_global_to_shared(a_bufs.index(slot).slice(r * CHUNK, CHUNK), a_ptrs, mask=inside)
+            async_copy.async_copy_global_to_shared(b_bufs.index(slot).slice(r * CHUNK, CHUNK), b_ptrs, mask=inside)
         async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+
+
+@gluon.jit
+def _producer(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, lo, hi, BLOCK_N: gl.constexpr,
+              D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr):
+    """K/V tiles [lo, hi) into the ring."""
+    _fill(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, lo, hi, 0, BLOCK_N, D, STAGES, CHUNK)
+
+
+@gluon.jit
+def _load_rows(dst, A, a_off, san, start, N, D: gl.constexpr):
+    """Rows [start, start + dst's rows) of an [N, D] array (rows san apart; past N zeros) into
+    shared memory, by the calling warps."""
+    R: gl.constexpr = dst.shape[0]
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
+    rows = start + gl.arange(0, R, layout=gl.SliceLayout(1, ld))
+    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
+    dst.store(gl.load(A + a_off + rows.to(gl.int64)[:, None] * san + offs_d[None, :], mask=(rows < N)[:, None],
+                      other=0.0))
+
+
+@gluon.jit
+def _query_program(Hq, G, CAUSAL: gl.constexpr):
+    """(query block, batch, query head, kv head) of a program of grid (query blocks, B * Hq);
+    causal: the last query blocks (the most keys) first."""
+    pid_m = gl.program_id(0)
+    if CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    bh = gl.program_id(1)
+    b = bh // Hq
+    h = bh % Hq
+    return pid_m, b, h, h // G
+
+
+@gluon.jit
+def _ring(STAGES: gl.constexpr):
+    """The ring's (ready, empty) barriers: ready[slot] completes when the producer's 128 threads
+    have arrived (their copies landed), empty[slot] when both consumers have."""
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=128)
+        mbarrier.init(empty.index(i), count=2)
+    return ready, empty
 
 
 @gluon.jit
@@ -209,13 +259,8 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, left, ri
     sob, soh, son = aligned(sob, 8), aligned(soh, 8), aligned(son, 8)
     BLOCK_M: gl.constexpr = 2 * ROWS
     dtype: gl.constexpr = Q.dtype.element_ty
-    pid_m = gl.program_id(0)
-    if CAUSAL:
-        pid_m = gl.num_programs(0) - 1 - pid_m
+    pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)
     bh = gl.program_id(1)
-    b = bh // Hq
-    h = bh % Hq
-    hk = h // G
     start_m = pid_m * BLOCK_M
     q_len = Nq
     kv_len = Nk
@@ -237,11 +282,7 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, left, ri
     q1 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=128)  # the producer's threads
-        mbarrier.init(empty.index(i), count=2)  # the consumers
+    ready, empty = _ring(STAGES)
 
     ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
     offs_r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, ld))
@@ -263,4 +304,262 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, left, ri
                      hi_shift, qk_scale, start_m + ROWS, tiles, CAUSAL, WINDOW, Q_LENS, BLOCK_N, D, STAGES)),
         (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], BLOCK_N,
                      D, STAGES, CHUNK)),
+    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# ---- the backward: dK, dV (a program's keys held, query tiles streamed) and dQ (the forward's
+# form). p = 2^(s qk_scale - lse2) and delta = rowsum(o * do) (- dlse) are the portable delta
+# kernel's (kernels.fa_bwd_delta_kernel; lse2 = +inf for a row that saw no key: p = 0).
+
+KEYS = gl.constexpr(64)  # keys of a dK / dV warpgroup (two a program), of a dQ key tile
+
+
+@gluon.jit
+def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA, lse_off, Nq,
+               qk_scale, offs_k, offs_q, op_layout: gl.constexpr, s_layout: gl.constexpr, CAUSAL: gl.constexpr,
+               MASK: gl.constexpr, STAGES: gl.constexpr):
+    """Query tile i (the ring's c-th): S^T = K Q^T and dP^T = V dO^T in flight together,
+    P^T = 2^(S^T qk_scale - lse2), dS^T = P^T (dP^T - delta); dV += P^T dO, dK += dS^T Q.
+    MASK (CAUSAL): keys offs_k (less the shift) after a row score 0. Frees the tile's slot."""
+    slot = c % STAGES
+    mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+    fence_async_shared()
+    q_s = q_bufs.index(slot)
+    do_s = do_bufs.index(slot)
+    st_tok = warpgroup_mma(k_smem, q_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    dpt_tok = warpgroup_mma(v_smem, do_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    rows = i * ROWS + offs_q
+    inside = rows < Nq
+    lse2 = gl.load(LSE2 + lse_off + rows, mask=inside, other=float("inf"))
+    delta = gl.load(DELTA + lse_off + rows, mask=inside, other=0.0)
+    st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok, ))
+    pt = gl.exp2(gl.fma(st, gl.full(st.shape, qk_scale, gl.float32, s_layout), -lse2[None, :]))
+    if MASK:
+        if CAUSAL:
+            pt = gl.where(offs_k[:, None] <= rows[None, :], pt, 0.0)
+    dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt_tok, ))
+    dst = pt * (dpt - delta[None, :])
+    dv_tok = warpgroup_mma(gl.convert_layout(pt.to(q_bufs.dtype), op_layout), do_s, dv, is_async=True)
+    dk_tok = warpgroup_mma(gl.convert_layout(dst.to(q_bufs.dtype), op_layout), q_s, dk, is_async=True)
+    dv = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, ))
+    dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok, ))
+    mbarrier.arrive(empty.index(slot), count=1)
+    return dk, dv
+
+
+@gluon.jit
+def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, DK, DV, dk_off, dv_off, sdkn, sdvn,
+                   Hq, G, hk, b, Nq, Nk, shift, qk_scale, sm_scale, k0, q_lo, q_full, n_q, CAUSAL: gl.constexpr,
+                   D: gl.constexpr, STAGES: gl.constexpr):
+    """One warpgroup: keys [k0, k0 + KEYS); over the G query heads of kv head hk, query tiles
+    [q_lo, q_full) masked, [q_full, n_q) not; writes the keys' dK (times sm_scale) and dV."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, ROWS, 16])
+    a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=a_layout, k_width=2)
+    offs_k = k0 - shift + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
+    offs_q = gl.arange(0, ROWS, layout=gl.SliceLayout(0, s_layout))
+    zero_s = gl.zeros([KEYS, ROWS], gl.float32, s_layout)
+    dk = gl.zeros([KEYS, D], gl.float32, a_layout)
+    dv = gl.zeros([KEYS, D], gl.float32, a_layout)
+    c = 0
+    for g in range(G):
+        lse_off = (b * Hq + hk * G + g).to(gl.int64) * Nq
+        for i in range(q_lo, q_full):
+            dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
+                                lse_off, Nq, qk_scale, offs_k, offs_q, op_layout, s_layout, CAUSAL, True, STAGES)
+            c += 1
+        for i in range(q_full, n_q):
+            dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
+                                lse_off, Nq, qk_scale, offs_k, offs_q, op_layout, s_layout, CAUSAL, False, STAGES)
+            c += 1
+    offs_r = k0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, a_layout))
+    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
+    keep = (offs_r < Nk)[:, None]
+    gl.store(DK + dk_off + offs_r.to(gl.int64)[:, None] * sdkn + offs_d[None, :],
+             (dk * sm_scale).to(DK.dtype.element_ty), mask=keep)
+    gl.store(DV + dv_off + offs_r.to(gl.int64)[:, None] * sdvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
+             mask=keep)
+
+
+@gluon.jit
+def _dkdv_producer(q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdoh, sqn, sdon, G, hk, Nq, q_lo, n_q,
+                   D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr):
+    """Q and dO tiles [q_lo, n_q) of the G query heads of kv head hk, head after head."""
+    for g in range(G):
+        hq = (hk * G + g).to(gl.int64)
+        _fill(q_bufs, do_bufs, ready, empty, Q, DO, q_off + hq * sqh, do_off + hq * sdoh, Nq, sqn, sdon, q_lo, n_q,
+              g * (n_q - q_lo), ROWS, D, STAGES, CHUNK)
+
+
+@kernel(inputs=6, outputs=2, gluon=True)
+def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, Nk, qk_scale, sm_scale, sqb, sqh, sqn, skb, skh,
+                              skn, svb, svh, svn, sdob, sdoh, sdon, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, DK, DV,
+                              CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
+                              PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """Grid (cdiv(Nk, 2 KEYS), B * Hkv), 4 warps (12 in all): a program's 2 KEYS keys held in
+    shared memory, one consumer warpgroup for each half; a producer streams the Q and dO tiles
+    of the G query heads through a ring of STAGES. LSE2, DELTA: [B, Hq, Nq] fp32. Causal: the
+    query tiles from the first that sees the program's first key; those crossing the diagonal
+    masked."""
+    sqb, sqh, sqn = aligned(sqb, 8), aligned(sqh, 8), aligned(sqn, 8)
+    skb, skh, skn = aligned(skb, 8), aligned(skh, 8), aligned(skn, 8)
+    svb, svh, svn = aligned(svb, 8), aligned(svh, 8), aligned(svn, 8)
+    sdob, sdoh, sdon = aligned(sdob, 8), aligned(sdoh, 8), aligned(sdon, 8)
+    sdkb, sdkh, sdkn = aligned(sdkb, 8), aligned(sdkh, 8), aligned(sdkn, 8)
+    sdvb, sdvh, sdvn = aligned(sdvb, 8), aligned(sdvh, 8), aligned(sdvn, 8)
+    dtype: gl.constexpr = Q.dtype.element_ty
+    Hkv = Hq // G
+    bh = gl.program_id(1)
+    b = bh // Hkv
+    hk = bh % Hkv
+    k0 = gl.program_id(0) * (2 * KEYS)
+    shift = Nk - Nq
+    n_q = gl.cdiv(Nq, ROWS)
+    if CAUSAL:  # query i sees key j iff i >= j - shift
+        q_lo = gl.minimum(gl.maximum(k0 - shift, 0) // ROWS, n_q)
+        q_full = gl.minimum(gl.maximum(gl.cdiv(gl.maximum(k0 + 2 * KEYS - 1 - shift, 0), ROWS), q_lo), n_q)
+    else:
+        q_lo = 0
+        q_full = 0
+
+    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, D], dtype)
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
+    k0_s = gl.allocate_shared_memory(dtype, [KEYS, D], kv_layout)
+    k1_s = gl.allocate_shared_memory(dtype, [KEYS, D], kv_layout)
+    v0_s = gl.allocate_shared_memory(dtype, [KEYS, D], kv_layout)
+    v1_s = gl.allocate_shared_memory(dtype, [KEYS, D], kv_layout)
+    q_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
+    do_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
+    ready, empty = _ring(STAGES)
+    k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
+    v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
+    _load_rows(k0_s, K, k_off, skn, k0, Nk, D)
+    _load_rows(v0_s, V, v_off, svn, k0, Nk, D)
+    _load_rows(k1_s, K, k_off, skn, k0 + KEYS, Nk, D)
+    _load_rows(v1_s, V, v_off, svn, k0 + KEYS, Nk, D)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    dk_off = b.to(gl.int64) * sdkb + hk.to(gl.int64) * sdkh
+    dv_off = b.to(gl.int64) * sdvb + hk.to(gl.int64) * sdvh
+    gl.warp_specialize([
+        (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, DK, DV, dk_off, dv_off, sdkn, sdvn,
+                          Hq, G, hk, b, Nq, Nk, shift, qk_scale, sm_scale, k0, q_lo, q_full, n_q, CAUSAL, D, STAGES)),
+        (_dkdv_consumer, (k1_s, v1_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, DK, DV, dk_off, dv_off, sdkn, sdvn,
+                          Hq, G, hk, b, Nq, Nk, shift, qk_scale, sm_scale, k0 + KEYS, q_lo, q_full, n_q, CAUSAL, D,
+                          STAGES)),
+        (_dkdv_producer, (q_bufs, do_bufs, ready, empty, Q, DO, b.to(gl.int64) * sqb, b.to(gl.int64) * sdob, sqh,
+                          sdoh, sqn, sdon, G, hk, Nq, q_lo, n_q, D, STAGES, CHUNK)),
+    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+@gluon.jit
+def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j, dq, zero_s, lse2, delta, qk_scale, rows_k, offs_n,
+             Nk, dq_op: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr):
+    """Key tile j (the ring's j-th): S = Q K^T and dP = dO V^T in flight together, dS = P (dP -
+    delta), dQ += dS K. MASK: keys past Nk or (CAUSAL) past a row's last visible key rows_k
+    score 0. Frees the tile's slot."""
+    slot = j % STAGES
+    mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
+    fence_async_shared()
+    k_s = k_bufs.index(slot)
+    s_tok = warpgroup_mma(q_smem, k_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    dp_tok = warpgroup_mma(do_smem, v_bufs.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
+    p = gl.exp2(gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), -lse2[:, None]))
+    if MASK:
+        keys = j * KEYS + offs_n
+        if CAUSAL:
+            p = gl.where((keys[None, :] <= rows_k[:, None]) & (keys < Nk)[None, :], p, 0.0)
+        else:
+            p = gl.where((keys < Nk)[None, :], p, 0.0)
+    dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
+    ds = p * (dp - delta[:, None])
+    dq_tok = warpgroup_mma(gl.convert_layout(ds.to(k_bufs.dtype), dq_op), k_s, dq, is_async=True)
+    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
+    mbarrier.arrive(empty.index(slot), count=1)
+    return dq
+
+
+@gluon.jit
+def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk, shift,
+                 qk_scale, sm_scale, m0, tiles, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+    """One warpgroup: query rows [m0, m0 + ROWS); key tiles [0, full_hi) unmasked, [full_hi,
+    hi) masked (tiles: _key_tiles'); writes their dQ (times sm_scale)."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, KEYS, 16])
+    a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+    dq_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=a_layout, k_width=2)
+    rows = m0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+    inside = rows < Nq
+    lse2 = gl.load(LSE2 + lse_off + rows, mask=inside, other=float("inf"))
+    delta = gl.load(DELTA + lse_off + rows, mask=inside, other=0.0)
+    rows_k = rows + shift
+    offs_n = gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
+    zero_s = gl.zeros([ROWS, KEYS], gl.float32, s_layout)
+    dq = gl.zeros([ROWS, D], gl.float32, a_layout)
+    full_hi = tiles[2]
+    hi = tiles[3]
+    for j in range(0, full_hi):
+        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j, dq, zero_s, lse2, delta, qk_scale, rows_k,
+                      offs_n, Nk, dq_op, CAUSAL, False, STAGES)
+    for j in range(full_hi, hi):
+        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j, dq, zero_s, lse2, delta, qk_scale, rows_k,
+                      offs_n, Nk, dq_op, CAUSAL, True, STAGES)
+    offs_r = m0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
+    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
+    gl.store(DQ + dq_off + offs_r.to(gl.int64)[:, None] * sdqn + offs_d[None, :],
+             (dq * sm_scale).to(DQ.dtype.element_ty), mask=(offs_r < Nq)[:, None])
+
+
+@kernel(inputs=6, outputs=1, gluon=True)
+def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, Nk, qk_scale, sm_scale, sqb, sqh, sqn, skb, skh, skn,
+                            svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh, sdqn, DQ, CAUSAL: gl.constexpr,
+                            D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                            CONSUMER_REGS: gl.constexpr):
+    """Grid (cdiv(Nq, 2 ROWS), B * Hq), 4 warps (12 in all): the forward's form, Q and dO rows
+    held, two consumer warpgroups of ROWS rows, K and V tiles of KEYS rows streamed by the
+    producer. Causal: the last query blocks (the most keys) run first."""
+    sqb, sqh, sqn = aligned(sqb, 8), aligned(sqh, 8), aligned(sqn, 8)
+    skb, skh, skn = aligned(skb, 8), aligned(skh, 8), aligned(skn, 8)
+    svb, svh, svn = aligned(svb, 8), aligned(svh, 8), aligned(svn, 8)
+    sdob, sdoh, sdon = aligned(sdob, 8), aligned(sdoh, 8), aligned(sdon, 8)
+    sdqb, sdqh, sdqn = aligned(sdqb, 8), aligned(sdqh, 8), aligned(sdqn, 8)
+    BLOCK_M: gl.constexpr = 2 * ROWS
+    dtype: gl.constexpr = Q.dtype.element_ty
+    pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)
+    bh = gl.program_id(1)
+    m0 = pid_m * BLOCK_M
+    shift = Nk - Nq
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
+    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, D], dtype)
+    q0_s = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
+    q1_s = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
+    do0_s = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
+    do1_s = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
+    ready, empty = _ring(STAGES)
+    q_off = b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
+    do_off = b.to(gl.int64) * sdob + h.to(gl.int64) * sdoh
+    _load_rows(q0_s, Q, q_off, sqn, m0, Nq, D)
+    _load_rows(do0_s, DO, do_off, sdon, m0, Nq, D)
+    _load_rows(q1_s, Q, q_off, sqn, m0 + ROWS, Nq, D)
+    _load_rows(do1_s, DO, do_off, sdon, m0 + ROWS, Nq, D)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    tiles = _key_tiles(m0, Nk, 0, shift, CAUSAL, False, BLOCK_M, KEYS)
+    lse_off = bh.to(gl.int64) * Nq
+    dq_off = b.to(gl.int64) * sdqb + h.to(gl.int64) * sdqh
+    k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
+    v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
+    gl.warp_specialize([
+        (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk,
+                        shift, qk_scale, sm_scale, m0, tiles, CAUSAL, D, STAGES)),
+        (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk,
+                        shift, qk_scale, sm_scale, m0 + ROWS, tiles, CAUSAL, D, STAGES)),
+        (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, 0, tiles[3], KEYS, D, STAGES,
+                     CHUNK)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])

@@ -422,6 +422,45 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, B: int, Hq: int, Hkv:
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
 
+# The Gluon backward (hopper.fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel): off until it
+# has run on an sm_90 GPU (written on a CPU machine, compiled for sm_90 there; the GPU tests
+# turn it on: test_gpu.test_flash_attention_hopper_backward_gpu).
+HOPPER_BACKWARD = False
+HOPPER_BWD = {"STAGES": 2, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
+
+
+def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D: int, Nk: int, target: Target,
+                     layout: str, options: Options, arrays) -> bool:
+    """Whether dK, dV and dQ run the Gluon kernels: where the forward runs its Gluon kernel
+    (_hopper_forward) with no option at all, and do laid out as q must be."""
+    if not HOPPER_BACKWARD or options != NO_OPTIONS or any(a is not None for a in arrays):
+        return False
+    if not _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays):
+        return False
+    return do.strides[3] == 1 and do.aligned and alignment(*do.strides[:3]) >= 8
+
+
+def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, B: int, Hq: int, Hkv: int,
+                              Nq: int, Nk: int, causal: bool, scale: float, layout: str) -> Tuple[Launch, Launch]:
+    """The dK / dV and dQ launches of the Gluon backward (after the portable delta launch)."""
+    inputs = ("q", "k", "v", "do", "lse2", "delta")
+    common = (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, scale, *q.strides[:3], *k.strides[:3], *v.strides[:3],
+              *do.strides[:3])
+    const = {"CAUSAL": causal, "D": q.shape[3], **HOPPER_BWD}
+    dkdv = Launch(
+        kern.hopper.fa_bwd_dkdv_hopper_kernel, (cdiv(Nk, 128), B * Hkv), inputs,
+        (*common, *bhnd_strides(k.shape, layout)[:3], *bhnd_strides(v.shape, layout)[:3]),
+        (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype)),
+        const, num_warps=4,
+    )
+    dq = Launch(
+        kern.hopper.fa_bwd_dq_hopper_kernel, (cdiv(Nq, 128), B * Hq), inputs,
+        (*common, *bhnd_strides(q.shape, layout)[:3]), (Buffer("dq", laid_out(q.shape, layout), q.dtype),),
+        const, num_warps=4,
+    )
+    return dkdv, dq
+
+
 @cached_plan
 def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, causal: bool,
                   softmax_scale: Optional[float], has_dlse: bool, target: Target,
@@ -446,6 +485,9 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
         (Buffer("delta", rows, "float32"), Buffer("lse2", rows, "float32")),
         {"BLOCK_M": cfg.delta_rows, "BD": cfg.BD, "HAS_DLSE": has_dlse, "ALIGN": _align(D, do)}, num_warps=4,
     )
+    if settings is None and _hopper_backward(q, k, v, do, D, Nk, target, layout, options, arrays):
+        dkdv, dq = _hopper_backward_launches(q, k, v, do, B, Hq, Hkv, Nq, Nk, causal, scale, layout)
+        return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "lse_base2"))
     align = _align(D, q, k, v, do)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     lse2 = "lse_base2" if _base2_lse(o_const) else "lse2"
