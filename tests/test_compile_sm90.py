@@ -333,28 +333,33 @@ def test_float64_constants_stay_float64(name, kwargs, tmp_path, monkeypatch):
 
 
 def _gluon_launches(which):
-    """(launch, plan, input specs) of a Gluon kernel: the Hopper forward with a window, or the
-    backward's dK / dV or dQ launch (plans.HOPPER_BACKWARD on), GQA, Nq != Nk, causal."""
+    """(launch, plan, input specs) of a Gluon kernel: the Hopper forward or the backward's dK /
+    dV or dQ launch (plans.HOPPER_BACKWARD on), GQA, Nq != Nk, causal, with a window or (which
+    ending in "lengths") q and kv lengths."""
     from ato_core.ops.flash_attention import plans as fa
     from ato_core.testing import gpu_spec
 
     q, k = gpu_spec((2, 8, 300, 128)), gpu_spec((2, 2, 500, 128))
-    specs = {"q": q, "k": k, "v": k, "do": q}
+    specs = {"q": q, "k": k, "v": k, "do": q, "q_lengths": gpu_spec((2,), "int32"),
+             "kv_lengths": gpu_spec((2,), "int64")}
+    if which.endswith("lengths"):
+        kw = {"arrays": (None, specs["q_lengths"], specs["kv_lengths"]) + (None,) * 5}
+    else:
+        kw = {"options": fa.Options(window=(100, None))}
     if which == "forward":
-        plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100,
-                               options=fa.Options(window=(100, None)))
+        plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100, **kw)
         return plan.launches[0], plan, specs
     fa.backward_plan.cache_clear()
     try:
         fa.HOPPER_BACKWARD = True
-        plan = fa.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=H100)
+        plan = fa.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=H100, **kw)
     finally:
         fa.HOPPER_BACKWARD = False
         fa.backward_plan.cache_clear()
-    return plan.launches[1 if which == "dkdv" else 2], plan, specs
+    return plan.launches[1 if which.startswith("dkdv") else 2], plan, specs
 
 
-@pytest.mark.parametrize("which", ["forward", "dkdv", "dq"])
+@pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "dkdv lengths", "dq lengths"])
 def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
     Hopper kernels into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,

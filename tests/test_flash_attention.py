@@ -215,8 +215,8 @@ def hopper_backward(monkeypatch):
 
 def test_hopper_backward_chosen_where_it_applies(hopper_backward):
     """With HOPPER_BACKWARD, the backward plan on an H100 launches the Gluon dK / dV and dQ
-    kernels after the portable delta kernel where the Gluon forward applies with no option at
-    all (GQA, Nq != Nk, causal or not, either layout), do laid out as cp.async needs; the
+    kernels after the portable delta kernel where the Gluon forward applies (GQA, Nq != Nk,
+    causal or not, either layout, a window, q / kv lengths), do laid out as cp.async needs; the
     portable kernels otherwise."""
     from ato_core.testing import gpu_spec, h100
 
@@ -231,16 +231,24 @@ def test_hopper_backward_chosen_where_it_applies(hopper_backward):
     assert names == ["fa_bwd_delta_kernel", "fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     _, dkdv, dq = plan.launches
     assert dkdv.grid == (6, 4) and dq.grid == (8, 16) and dkdv.scalars[:4] == dq.scalars[:4] == (8, 4, 1000, 700)
-    assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse2", "delta")
+    assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse2", "delta", "q", "q")
+    assert dkdv.scalars[6:8] == dq.scalars[6:8] == (1000 + 700 + 1, 0) and not dkdv.constexprs["WINDOW"]
     assert plan.results == ("dq", "dk", "dv")
     names, plan = bwd(gpu_spec((2, 1000, 8, 128), "float16"), gpu_spec((2, 700, 2, 128), "float16"), layout="bnhd",
                       causal=False)
     assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     assert plan.buffer("dq").shape == (2, 1000, 8, 128) and plan.launches[2].scalars[-3:] == (1000 * 8 * 128, 128,
                                                                                               8 * 128)
+    names, plan = bwd(q, k, options=fa_core.Options(window=(64, None)))
+    assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
+    assert all(launch.constexprs["WINDOW"] and launch.scalars[6:8] == (64, 0) for launch in plan.launches[1:])
+    names, plan = bwd(q, k, arrays=(None, None, gpu_spec((2,), "int64")) + (None,) * 5)
+    assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
+    assert all(launch.inputs[-2:] == ("q", "kv_lengths") and launch.constexprs["KV_LENS"]
+               and not launch.constexprs["Q_LENS"] for launch in plan.launches[1:])
     portable = [
-        bwd(q, k, options=fa_core.Options(window=(64, None))),
-        bwd(q, k, arrays=(None, None, gpu_spec((2,), "int64")) + (None,) * 5),
+        bwd(q, k, options=fa_core.Options(window=(64, None), softcap=30.0)),
+        bwd(q, k, arrays=(gpu_spec((8,), "float32"),) + (None,) * 7),
         bwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64))),
         bwd(q, k, do=q._replace(aligned=False)),
         bwd(q, k, do=q._replace(strides=(1000 * 132, 1000 * 132 // 8, 132, 1))),

@@ -288,15 +288,18 @@ def hopper_backward(monkeypatch):
     helpers.clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
 
 
-@pytest.mark.parametrize("dims,causal", [(d, c) for d in HOPPER_DIMS for c in (False, True)],
+@pytest.mark.parametrize("dims,window,causal,lengths",
+                         [(d, None, c, None) for d in HOPPER_DIMS for c in (False, True)]
+                         + [(*w, None) for w in HOPPER_WINDOWS] + HOPPER_LENGTHS,
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_flash_attention_hopper_backward_gpu(dims, causal, dtype, hopper_backward):
+def test_flash_attention_hopper_backward_gpu(dims, window, causal, lengths, dtype, hopper_backward):
     """With plans.HOPPER_BACKWARD, an sm_90 GPU runs the Gluon dK / dV and dQ kernels (elsewhere
-    the portable ones): o, lse and every gradient of both frameworks against the float64
-    reference, torch == JAX bit for bit; ato_torch ran those very launches."""
+    the portable ones), with the forward's windows and lengths: o, lse and every gradient of
+    both frameworks against the float64 reference, torch == JAX bit for bit; ato_torch ran
+    those very launches."""
     *shape, layout = dims
-    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout)
+    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths)
     backward = _plans(case)[1].launches
     hopper = ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     assert [launch.name for launch in backward[1:]] == (hopper if _hopper() else ["fa_bwd_dkdv_kernel",

@@ -5,7 +5,7 @@ out-of-range accesses and races on its shared-memory ring.
 
     compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py [--backward]
 
---backward: with plans.HOPPER_BACKWARD on (the Gluon dK / dV and dQ kernels; cases without options).
+--backward: with plans.HOPPER_BACKWARD on (the Gluon dK / dV and dQ kernels, windows and lengths too).
 """
 import sys
 

@@ -219,6 +219,20 @@ def _ring(STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr):
+    """(q_len, kv_len, lo_shift, hi_shift) of batch b: its lengths (Q_LENS, KV_LENS: clamped to
+    [0, Nq], [0, Nk]; else Nq, Nk) and the band of keys a query row i sees, [i + lo_shift,
+    i + hi_shift] (shift = kv_len - q_len; causal: right = 0)."""
+    q_len = Nq
+    kv_len = Nk
+    if Q_LENS:
+        q_len = gl.minimum(gl.maximum(gl.load(QLEN + b).to(gl.int32), 0), Nq)
+    if KV_LENS:
+        kv_len = gl.minimum(gl.maximum(gl.load(KVLEN + b).to(gl.int32), 0), Nk)
+    return q_len, kv_len, kv_len - q_len - left, kv_len - q_len + right
+
+
+@gluon.jit
 def _key_tiles(start_m, Nk, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, BLOCK_M: gl.constexpr,
                BLOCK_N: gl.constexpr):
     """(lo, full_lo, full_hi, hi) of the query rows [start_m, start_m + BLOCK_M): they visit key
@@ -262,14 +276,7 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, left, ri
     pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)
     bh = gl.program_id(1)
     start_m = pid_m * BLOCK_M
-    q_len = Nq
-    kv_len = Nk
-    if Q_LENS:
-        q_len = gl.minimum(gl.maximum(gl.load(QLEN + b).to(gl.int32), 0), Nq)
-    if KV_LENS:
-        kv_len = gl.minimum(gl.maximum(gl.load(KVLEN + b).to(gl.int32), 0), Nk)
-    lo_shift = kv_len - q_len - left
-    hi_shift = kv_len - q_len + right
+    q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
     q_off = b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
     k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
     v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
@@ -309,18 +316,64 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, left, ri
 
 # ---- the backward: dK, dV (a program's keys held, query tiles streamed) and dQ (the forward's
 # form). p = 2^(s qk_scale - lse2) and delta = rowsum(o * do) (- dlse) are the portable delta
-# kernel's (kernels.fa_bwd_delta_kernel; lse2 = +inf for a row that saw no key: p = 0).
+# kernel's (kernels.fa_bwd_delta_kernel; lse2 = +inf for a row that saw no key or past q_len:
+# p = 0). Rows past q_len and keys past kv_len are loaded as zeros.
 
 KEYS = gl.constexpr(64)  # keys of a dK / dV warpgroup (two a program), of a dQ key tile
 
 
 @gluon.jit
+def _visible(keys, rows, kv_len, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+             BOUND: gl.constexpr):
+    """Whether query rows see keys (absolute indices, broadcast against each other): at most a
+    row + hi_shift (CAUSAL, WINDOW), at least a row + lo_shift (WINDOW), before kv_len (BOUND;
+    needed by at least one of the three)."""
+    if CAUSAL or WINDOW:
+        ok = keys <= rows + hi_shift
+        if WINDOW:
+            ok = ok & (keys >= rows + lo_shift)
+        if BOUND:
+            ok = ok & (keys < kv_len)
+    else:
+        ok = keys < kv_len
+    return ok
+
+
+@gluon.jit
+def _query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+                 KV_LENS: gl.constexpr, BLOCK_K: gl.constexpr):
+    """(lo, full_lo, full_hi, hi) of the keys [k0, k0 + BLOCK_K): the query tiles (ROWS rows)
+    [lo, hi) see some of them, every row of those in [full_lo, full_hi) sees all (unmasked); as
+    kernels._query_ranges, in tiles. Rows past q_len need no mask (p = 0: lse2 = +inf)."""
+    n_q = gl.cdiv(q_len, ROWS)
+    last = k0 + BLOCK_K - 1
+    lo = 0
+    full_lo = 0
+    if CAUSAL or WINDOW:
+        lo = gl.minimum(gl.maximum(k0 - hi_shift, 0) // ROWS, n_q)
+        full_lo = gl.cdiv(gl.maximum(last - hi_shift, 0), ROWS)
+    hi = n_q
+    full_hi = n_q
+    if WINDOW:
+        hi = gl.cdiv(gl.minimum(gl.maximum(last - lo_shift + 1, 0), q_len), ROWS)
+        full_hi = gl.maximum(k0 - lo_shift + 1, 0) // ROWS
+    if KV_LENS:  # keys past kv_len: masked; none before it: no tile
+        hi = gl.where(k0 < kv_len, hi, 0)
+        full_hi = gl.where(last < kv_len, full_hi, 0)
+    hi = gl.maximum(hi, lo)
+    full_lo = gl.minimum(gl.maximum(full_lo, lo), hi)
+    full_hi = gl.minimum(gl.maximum(full_hi, full_lo), hi)
+    return lo, full_lo, full_hi, hi
+
+
+@gluon.jit
 def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA, lse_off, Nq,
-               qk_scale, offs_k, offs_q, op_layout: gl.constexpr, s_layout: gl.constexpr, CAUSAL: gl.constexpr,
-               MASK: gl.constexpr, STAGES: gl.constexpr):
+               kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, op_layout: gl.constexpr, s_layout: gl.constexpr,
+               CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr, MASK: gl.constexpr,
+               STAGES: gl.constexpr):
     """Query tile i (the ring's c-th): S^T = K Q^T and dP^T = V dO^T in flight together,
     P^T = 2^(S^T qk_scale - lse2), dS^T = P^T (dP^T - delta); dV += P^T dO, dK += dS^T Q.
-    MASK (CAUSAL): keys offs_k (less the shift) after a row score 0. Frees the tile's slot."""
+    MASK: scores of keys a row does not see (_visible) are 0. Frees the tile's slot."""
     slot = c % STAGES
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
     fence_async_shared()
@@ -335,8 +388,8 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
     st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok, ))
     pt = gl.exp2(gl.fma(st, gl.full(st.shape, qk_scale, gl.float32, s_layout), -lse2[None, :]))
     if MASK:
-        if CAUSAL:
-            pt = gl.where(offs_k[:, None] <= rows[None, :], pt, 0.0)
+        visible = _visible(keys[:, None], rows[None, :], kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, KV_LENS)
+        pt = gl.where(visible, pt, 0.0)
     dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt_tok, ))
     dst = pt * (dpt - delta[None, :])
     dv_tok = warpgroup_mma(gl.convert_layout(pt.to(q_bufs.dtype), op_layout), do_s, dv, is_async=True)
@@ -349,30 +402,41 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
 
 @gluon.jit
 def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, DK, DV, dk_off, dv_off, sdkn, sdvn,
-                   Hq, G, hk, b, Nq, Nk, shift, qk_scale, sm_scale, k0, q_lo, q_full, n_q, CAUSAL: gl.constexpr,
-                   D: gl.constexpr, STAGES: gl.constexpr):
+                   Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, qk_scale, sm_scale, k0, tiles,
+                   CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr, D: gl.constexpr,
+                   STAGES: gl.constexpr):
     """One warpgroup: keys [k0, k0 + KEYS); over the G query heads of kv head hk, query tiles
-    [q_lo, q_full) masked, [q_full, n_q) not; writes the keys' dK (times sm_scale) and dV."""
+    [lo, full_lo) and [full_hi, hi) masked, [full_lo, full_hi) not (tiles: _query_tiles');
+    writes the keys' dK (times sm_scale) and dV."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, ROWS, 16])
     a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=a_layout, k_width=2)
-    offs_k = k0 - shift + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
+    keys = k0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
     offs_q = gl.arange(0, ROWS, layout=gl.SliceLayout(0, s_layout))
     zero_s = gl.zeros([KEYS, ROWS], gl.float32, s_layout)
     dk = gl.zeros([KEYS, D], gl.float32, a_layout)
     dv = gl.zeros([KEYS, D], gl.float32, a_layout)
+    lo, full_lo, full_hi, hi = tiles
     c = 0
     for g in range(G):
         lse_off = (b * Hq + hk * G + g).to(gl.int64) * Nq
-        for i in range(q_lo, q_full):
+        for i in range(lo, full_lo):
             dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
-                                lse_off, Nq, qk_scale, offs_k, offs_q, op_layout, s_layout, CAUSAL, True, STAGES)
+                                lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, op_layout, s_layout,
+                                CAUSAL, WINDOW, KV_LENS, True, STAGES)
             c += 1
-        for i in range(q_full, n_q):
+        for i in range(full_lo, full_hi):
             dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
-                                lse_off, Nq, qk_scale, offs_k, offs_q, op_layout, s_layout, CAUSAL, False, STAGES)
+                                lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, op_layout, s_layout,
+                                CAUSAL, WINDOW, KV_LENS, False, STAGES)
             c += 1
+        if WINDOW or KV_LENS:  # the tiles past the window's lower edge, or those of a block past kv_len
+            for i in range(full_hi, hi):
+                dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2,
+                                    DELTA, lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, op_layout,
+                                    s_layout, CAUSAL, WINDOW, KV_LENS, True, STAGES)
+                c += 1
     offs_r = k0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
     keep = (offs_r < Nk)[:, None]
@@ -383,24 +447,30 @@ def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, D
 
 
 @gluon.jit
-def _dkdv_producer(q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdoh, sqn, sdon, G, hk, Nq, q_lo, n_q,
+def _dkdv_producer(q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdoh, sqn, sdon, G, hk, q_len, lo, hi,
                    D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr):
-    """Q and dO tiles [q_lo, n_q) of the G query heads of kv head hk, head after head."""
+    """Q and dO tiles [lo, hi) of the G query heads of kv head hk, head after head (rows past
+    q_len zero-filled)."""
     for g in range(G):
         hq = (hk * G + g).to(gl.int64)
-        _fill(q_bufs, do_bufs, ready, empty, Q, DO, q_off + hq * sqh, do_off + hq * sdoh, Nq, sqn, sdon, q_lo, n_q,
-              g * (n_q - q_lo), ROWS, D, STAGES, CHUNK)
+        _fill(q_bufs, do_bufs, ready, empty, Q, DO, q_off + hq * sqh, do_off + hq * sdoh, q_len, sqn, sdon, lo, hi,
+              g * (hi - lo), ROWS, D, STAGES, CHUNK)
 
 
-@kernel(inputs=6, outputs=2, gluon=True)
-def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, Nk, qk_scale, sm_scale, sqb, sqh, sqn, skb, skh,
-                              skn, svb, svh, svn, sdob, sdoh, sdon, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, DK, DV,
-                              CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
-                              PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+@kernel(inputs=8, outputs=2, gluon=True)
+def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, sm_scale, left, right,
+                              sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb, sdkh, sdkn, sdvb,
+                              sdvh, sdvn, DK, DV, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+                              CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                              WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
+                              KV_LENS: gl.constexpr = False):
     """Grid (cdiv(Nk, 2 KEYS), B * Hkv), 4 warps (12 in all): a program's 2 KEYS keys held in
     shared memory, one consumer warpgroup for each half; a producer streams the Q and dO tiles
-    of the G query heads through a ring of STAGES. LSE2, DELTA: [B, Hq, Nq] fp32. Causal: the
-    query tiles from the first that sees the program's first key; those crossing the diagonal
+    of the G query heads through a ring of STAGES. The producer is the default partition (the
+    registers the consumers leave; PRODUCER_REGS unused): as a default partition, a consumer
+    spilled 848 bytes a thread where the same code as a worker spilled about 100 (causal, sm_90). LSE2, DELTA: [B, Hq, Nq] fp32. WINDOW,
+    Q_LENS, KV_LENS, left, right: as fa_fwd_hopper_kernel's. Only the query tiles that see the
+    program's keys are visited; those crossing the causal diagonal, a window edge or kv_len
     masked."""
     sqb, sqh, sqn = aligned(sqb, 8), aligned(sqh, 8), aligned(sqn, 8)
     skb, skh, skn = aligned(skb, 8), aligned(skh, 8), aligned(skn, 8)
@@ -414,14 +484,8 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, Nk, qk_scale,
     b = bh // Hkv
     hk = bh % Hkv
     k0 = gl.program_id(0) * (2 * KEYS)
-    shift = Nk - Nq
-    n_q = gl.cdiv(Nq, ROWS)
-    if CAUSAL:  # query i sees key j iff i >= j - shift
-        q_lo = gl.minimum(gl.maximum(k0 - shift, 0) // ROWS, n_q)
-        q_full = gl.minimum(gl.maximum(gl.cdiv(gl.maximum(k0 + 2 * KEYS - 1 - shift, 0), ROWS), q_lo), n_q)
-    else:
-        q_lo = 0
-        q_full = 0
+    q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
+    tiles = _query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, KV_LENS, 2 * KEYS)
 
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, D], dtype)
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
@@ -434,34 +498,36 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, Nk, qk_scale,
     ready, empty = _ring(STAGES)
     k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
     v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
-    _load_rows(k0_s, K, k_off, skn, k0, Nk, D)
-    _load_rows(v0_s, V, v_off, svn, k0, Nk, D)
-    _load_rows(k1_s, K, k_off, skn, k0 + KEYS, Nk, D)
-    _load_rows(v1_s, V, v_off, svn, k0 + KEYS, Nk, D)
+    _load_rows(k0_s, K, k_off, skn, k0, kv_len, D)
+    _load_rows(v0_s, V, v_off, svn, k0, kv_len, D)
+    _load_rows(k1_s, K, k_off, skn, k0 + KEYS, kv_len, D)
+    _load_rows(v1_s, V, v_off, svn, k0 + KEYS, kv_len, D)
     fence_async_shared()
     gl.thread_barrier()
 
     dk_off = b.to(gl.int64) * sdkb + hk.to(gl.int64) * sdkh
     dv_off = b.to(gl.int64) * sdvb + hk.to(gl.int64) * sdvh
     gl.warp_specialize([
-        (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, DK, DV, dk_off, dv_off, sdkn, sdvn,
-                          Hq, G, hk, b, Nq, Nk, shift, qk_scale, sm_scale, k0, q_lo, q_full, n_q, CAUSAL, D, STAGES)),
-        (_dkdv_consumer, (k1_s, v1_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, DK, DV, dk_off, dv_off, sdkn, sdvn,
-                          Hq, G, hk, b, Nq, Nk, shift, qk_scale, sm_scale, k0 + KEYS, q_lo, q_full, n_q, CAUSAL, D,
-                          STAGES)),
         (_dkdv_producer, (q_bufs, do_bufs, ready, empty, Q, DO, b.to(gl.int64) * sqb, b.to(gl.int64) * sdob, sqh,
-                          sdoh, sqn, sdon, G, hk, Nq, q_lo, n_q, D, STAGES, CHUNK)),
-    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+                          sdoh, sqn, sdon, G, hk, q_len, tiles[0], tiles[3], D, STAGES, CHUNK)),
+        (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, DK, DV, dk_off, dv_off, sdkn, sdvn,
+                          Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, qk_scale, sm_scale, k0, tiles, CAUSAL,
+                          WINDOW, KV_LENS, D, STAGES)),
+        (_dkdv_consumer, (k1_s, v1_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, DK, DV, dk_off, dv_off, sdkn, sdvn,
+                          Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, qk_scale, sm_scale, k0 + KEYS, tiles,
+                          CAUSAL, WINDOW, KV_LENS, D, STAGES)),
+    ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
 @gluon.jit
-def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j, dq, zero_s, lse2, delta, qk_scale, rows_k, offs_n,
-             Nk, dq_op: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr):
-    """Key tile j (the ring's j-th): S = Q K^T and dP = dO V^T in flight together, dS = P (dP -
-    delta), dQ += dS K. MASK: keys past Nk or (CAUSAL) past a row's last visible key rows_k
-    score 0. Frees the tile's slot."""
-    slot = j % STAGES
-    mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
+def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, lse2, delta, qk_scale, rows, offs_n,
+             kv_len, lo_shift, hi_shift, dq_op: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+             MASK: gl.constexpr, STAGES: gl.constexpr):
+    """Key tile j (the ring's c-th): S = Q K^T and dP = dO V^T in flight together, dS = P (dP -
+    delta), dQ += dS K. MASK: scores of keys a row does not see (_visible) are 0. Frees the
+    tile's slot."""
+    slot = c % STAGES
+    mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
     fence_async_shared()
     k_s = k_bufs.index(slot)
     s_tok = warpgroup_mma(q_smem, k_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -470,10 +536,7 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j, dq, zero_s, lse2,
     p = gl.exp2(gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), -lse2[:, None]))
     if MASK:
         keys = j * KEYS + offs_n
-        if CAUSAL:
-            p = gl.where((keys[None, :] <= rows_k[:, None]) & (keys < Nk)[None, :], p, 0.0)
-        else:
-            p = gl.where((keys < Nk)[None, :], p, 0.0)
+        p = gl.where(_visible(keys[None, :], rows[:, None], kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, True), p, 0.0)
     dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
     ds = p * (dp - delta[:, None])
     dq_tok = warpgroup_mma(gl.convert_layout(ds.to(k_bufs.dtype), dq_op), k_s, dq, is_async=True)
@@ -483,10 +546,11 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j, dq, zero_s, lse2,
 
 
 @gluon.jit
-def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk, shift,
-                 qk_scale, sm_scale, m0, tiles, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
-    """One warpgroup: query rows [m0, m0 + ROWS); key tiles [0, full_hi) unmasked, [full_hi,
-    hi) masked (tiles: _key_tiles'); writes their dQ (times sm_scale)."""
+def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, kv_len,
+                 lo_shift, hi_shift, qk_scale, sm_scale, m0, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+                 D: gl.constexpr, STAGES: gl.constexpr):
+    """One warpgroup: query rows [m0, m0 + ROWS); key tiles [lo, full_lo) and [full_hi, hi)
+    masked, [full_lo, full_hi) not (tiles: _key_tiles'); writes their dQ (times sm_scale)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, KEYS, 16])
     a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -495,32 +559,36 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
     inside = rows < Nq
     lse2 = gl.load(LSE2 + lse_off + rows, mask=inside, other=float("inf"))
     delta = gl.load(DELTA + lse_off + rows, mask=inside, other=0.0)
-    rows_k = rows + shift
     offs_n = gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
     zero_s = gl.zeros([ROWS, KEYS], gl.float32, s_layout)
     dq = gl.zeros([ROWS, D], gl.float32, a_layout)
-    full_hi = tiles[2]
-    hi = tiles[3]
-    for j in range(0, full_hi):
-        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j, dq, zero_s, lse2, delta, qk_scale, rows_k,
-                      offs_n, Nk, dq_op, CAUSAL, False, STAGES)
+    lo, full_lo, full_hi, hi = tiles
+    if WINDOW:  # the tiles that cross the window's lower edge
+        for j in range(lo, full_lo):
+            dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, j, dq, zero_s, lse2, delta, qk_scale,
+                          rows, offs_n, kv_len, lo_shift, hi_shift, dq_op, CAUSAL, WINDOW, True, STAGES)
+    for j in range(full_lo, full_hi):
+        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, j, dq, zero_s, lse2, delta, qk_scale,
+                      rows, offs_n, kv_len, lo_shift, hi_shift, dq_op, CAUSAL, WINDOW, False, STAGES)
     for j in range(full_hi, hi):
-        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j, dq, zero_s, lse2, delta, qk_scale, rows_k,
-                      offs_n, Nk, dq_op, CAUSAL, True, STAGES)
+        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, j, dq, zero_s, lse2, delta, qk_scale,
+                      rows, offs_n, kv_len, lo_shift, hi_shift, dq_op, CAUSAL, WINDOW, True, STAGES)
     offs_r = m0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
     gl.store(DQ + dq_off + offs_r.to(gl.int64)[:, None] * sdqn + offs_d[None, :],
              (dq * sm_scale).to(DQ.dtype.element_ty), mask=(offs_r < Nq)[:, None])
 
 
-@kernel(inputs=6, outputs=1, gluon=True)
-def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, Nk, qk_scale, sm_scale, sqb, sqh, sqn, skb, skh, skn,
-                            svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh, sdqn, DQ, CAUSAL: gl.constexpr,
-                            D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                            CONSUMER_REGS: gl.constexpr):
+@kernel(inputs=8, outputs=1, gluon=True)
+def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, sm_scale, left, right,
+                            sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh, sdqn, DQ,
+                            CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
+                            PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False,
+                            Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False):
     """Grid (cdiv(Nq, 2 ROWS), B * Hq), 4 warps (12 in all): the forward's form, Q and dO rows
     held, two consumer warpgroups of ROWS rows, K and V tiles of KEYS rows streamed by the
-    producer. Causal: the last query blocks (the most keys) run first."""
+    producer (only those the rows see). Options as fa_bwd_dkdv_hopper_kernel's. Causal: the
+    last query blocks (the most keys) run first."""
     sqb, sqh, sqn = aligned(sqb, 8), aligned(sqh, 8), aligned(sqn, 8)
     skb, skh, skn = aligned(skb, 8), aligned(skh, 8), aligned(skn, 8)
     svb, svh, svn = aligned(svb, 8), aligned(svh, 8), aligned(svn, 8)
@@ -531,7 +599,7 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, Nk, qk_scale, s
     pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)
     bh = gl.program_id(1)
     m0 = pid_m * BLOCK_M
-    shift = Nk - Nq
+    q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, D], dtype)
     q0_s = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
@@ -543,23 +611,23 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, Hq, G, Nq, Nk, qk_scale, s
     ready, empty = _ring(STAGES)
     q_off = b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
     do_off = b.to(gl.int64) * sdob + h.to(gl.int64) * sdoh
-    _load_rows(q0_s, Q, q_off, sqn, m0, Nq, D)
-    _load_rows(do0_s, DO, do_off, sdon, m0, Nq, D)
-    _load_rows(q1_s, Q, q_off, sqn, m0 + ROWS, Nq, D)
-    _load_rows(do1_s, DO, do_off, sdon, m0 + ROWS, Nq, D)
+    _load_rows(q0_s, Q, q_off, sqn, m0, q_len, D)
+    _load_rows(do0_s, DO, do_off, sdon, m0, q_len, D)
+    _load_rows(q1_s, Q, q_off, sqn, m0 + ROWS, q_len, D)
+    _load_rows(do1_s, DO, do_off, sdon, m0 + ROWS, q_len, D)
     fence_async_shared()
     gl.thread_barrier()
 
-    tiles = _key_tiles(m0, Nk, 0, shift, CAUSAL, False, BLOCK_M, KEYS)
+    tiles = _key_tiles(m0, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, KEYS)
     lse_off = bh.to(gl.int64) * Nq
     dq_off = b.to(gl.int64) * sdqb + h.to(gl.int64) * sdqh
     k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
     v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
     gl.warp_specialize([
-        (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk,
-                        shift, qk_scale, sm_scale, m0, tiles, CAUSAL, D, STAGES)),
-        (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk,
-                        shift, qk_scale, sm_scale, m0 + ROWS, tiles, CAUSAL, D, STAGES)),
-        (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, 0, tiles[3], KEYS, D, STAGES,
-                     CHUNK)),
+        (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, kv_len,
+                        lo_shift, hi_shift, qk_scale, sm_scale, m0, tiles, CAUSAL, WINDOW, D, STAGES)),
+        (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, kv_len,
+                        lo_shift, hi_shift, qk_scale, sm_scale, m0 + ROWS, tiles, CAUSAL, WINDOW, D, STAGES)),
+        (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], KEYS, D,
+                     STAGES, CHUNK)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])

@@ -404,20 +404,26 @@ def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, t
     return rows and alignment(*(st for s in (q, k, v) for st in s.strides[:3])) >= 8
 
 
+def _hopper_options(options: Options, named: dict, causal: bool, scale: float, B: int, Hq: int, Nq: int, Nk: int):
+    """What the Gluon kernels take of the options (a window, q / kv lengths): the lengths' input
+    names (q for an absent one: never read), the window's (left, right) scalars, their constexprs."""
+    inputs, (left, right, _, _), _, const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
+    names = dict(zip(OPTION_ARRAYS, inputs))
+    return ((names["q_lengths"], names["kv_lengths"]), (left, right),
+            {n: const[n] for n in ("WINDOW", "Q_LENS", "KV_LENS")})
+
+
 def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, B: int, Hq: int, Hkv: int, Nq: int, Nk: int, causal: bool,
                  scale: float, layout: str, options: Options, named: dict) -> Plan:
     o_shape = (B, Hq, Nq, q.shape[3])
-    inputs, (left, right, _, _), _, const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
-    lengths = dict(zip(OPTION_ARRAYS, inputs))
+    lengths, (left, right), const = _hopper_options(options, named, causal, scale, B, Hq, Nq, Nk)
     launch = Launch(
-        kern.hopper.fa_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq),
-        ("q", "k", "v", lengths["q_lengths"], lengths["kv_lengths"]),
+        kern.hopper.fa_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq), ("q", "k", "v", *lengths),
         (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, left, right, *q.strides[:3], *k.strides[:3], *v.strides[:3],
          *bhnd_strides(o_shape, layout)[:3]),
         (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32"),
          optional_output("lse_base2", (B, Hq, Nq), "float32", False)),
-        {"CAUSAL": causal, "D": q.shape[3], **HOPPER, **{n: const[n] for n in ("WINDOW", "Q_LENS", "KV_LENS")}},
-        num_warps=4,
+        {"CAUSAL": causal, "D": q.shape[3], **HOPPER, **const}, num_warps=4,
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
@@ -432,21 +438,21 @@ HOPPER_BWD = {"STAGES": 2, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 24
 def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D: int, Nk: int, target: Target,
                      layout: str, options: Options, arrays) -> bool:
     """Whether dK, dV and dQ run the Gluon kernels: where the forward runs its Gluon kernel
-    (_hopper_forward) with no option at all, and do laid out as q must be."""
-    if not HOPPER_BACKWARD or options != NO_OPTIONS or any(a is not None for a in arrays):
-        return False
-    if not _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays):
+    (_hopper_forward: a window and q / kv lengths the only options), do laid out as q must be."""
+    if not HOPPER_BACKWARD or not _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays):
         return False
     return do.strides[3] == 1 and do.aligned and alignment(*do.strides[:3]) >= 8
 
 
 def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, B: int, Hq: int, Hkv: int,
-                              Nq: int, Nk: int, causal: bool, scale: float, layout: str) -> Tuple[Launch, Launch]:
+                              Nq: int, Nk: int, causal: bool, scale: float, layout: str, options: Options,
+                              named: dict) -> Tuple[Launch, Launch]:
     """The dK / dV and dQ launches of the Gluon backward (after the portable delta launch)."""
-    inputs = ("q", "k", "v", "do", "lse2", "delta")
-    common = (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, scale, *q.strides[:3], *k.strides[:3], *v.strides[:3],
-              *do.strides[:3])
-    const = {"CAUSAL": causal, "D": q.shape[3], **HOPPER_BWD}
+    lengths, (left, right), o_const = _hopper_options(options, named, causal, scale, B, Hq, Nq, Nk)
+    inputs = ("q", "k", "v", "do", "lse2", "delta", *lengths)
+    common = (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, scale, left, right, *q.strides[:3], *k.strides[:3],
+              *v.strides[:3], *do.strides[:3])
+    const = {"CAUSAL": causal, "D": q.shape[3], **HOPPER_BWD, **o_const}
     dkdv = Launch(
         kern.hopper.fa_bwd_dkdv_hopper_kernel, (cdiv(Nk, 128), B * Hkv), inputs,
         (*common, *bhnd_strides(k.shape, layout)[:3], *bhnd_strides(v.shape, layout)[:3]),
@@ -486,7 +492,7 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
         {"BLOCK_M": cfg.delta_rows, "BD": cfg.BD, "HAS_DLSE": has_dlse, "ALIGN": _align(D, do)}, num_warps=4,
     )
     if settings is None and _hopper_backward(q, k, v, do, D, Nk, target, layout, options, arrays):
-        dkdv, dq = _hopper_backward_launches(q, k, v, do, B, Hq, Hkv, Nq, Nk, causal, scale, layout)
+        dkdv, dq = _hopper_backward_launches(q, k, v, do, B, Hq, Hkv, Nq, Nk, causal, scale, layout, options, named)
         return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "lse_base2"))
     align = _align(D, q, k, v, do)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
