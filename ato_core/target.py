@@ -12,8 +12,8 @@ import os
 class Target:
     interpret: bool
     num_sms: int
-    # Whether plans may choose Hopper kernels written in Gluon (an sm_90 GPU, Triton's Gluon
-    # front end importable, ATO_PORTABLE unset): the portable Triton kernels otherwise.
+    # Whether plans may choose Hopper kernels written in Gluon (an sm_90 GPU, a Triton of
+    # GLUON_TRITON, ATO_PORTABLE unset): the portable Triton kernels otherwise.
     gluon: bool = False
 
 
@@ -36,7 +36,18 @@ def force_portable() -> bool:
     return _env_flag("ATO_PORTABLE")
 
 
-def _has_gluon() -> bool:
+# The Triton releases whose Gluon front end the Hopper kernels are written for and were run
+# with (Gluon is experimental: 3.9 renamed thread_barrier to barrier, among others).
+GLUON_TRITON = ("3.6.",)
+
+
+@functools.lru_cache(maxsize=None)
+def has_gluon() -> bool:
+    """Whether the installed Triton is one of GLUON_TRITON, with Gluon's Hopper language."""
+    import triton
+
+    if not triton.__version__.startswith(GLUON_TRITON):
+        return False
     try:
         from triton.experimental.gluon.language.nvidia import hopper  # noqa: F401
     except ImportError:
@@ -52,5 +63,5 @@ def cuda_target(device_index: int = 0) -> Target:
 
     props = driver.active.utils.get_device_properties(device_index)
     major, minor = driver.active.get_device_capability(device_index)
-    hopper = (major, minor) == (9, 0) and not force_portable() and _has_gluon()
+    hopper = (major, minor) == (9, 0) and not force_portable() and has_gluon()
     return Target(interpret=False, num_sms=int(props["multiprocessor_count"]), gluon=hopper)

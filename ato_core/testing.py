@@ -177,11 +177,12 @@ def cotangents(case: Case, outputs) -> list:
 
 
 def h100():
-    """The launch target of an H100 (132 SMs, compiled kernels, Gluon's Hopper kernels), for
-    building GPU plans on any machine: the compile examples, and tests of the plans' GPU choices."""
-    from .target import Target
+    """The launch target of an H100 (132 SMs, compiled kernels, Gluon's Hopper kernels where the
+    installed Triton has them: target.has_gluon), for building GPU plans on any machine: the
+    compile examples, and tests of the plans' GPU choices."""
+    from .target import Target, has_gluon
 
-    return Target(interpret=False, num_sms=132, gluon=True)
+    return Target(interpret=False, num_sms=132, gluon=has_gluon())
 
 
 def gpu_spec(shape, dtype: str = "bfloat16"):

@@ -359,6 +359,7 @@ def _gluon_launches(which):
     return plan.launches[1 if which.startswith("dkdv") else 2], plan, specs
 
 
+@pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
 @pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "dkdv lengths", "dq lengths"])
 def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the

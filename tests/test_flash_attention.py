@@ -22,7 +22,8 @@ from ato_cli import harness as h
 from ato_core.ops.flash_attention.cases import fa_case
 from ato_core.ops.flash_attention import plans as fa_core
 from ato_core import reference as ref
-from ato_core.target import INTERPRETER
+from ato_core.ops.flash_attention import kernels as fa_kernels
+from ato_core.target import GLUON_TRITON, INTERPRETER, has_gluon
 from helpers import assert_bnhd_is_bhnd, bad_input_arrays, check, check_special, frontend, raises_naming
 
 FA_CASES = [
@@ -164,6 +165,34 @@ def test_plan_shapes_and_ranges():
     assert dkdv.grid == (-(-70 // cfg.dkdv.n), 4) and dq.grid == (-(-100 // cfg.dq.m), 16)
 
 
+def _gluon_triton() -> str:
+    import triton
+
+    return f"the Gluon kernels need a Triton of {GLUON_TRITON}, installed: {triton.__version__}"
+
+
+needs_gluon = pytest.mark.skipif(not has_gluon(), reason=_gluon_triton())
+
+
+def test_gluon_only_with_the_triton_it_was_written_for(monkeypatch):
+    """Target.gluon needs a Triton release of GLUON_TRITON (Gluon's API changes between releases:
+    3.9 has no thread_barrier): another one gets the portable kernels on an H100 too."""
+    import triton
+
+    from ato_core import target
+
+    try:
+        monkeypatch.setattr(triton, "__version__", "3.9.0")
+        target.has_gluon.cache_clear()
+        assert not target.has_gluon()
+        monkeypatch.setattr(triton, "__version__", "3.6.0")
+        target.has_gluon.cache_clear()
+        assert target.has_gluon() == (fa_kernels.hopper is not None)
+    finally:
+        target.has_gluon.cache_clear()
+
+
+@needs_gluon
 def test_hopper_forward_chosen_where_it_applies():
     """On an H100 (Target.gluon) the forward plan launches the Gluon kernel for fp16 / bf16 at
     D 128 with causal, GQA, Nq != Nk, a window, q / kv lengths and either layout; the portable kernel for anything
@@ -213,6 +242,7 @@ def hopper_backward(monkeypatch):
     fa_core.backward_plan.cache_clear()
 
 
+@needs_gluon
 def test_hopper_backward_chosen_where_it_applies(hopper_backward):
     """With HOPPER_BACKWARD, the backward plan on an H100 launches the Gluon dK / dV and dQ
     kernels after the portable delta kernel where the Gluon forward applies (GQA, Nq != Nk,
@@ -269,6 +299,7 @@ def test_hopper_backward_off_by_default():
     assert [launch.name for launch in plan.launches][1:] == ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
 
 
+@needs_gluon
 def test_jax_target_without_a_gluon_launcher(monkeypatch):
     """ato_jax plans for a Hopper GPU without Gluon kernels when its jax-triton cannot compile
     them (0.4.x), with them when it can (0.3.x, through launcher._compile_gluon)."""

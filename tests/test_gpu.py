@@ -236,9 +236,10 @@ def _forward_launch(case):
 
 
 def _hopper() -> bool:
-    import torch
+    """Whether this GPU's plans take the Gluon kernels (sm_90 with a Triton of GLUON_TRITON)."""
+    from ato_core.target import cuda_target
 
-    return torch.cuda.get_device_capability() == (9, 0)
+    return cuda_target(0).gluon
 
 
 # With a window (left, right): tiles skipped below it, both edges masked, rows that see no key.
