@@ -432,6 +432,9 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, B: int, Hq: int, Hkv:
 # has run on an sm_90 GPU (written on a CPU machine, compiled for sm_90 there; the GPU tests
 # turn it on: test_gpu.test_flash_attention_hopper_backward_gpu).
 HOPPER_BACKWARD = False
+# As HOPPER's: the ring's depth (Q / dO tiles for dK / dV, K / V tiles for dQ), rows a cp.async
+# pass, the partitions' registers (the dK / dV producer is the default partition: PRODUCER_REGS
+# is the dQ kernel's). Not tuned (no GPU run yet).
 HOPPER_BWD = {"STAGES": 2, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
 
 
