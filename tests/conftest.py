@@ -42,3 +42,17 @@ def walk(monkeypatch):
     yield choose
     monkeypatch.undo()
     clear_plans("based_attention", *plan_fns)
+
+
+@pytest.fixture
+def hopper_backward(monkeypatch):
+    """plans.HOPPER_BACKWARD on (the Gluon backward, off by default until it has run on a GPU),
+    no flash plan cached from before or kept after (test_flash_attention.py, test_gpu.py)."""
+    from ato_core.ops.flash_attention import plans
+
+    from helpers import clear_plans
+
+    monkeypatch.setattr(plans, "HOPPER_BACKWARD", True)
+    clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
+    yield
+    clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)

@@ -334,8 +334,8 @@ def test_float64_constants_stay_float64(name, kwargs, tmp_path, monkeypatch):
 
 def _gluon_launches(which):
     """(launch, plan, input specs) of a Gluon kernel: the Hopper forward or the backward's dK /
-    dV or dQ launch (plans.HOPPER_BACKWARD on), GQA, Nq != Nk, causal, with a window or (which
-    ending in "lengths") q and kv lengths."""
+    dV or dQ launch (plans.HOPPER_BACKWARD on: the hopper_backward fixture), GQA, Nq != Nk,
+    causal, with a window or (which ending in "lengths") q and kv lengths."""
     from ato_core.ops.flash_attention import plans as fa
     from ato_core.testing import gpu_spec
 
@@ -349,19 +349,13 @@ def _gluon_launches(which):
     if which == "forward":
         plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100, **kw)
         return plan.launches[0], plan, specs
-    fa.backward_plan.cache_clear()
-    try:
-        fa.HOPPER_BACKWARD = True
-        plan = fa.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=H100, **kw)
-    finally:
-        fa.HOPPER_BACKWARD = False
-        fa.backward_plan.cache_clear()
+    plan = fa.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=H100, **kw)
     return plan.launches[1 if which.startswith("dkdv") else 2], plan, specs
 
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
 @pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "dkdv lengths", "dq lengths"])
-def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
+def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch, hopper_backward):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
     Hopper kernels into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,
     torch's path) builds, and launches them with all their partitions' warps: the precondition of

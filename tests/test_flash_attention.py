@@ -232,16 +232,6 @@ def test_hopper_forward_chosen_where_it_applies():
     assert [p.name for p in portable] == ["fa_fwd_kernel"] * len(portable)
 
 
-@pytest.fixture
-def hopper_backward(monkeypatch):
-    """plans.HOPPER_BACKWARD on (off by default until it has run on a GPU), the plan caches
-    emptied before and after."""
-    monkeypatch.setattr(fa_core, "HOPPER_BACKWARD", True)
-    fa_core.backward_plan.cache_clear()
-    yield
-    fa_core.backward_plan.cache_clear()
-
-
 @needs_gluon
 def test_hopper_backward_chosen_where_it_applies(hopper_backward):
     """With HOPPER_BACKWARD, the backward plan on an H100 launches the Gluon dK / dV and dQ

@@ -26,7 +26,6 @@ from ato_core.ops.softmax.cases import softmax_case
 from ato_core.ops.swiglu.cases import swiglu_case
 from ato_core.testing import In
 
-import helpers
 import test_block_layers
 import test_empty
 import test_flash_attention_dropout
@@ -276,17 +275,6 @@ def test_flash_attention_hopper_gpu(dims, window, causal, lengths, dtype):
     # ato_torch ran this very launch (it caches the binary on it), not another plan's
     assert launch.compiled or os.environ.get("ATO_TRITON_JIT_LAUNCH"), "the case ran another forward launch"
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
-
-
-@pytest.fixture
-def hopper_backward(monkeypatch):
-    """plans.HOPPER_BACKWARD on (off by default until it has run here), no plan cached from before."""
-    from ato_core.ops.flash_attention import plans
-
-    monkeypatch.setattr(plans, "HOPPER_BACKWARD", True)
-    helpers.clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
-    yield
-    helpers.clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
 
 
 @pytest.mark.parametrize("dims,window,causal,lengths",

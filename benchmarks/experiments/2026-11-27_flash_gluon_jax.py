@@ -4,55 +4,15 @@ a Gluon kernel needs GluonASTSource and, when warp-specialised, the total warps 
 (metadata.num_warps). This wraps get_or_create_triton_kernel for Gluon functions: the same
 signature and specialisation as jax-triton builds, compiled by triton.compile, launched with
 the compiled warp count. Then the warp-specialised forward from both frameworks, bits compared.
+The wrapper is ato_jax.launcher._compile_gluon now (import_jax_triton installs it); this probe's
+own copy of it, which gave session 34's result, is in the git history.
 
     python3 2026-11-27_flash_gluon_jax.py      # H100
 """
 import importlib.util
 import os
-import types
 
 import numpy as np
-
-
-def patch_gluon(triton_lib):
-    create = triton_lib.get_or_create_triton_kernel
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    cache = {}
-
-    def get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, *, num_warps, num_stages, num_ctas,
-                      compute_capability, enable_fp_fusion, metaparams, dump):
-        if not getattr(fn, "is_gluon", lambda: False)():
-            return create(backend_init_func, platform, fn, arg_dtypes, scalar_args, num_warps=num_warps,
-                          num_stages=num_stages, num_ctas=num_ctas, compute_capability=compute_capability,
-                          enable_fp_fusion=enable_fp_fusion, metaparams=metaparams, dump=dump)
-        cc = compute_capability or triton_lib.triton_kernel_call_lib.get_compute_capability(0)
-        backend = backend_init_func(0, cc)
-        signature = {fn.arg_names[i]: v for i, v in enumerate(arg_dtypes)}
-        alignments = [16] * len(arg_dtypes)
-        for i, _, _ in scalar_args:
-            alignments[i] = 0
-        spec = [triton_lib._triton.native_specialize_impl(
-            backend, types.SimpleNamespace(data_ptr=lambda a=a: a, dtype=d.removeprefix("*")), False, True, a > 0)
-            for d, a in zip(arg_dtypes, alignments)]
-        attrs = {(i, ): backend.parse_attr(attr) for i, (_, attr) in enumerate(spec)}
-        constants = dict(metaparams)
-        constants.update({k: None for _, k, v in scalar_args if v is None})
-        constants.update({fn.arg_names[i]: 1 for i, _, v in scalar_args if v == 1})
-        for c in constants:
-            signature[c] = "constexpr"
-        key = (fn, tuple(signature.items()), tuple(spec), tuple(constants.items()), num_warps, num_ctas, cc)
-        if key not in cache:
-            src = GluonASTSource(fn, signature, constexprs=constants, attrs=attrs)
-            k = triton.compile(src, target=GPUTarget("cuda", cc, 32),
-                               options={"num_warps": num_warps, "num_ctas": num_ctas,
-                                        "enable_fp_fusion": enable_fp_fusion})
-            cache[key] = triton_lib.triton_kernel_call_lib.TritonKernel(
-                k.metadata.name, k.metadata.num_warps, num_ctas, k.metadata.shared, k.asm["ptx"], "", cc)
-        return cache[key], attrs
-
-    triton_lib.get_or_create_triton_kernel = get_or_create
 
 
 def main():
@@ -65,8 +25,7 @@ def main():
                                                                    "2026-11-27_flash_gluon.py"))
     g = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(g)
-    jt = import_jax_triton()
-    patch_gluon(jt.triton_lib)
+    jt = import_jax_triton()  # with ato_jax.launcher._compile_gluon installed (jax-triton 0.3.x)
     print("GPU", torch.cuda.get_device_name())
     regs = (240, 24, 32, True, False)
     for B, H, N, D, causal in ((2, 4, 1000, 128, True), (2, 4, 1000, 128, False), (4, 32, 4096, 128, True)):

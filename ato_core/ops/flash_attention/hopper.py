@@ -194,6 +194,32 @@ def _load_rows(dst, A, a_off, san, start, N, D: gl.constexpr):
 
 
 @gluon.jit
+def _strides8(sb, sh, sn):
+    """An array's (b, h, n) strides declared multiples of 8 elements, as the plan checked
+    (16-byte rows for cp.async; triton_helpers.aligned)."""
+    return aligned(sb, 8), aligned(sh, 8), aligned(sn, 8)
+
+
+@gluon.jit
+def _held(A, B, a_off, b_off, san, sbn, start, N, R: gl.constexpr, D: gl.constexpr):
+    """Rows [start, start + 2R) of two [N, D] arrays (rows san, sbn apart; zeros past N) in shared
+    memory for a program's two consumer warpgroups, R rows each: (a0, a1, b0, b1), loaded by the
+    calling warps and fenced for the wgmma (async proxy)."""
+    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([R, D], A.dtype.element_ty)
+    a0 = gl.allocate_shared_memory(A.dtype.element_ty, [R, D], layout)
+    a1 = gl.allocate_shared_memory(A.dtype.element_ty, [R, D], layout)
+    b0 = gl.allocate_shared_memory(A.dtype.element_ty, [R, D], layout)
+    b1 = gl.allocate_shared_memory(A.dtype.element_ty, [R, D], layout)
+    _load_rows(a0, A, a_off, san, start, N, D)
+    _load_rows(b0, B, b_off, sbn, start, N, D)
+    _load_rows(a1, A, a_off, san, start + R, N, D)
+    _load_rows(b1, B, b_off, sbn, start + R, N, D)
+    fence_async_shared()
+    gl.thread_barrier()
+    return a0, a1, b0, b1
+
+
+@gluon.jit
 def _query_program(Hq, G, CAUSAL: gl.constexpr):
     """(query block, batch, query head, kv head) of a program of grid (query blocks, B * Hq);
     causal: the last query blocks (the most keys) first."""
@@ -267,10 +293,10 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, left, ri
     [0, Nq], [0, Nk]; shift = kv_len - q_len), as kernels._options. LSE2: never written (the
     portable kernel's base-2 lse, an option's). Causal: the last query blocks (the most keys)
     run first."""
-    sqb, sqh, sqn = aligned(sqb, 8), aligned(sqh, 8), aligned(sqn, 8)
-    skb, skh, skn = aligned(skb, 8), aligned(skh, 8), aligned(skn, 8)
-    svb, svh, svn = aligned(svb, 8), aligned(svh, 8), aligned(svn, 8)
-    sob, soh, son = aligned(sob, 8), aligned(soh, 8), aligned(son, 8)
+    sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
+    skb, skh, skn = _strides8(skb, skh, skn)
+    svb, svh, svn = _strides8(svb, svh, svn)
+    sob, soh, son = _strides8(sob, soh, son)
     BLOCK_M: gl.constexpr = 2 * ROWS
     dtype: gl.constexpr = Q.dtype.element_ty
     pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)
@@ -472,12 +498,12 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, Hq, G, Nq, 
     Q_LENS, KV_LENS, left, right: as fa_fwd_hopper_kernel's. Only the query tiles that see the
     program's keys are visited; those crossing the causal diagonal, a window edge or kv_len
     masked."""
-    sqb, sqh, sqn = aligned(sqb, 8), aligned(sqh, 8), aligned(sqn, 8)
-    skb, skh, skn = aligned(skb, 8), aligned(skh, 8), aligned(skn, 8)
-    svb, svh, svn = aligned(svb, 8), aligned(svh, 8), aligned(svn, 8)
-    sdob, sdoh, sdon = aligned(sdob, 8), aligned(sdoh, 8), aligned(sdon, 8)
-    sdkb, sdkh, sdkn = aligned(sdkb, 8), aligned(sdkh, 8), aligned(sdkn, 8)
-    sdvb, sdvh, sdvn = aligned(sdvb, 8), aligned(sdvh, 8), aligned(sdvn, 8)
+    sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
+    skb, skh, skn = _strides8(skb, skh, skn)
+    svb, svh, svn = _strides8(svb, svh, svn)
+    sdob, sdoh, sdon = _strides8(sdob, sdoh, sdon)
+    sdkb, sdkh, sdkn = _strides8(sdkb, sdkh, sdkn)
+    sdvb, sdvh, sdvn = _strides8(sdvb, sdvh, sdvn)
     dtype: gl.constexpr = Q.dtype.element_ty
     Hkv = Hq // G
     bh = gl.program_id(1)
@@ -487,23 +513,13 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, Hq, G, Nq, 
     q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
     tiles = _query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, KV_LENS, 2 * KEYS)
 
-    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, D], dtype)
+    k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
+    v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
+    k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, kv_len, KEYS, D)
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
-    k0_s = gl.allocate_shared_memory(dtype, [KEYS, D], kv_layout)
-    k1_s = gl.allocate_shared_memory(dtype, [KEYS, D], kv_layout)
-    v0_s = gl.allocate_shared_memory(dtype, [KEYS, D], kv_layout)
-    v1_s = gl.allocate_shared_memory(dtype, [KEYS, D], kv_layout)
     q_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
     do_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
     ready, empty = _ring(STAGES)
-    k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
-    v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
-    _load_rows(k0_s, K, k_off, skn, k0, kv_len, D)
-    _load_rows(v0_s, V, v_off, svn, k0, kv_len, D)
-    _load_rows(k1_s, K, k_off, skn, k0 + KEYS, kv_len, D)
-    _load_rows(v1_s, V, v_off, svn, k0 + KEYS, kv_len, D)
-    fence_async_shared()
-    gl.thread_barrier()
 
     dk_off = b.to(gl.int64) * sdkb + hk.to(gl.int64) * sdkh
     dv_off = b.to(gl.int64) * sdvb + hk.to(gl.int64) * sdvh
@@ -589,34 +605,24 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, Hq, G, Nq, Nk
     held, two consumer warpgroups of ROWS rows, K and V tiles of KEYS rows streamed by the
     producer (only those the rows see). Options as fa_bwd_dkdv_hopper_kernel's. Causal: the
     last query blocks (the most keys) run first."""
-    sqb, sqh, sqn = aligned(sqb, 8), aligned(sqh, 8), aligned(sqn, 8)
-    skb, skh, skn = aligned(skb, 8), aligned(skh, 8), aligned(skn, 8)
-    svb, svh, svn = aligned(svb, 8), aligned(svh, 8), aligned(svn, 8)
-    sdob, sdoh, sdon = aligned(sdob, 8), aligned(sdoh, 8), aligned(sdon, 8)
-    sdqb, sdqh, sdqn = aligned(sdqb, 8), aligned(sdqh, 8), aligned(sdqn, 8)
+    sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
+    skb, skh, skn = _strides8(skb, skh, skn)
+    svb, svh, svn = _strides8(svb, svh, svn)
+    sdob, sdoh, sdon = _strides8(sdob, sdoh, sdon)
+    sdqb, sdqh, sdqn = _strides8(sdqb, sdqh, sdqn)
     BLOCK_M: gl.constexpr = 2 * ROWS
     dtype: gl.constexpr = Q.dtype.element_ty
     pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)
     bh = gl.program_id(1)
     m0 = pid_m * BLOCK_M
     q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
-    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
+    q_off = b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
+    do_off = b.to(gl.int64) * sdob + h.to(gl.int64) * sdoh
+    q0_s, q1_s, do0_s, do1_s = _held(Q, DO, q_off, do_off, sqn, sdon, m0, q_len, ROWS, D)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, D], dtype)
-    q0_s = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
-    q1_s = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
-    do0_s = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
-    do1_s = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
     ready, empty = _ring(STAGES)
-    q_off = b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
-    do_off = b.to(gl.int64) * sdob + h.to(gl.int64) * sdoh
-    _load_rows(q0_s, Q, q_off, sqn, m0, q_len, D)
-    _load_rows(do0_s, DO, do_off, sdon, m0, q_len, D)
-    _load_rows(q1_s, Q, q_off, sqn, m0 + ROWS, q_len, D)
-    _load_rows(do1_s, DO, do_off, sdon, m0 + ROWS, q_len, D)
-    fence_async_shared()
-    gl.thread_barrier()
 
     tiles = _key_tiles(m0, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, KEYS)
     lse_off = bh.to(gl.int64) * Nq
