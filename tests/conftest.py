@@ -45,14 +45,14 @@ def walk(monkeypatch):
 
 
 @pytest.fixture
-def hopper_backward(monkeypatch):
-    """plans.HOPPER_BACKWARD on (the Gluon backward, off by default until it has run on a GPU),
-    no flash plan cached from before or kept after (test_flash_attention.py, test_gpu.py)."""
+def portable_backward(monkeypatch):
+    """plans.HOPPER_BACKWARD off (the portable backward kernels on Hopper too), no flash plan
+    cached from before or kept after."""
     from ato_core.ops.flash_attention import plans
 
     from helpers import clear_plans
 
-    monkeypatch.setattr(plans, "HOPPER_BACKWARD", True)
+    monkeypatch.setattr(plans, "HOPPER_BACKWARD", False)
     clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
     yield
     clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)

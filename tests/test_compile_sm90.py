@@ -296,11 +296,11 @@ def test_decode_chunk_loads_overlap_the_dots(tmp_path, monkeypatch):
 
 
 def test_gqa_dkdv_takes_heads_in_one_loop(tmp_path, monkeypatch):
-    """flash_attention's dk/dv at G 4 (the compile example's GQA) loop over (head, block) pairs
-    (HEADS_IN_LOOP): a small stack frame. A loop over heads around the three query-range loops
+    """flash_attention's portable dk/dv at G 4 (the "portable" compile example) loop over (head,
+    block) pairs (HEADS_IN_LOOP): a small stack frame. A loop over heads around the three query-range loops
     held 1672 bytes a thread on sm_90 (GQA dk/dv 6.5% slower on an H100)."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    found = [(launch, plan, inputs) for name, plan, inputs in PLANS if name == "flash_attention bwd"
+    found = [(launch, plan, inputs) for name, plan, inputs in PLANS if name == "flash_attention portable bwd"
              for launch in plan.launches if launch.name == "fa_bwd_dkdv_kernel"]
     assert len(found) == 1 and found[0][0].constexprs["HEADS_IN_LOOP"]
     stack = cubin_resources(compile_sm90(*found[0]).asm["cubin"])["STACK"]
@@ -334,7 +334,7 @@ def test_float64_constants_stay_float64(name, kwargs, tmp_path, monkeypatch):
 
 def _gluon_launches(which):
     """(launch, plan, input specs) of a Gluon kernel: the Hopper forward or the backward's dK /
-    dV or dQ launch (plans.HOPPER_BACKWARD on: the hopper_backward fixture), GQA, Nq != Nk,
+    dV or dQ launch, GQA, Nq != Nk,
     causal, with a window or (which ending in "lengths") q and kv lengths."""
     from ato_core.ops.flash_attention import plans as fa
     from ato_core.testing import gpu_spec
@@ -355,7 +355,7 @@ def _gluon_launches(which):
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
 @pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "dkdv lengths", "dq lengths"])
-def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch, hopper_backward):
+def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
     Hopper kernels into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,
     torch's path) builds, and launches them with all their partitions' warps: the precondition of

@@ -233,8 +233,8 @@ def test_hopper_forward_chosen_where_it_applies():
 
 
 @needs_gluon
-def test_hopper_backward_chosen_where_it_applies(hopper_backward):
-    """With HOPPER_BACKWARD, the backward plan on an H100 launches the Gluon dK / dV and dQ
+def test_hopper_backward_chosen_where_it_applies():
+    """The backward plan on an H100 launches the Gluon dK / dV and dQ
     kernels after the portable delta kernel where the Gluon forward applies (GQA, Nq != Nk,
     causal or not, either layout, a window, q / kv lengths), do laid out as cp.async needs; the
     portable kernels otherwise."""
@@ -279,11 +279,10 @@ def test_hopper_backward_chosen_where_it_applies(hopper_backward):
     assert [names[1:] for names, _ in portable] == [["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]] * len(portable)
 
 
-def test_hopper_backward_off_by_default():
-    """Until the Gluon backward has run on an sm_90 GPU, an H100's backward plan is the portable one."""
+def test_hopper_backward_switched_off(portable_backward):
+    """plans.HOPPER_BACKWARD = False: an H100's backward plan is the portable one."""
     from ato_core.testing import gpu_spec, h100
 
-    assert not fa_core.HOPPER_BACKWARD
     q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 700, 128))
     plan = fa_core.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=h100())
     assert [launch.name for launch in plan.launches][1:] == ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]

@@ -282,8 +282,8 @@ def test_flash_attention_hopper_gpu(dims, window, causal, lengths, dtype):
                          + [(*w, None) for w in HOPPER_WINDOWS] + HOPPER_LENGTHS,
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_flash_attention_hopper_backward_gpu(dims, window, causal, lengths, dtype, hopper_backward):
-    """With plans.HOPPER_BACKWARD, an sm_90 GPU runs the Gluon dK / dV and dQ kernels (elsewhere
+def test_flash_attention_hopper_backward_gpu(dims, window, causal, lengths, dtype):
+    """An sm_90 GPU runs the Gluon dK / dV and dQ kernels (elsewhere
     the portable ones), with the forward's windows and lengths: o, lse and every gradient of
     both frameworks against the float64 reference, torch == JAX bit for bit; ato_torch ran
     those very launches."""

@@ -33,13 +33,13 @@ def _options():
 
 
 def _backward(spec_of, q, k, v, do, causal, target, hopper):
-    plans.HOPPER_BACKWARD = hopper
+    was, plans.HOPPER_BACKWARD = plans.HOPPER_BACKWARD, hopper
     plans.backward_plan.cache_clear()
     try:
         return plans.backward_plan(*(spec_of(t) for t in (q, k, v, do)), causal=causal, softmax_scale=None,
                                    has_dlse=False, target=target)
     finally:
-        plans.HOPPER_BACKWARD = False
+        plans.HOPPER_BACKWARD = was
         plans.backward_plan.cache_clear()
 
 

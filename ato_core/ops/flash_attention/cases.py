@@ -108,10 +108,11 @@ COMPILE = [("flash_attention", "flash_attention", (gpu_spec((1, 8, 256, 128)), g
            ("flash_attention lengths", "flash_attention", (gpu_spec((2, 8, 256, 128)), gpu_spec((2, 2, 300, 128)),
                                                            gpu_spec((2, 2, 300, 128))),
             {"causal": True, "q_lengths": gpu_spec((2,), "int32"), "kv_lengths": gpu_spec((2,), "int64")}, False),
-           # the portable forward at D 128 (other GPUs; on Hopper, rows cp.async cannot copy)
+           # the portable forward and backward at D 128 (other GPUs; on Hopper, rows cp.async
+           # cannot copy)
            ("flash_attention portable", "flash_attention",
             (gpu_spec((1, 8, 256, 128))._replace(aligned=False), gpu_spec((1, 2, 256, 128)),
-             gpu_spec((1, 2, 256, 128))), {"causal": True}, False),
+             gpu_spec((1, 2, 256, 128))), {"causal": True}),
            ("flash_attention d64", "flash_attention", (gpu_spec((1, 8, 256, 64)), gpu_spec((1, 2, 256, 64)),
                                                        gpu_spec((1, 2, 256, 64))), {"causal": True}, False),
            ("flash_attention options", "flash_attention",

@@ -17,8 +17,8 @@ and n strides multiples of 8 elements (16 bytes, cp.async's width), unit d strid
 plan checks: plans._hopper_forward). Benchmarks: results README, "flash_attention on Hopper".
 
 The backward's dK / dV and dQ kernels (fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel) take
-the same form, after the portable delta kernel; no option but causal and GQA. Not yet run on a
-GPU: plans.HOPPER_BACKWARD keeps them off until the GPU tier has passed them.
+the same form, after the portable delta kernel, with the forward's options (causal, GQA, a
+window, q / kv lengths); plans.HOPPER_BACKWARD = False runs the portable ones instead.
 """
 
 from triton.experimental import gluon

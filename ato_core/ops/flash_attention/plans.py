@@ -428,13 +428,12 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, B: int, Hq: int, Hkv:
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
 
-# The Gluon backward (hopper.fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel): off until it
-# has run on an sm_90 GPU (written on a CPU machine, compiled for sm_90 there; the GPU tests
-# turn it on: test_gpu.test_flash_attention_hopper_backward_gpu).
-HOPPER_BACKWARD = False
+# The Gluon backward (hopper.fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel) where it applies;
+# False runs the portable backward kernels everywhere (a switch for comparing the two).
+HOPPER_BACKWARD = True
 # As HOPPER's: the ring's depth (Q / dO tiles for dK / dV, K / V tiles for dQ), rows a cp.async
 # pass, the partitions' registers (the dK / dV producer is the default partition: PRODUCER_REGS
-# is the dQ kernel's). Not tuned (no GPU run yet).
+# is the dQ kernel's). Not tuned yet.
 HOPPER_BWD = {"STAGES": 2, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
 
 
