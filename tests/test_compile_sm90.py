@@ -334,19 +334,22 @@ def test_float64_constants_stay_float64(name, kwargs, tmp_path, monkeypatch):
 
 def _gluon_launches(which):
     """(launch, plan, input specs) of a Gluon kernel: the Hopper forward or the backward's dK /
-    dV or dQ launch, GQA, Nq != Nk,
-    causal, with a window or (which ending in "lengths") q and kv lengths."""
+    dV or dQ launch, GQA, Nq != Nk, causal, with a window, or (which ending in "lengths") q and
+    kv lengths, or ("alibi") [B, Hq] ALiBi slopes."""
     from ato_core.ops.flash_attention import plans as fa
     from ato_core.testing import gpu_spec
 
     q, k = gpu_spec((2, 8, 300, 128)), gpu_spec((2, 2, 500, 128))
     specs = {"q": q, "k": k, "v": k, "do": q, "q_lengths": gpu_spec((2,), "int32"),
-             "kv_lengths": gpu_spec((2,), "int64")}
+             "kv_lengths": gpu_spec((2,), "int64"), "alibi_slopes": gpu_spec((2, 8), "float32"),
+             "lse_base2": gpu_spec((2, 8, 300), "float32")}
     if which.endswith("lengths"):
         kw = {"arrays": (None, specs["q_lengths"], specs["kv_lengths"]) + (None,) * 5}
+    elif which.endswith("alibi"):
+        kw = {"arrays": (specs["alibi_slopes"],) + (None,) * 7}
     else:
         kw = {"options": fa.Options(window=(100, None))}
-    if which == "forward":
+    if which.startswith("forward"):
         plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100, **kw)
         return plan.launches[0], plan, specs
     plan = fa.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=H100, **kw)
@@ -354,7 +357,8 @@ def _gluon_launches(which):
 
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
-@pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "dkdv lengths", "dq lengths"])
+@pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "dkdv lengths", "dq lengths", "forward alibi",
+                                   "dkdv alibi", "dq alibi"])
 def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
     Hopper kernels into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,

@@ -195,7 +195,7 @@ def test_gluon_only_with_the_triton_it_was_written_for(monkeypatch):
 @needs_gluon
 def test_hopper_forward_chosen_where_it_applies():
     """On an H100 (Target.gluon) the forward plan launches the Gluon kernel for fp16 / bf16 at
-    D 128 with causal, GQA, Nq != Nk, a window, q / kv lengths and either layout; the portable kernel for anything
+    D 128 with causal, GQA, Nq != Nk, a window, q / kv lengths, ALiBi and either layout; the portable kernel for anything
     it does not cover (fp32, another D, another option, no key, tuned settings, rows that cp.async cannot copy:
     a storage offset or a stride off 16 bytes); never under the interpreter or with gluon off."""
     from ato_core.testing import gpu_spec, h100
@@ -215,13 +215,21 @@ def test_hopper_forward_chosen_where_it_applies():
     assert window.name == "fa_fwd_hopper_kernel" and window.constexprs["WINDOW"]
     assert window.scalars[5:7] == (64, 0) and launch.scalars[5:7] == (1000 + 700 + 1, 0)
     lengths = fwd(q, k, arrays=(None, None, gpu_spec((2,), "int64")) + (None,) * 5)
-    assert lengths.name == "fa_fwd_hopper_kernel" and lengths.inputs == ("q", "k", "v", "q", "kv_lengths")
-    assert lengths.constexprs["KV_LENS"] and not lengths.constexprs["Q_LENS"]
+    assert lengths.name == "fa_fwd_hopper_kernel" and lengths.inputs == ("q", "k", "v", "q", "kv_lengths", "q")
+    assert lengths.constexprs["KV_LENS"] and not lengths.constexprs["Q_LENS"] and not lengths.constexprs["ALIBI"]
+    for slopes, strides in ((gpu_spec((8,), "float32"), (0, 1)), (gpu_spec((2, 8), "float32"), (8, 1))):
+        plan = fa_core.forward_plan(q, k, k, causal=True, softmax_scale=None, target=h100(),
+                                    arrays=(slopes,) + (None,) * 7)
+        alibi, = plan.launches
+        assert alibi.name == "fa_fwd_hopper_kernel" and alibi.constexprs["ALIBI"]
+        assert alibi.inputs[-1] == "alibi_slopes" and alibi.scalars[7:9] == strides
+        assert plan.buffer("lse_base2").shape == (2, 8, 1000)  # the backward's base-2 lse
+    segments = (None,) * 3 + (gpu_spec((2, 1000), "int32"), gpu_spec((2, 700), "int32"), None, None, None)
     portable = [
         fwd(gpu_spec((2, 8, 1000, 128), "float32"), gpu_spec((2, 2, 700, 128), "float32")),
         fwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64))),
         fwd(q, k, options=fa_core.Options(window=(64, None), softcap=30.0)),
-        fwd(q, k, arrays=(gpu_spec((8,), "float32"),) + (None,) * 7),
+        fwd(q, k, arrays=segments),
         fwd(q, gpu_spec((2, 2, 0, 128))),
         fwd(q, k, settings=fa_core.Settings(*fa_core._GPU_TILES[128])),
         fwd(q._replace(aligned=False), k),
@@ -236,8 +244,8 @@ def test_hopper_forward_chosen_where_it_applies():
 def test_hopper_backward_chosen_where_it_applies():
     """The backward plan on an H100 launches the Gluon dK / dV and dQ
     kernels after the portable delta kernel where the Gluon forward applies (GQA, Nq != Nk,
-    causal or not, either layout, a window, q / kv lengths), do laid out as cp.async needs; the
-    portable kernels otherwise."""
+    causal or not, either layout, a window, q / kv lengths, ALiBi: reading the forward's base-2
+    lse), do laid out as cp.async needs; the portable kernels otherwise."""
     from ato_core.testing import gpu_spec, h100
 
     def bwd(q, k, do=None, target=h100(), **kw):
@@ -251,7 +259,7 @@ def test_hopper_backward_chosen_where_it_applies():
     assert names == ["fa_bwd_delta_kernel", "fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     _, dkdv, dq = plan.launches
     assert dkdv.grid == (6, 4) and dq.grid == (8, 16) and dkdv.scalars[:4] == dq.scalars[:4] == (8, 4, 1000, 700)
-    assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse2", "delta", "q", "q")
+    assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse2", "delta", "q", "q", "q")
     assert dkdv.scalars[6:8] == dq.scalars[6:8] == (1000 + 700 + 1, 0) and not dkdv.constexprs["WINDOW"]
     assert plan.results == ("dq", "dk", "dv")
     names, plan = bwd(gpu_spec((2, 1000, 8, 128), "float16"), gpu_spec((2, 700, 2, 128), "float16"), layout="bnhd",
@@ -264,11 +272,16 @@ def test_hopper_backward_chosen_where_it_applies():
     assert all(launch.constexprs["WINDOW"] and launch.scalars[6:8] == (64, 0) for launch in plan.launches[1:])
     names, plan = bwd(q, k, arrays=(None, None, gpu_spec((2,), "int64")) + (None,) * 5)
     assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
-    assert all(launch.inputs[-2:] == ("q", "kv_lengths") and launch.constexprs["KV_LENS"]
+    assert all(launch.inputs[-3:] == ("q", "kv_lengths", "q") and launch.constexprs["KV_LENS"]
                and not launch.constexprs["Q_LENS"] for launch in plan.launches[1:])
+    names, plan = bwd(q, k, arrays=(gpu_spec((2, 8), "float32"),) + (None,) * 7)
+    assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
+    assert all(launch.inputs[4] == "lse_base2" and launch.inputs[-1] == "alibi_slopes"
+               and launch.constexprs["ALIBI"] and launch.scalars[8:10] == (8, 1) for launch in plan.launches[1:])
+    segments = (None,) * 3 + (gpu_spec((2, 1000), "int32"), gpu_spec((2, 700), "int32"), None, None, None)
     portable = [
         bwd(q, k, options=fa_core.Options(window=(64, None), softcap=30.0)),
-        bwd(q, k, arrays=(gpu_spec((8,), "float32"),) + (None,) * 7),
+        bwd(q, k, arrays=segments),
         bwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64))),
         bwd(q, k, do=q._replace(aligned=False)),
         bwd(q, k, do=q._replace(strides=(1000 * 132, 1000 * 132 // 8, 132, 1))),

@@ -222,8 +222,9 @@ def _plans(case):
     op, target = OPS["flash_attention"], cuda_target(0)
     shapes = dict(case.shapes, **{n: s for n, s, *_ in case.int_inputs})
     args = [gpu_spec(shapes[n], case.dtype) for n in ("q", "k", "v")]
-    # (the harness makes integer inputs int64: ato_core.testing.make_inputs)
-    kwargs = {n: gpu_spec(shapes[v.name], "int64") if isinstance(v, In) else v for n, v in case.kwargs}
+    # (the harness makes integer inputs int64: ato_core.testing.make_inputs; fp32_inputs float32)
+    kwargs = {n: gpu_spec(shapes[v.name], "float32" if v.name in case.fp32_inputs else "int64")
+              if isinstance(v, In) else v for n, v in case.kwargs}
     arrays, static = op.signature(*args, **kwargs)
     forward = op.forward_plan(arrays, static, target, True)
     cotangents = tuple(op.result_spec(forward, name, "cuda:0") for name in op.returned(static))
@@ -258,17 +259,26 @@ HOPPER_LENGTHS = [
 ]
 
 
-@pytest.mark.parametrize("dims,window,causal,lengths",
-                         [(d, None, c, None) for d in HOPPER_DIMS for c in (False, True)]
-                         + [(*w, None) for w in HOPPER_WINDOWS] + HOPPER_LENGTHS,
+# With ALiBi slopes ([Hq] or [B, Hq]), alone and with GQA, a window, lengths, bnhd.
+HOPPER_ALIBI = [
+    ((2, 8, 2, 1000, 1000, 128, "bhnd"), None, True, None, "h"),
+    ((1, 4, 1, 300, 1500, 128, "bnhd"), (64, 32), False, "kv", "bh"),
+    ((3, 2, 2, 777, 300, 128, "bhnd"), None, False, "both", "bh"),
+]
+HOPPER_CASES = ([(d, None, c, None, None) for d in HOPPER_DIMS for c in (False, True)]
+                + [(*w, None, None) for w in HOPPER_WINDOWS] + [(*c, None) for c in HOPPER_LENGTHS] + HOPPER_ALIBI)
+
+
+@pytest.mark.parametrize("dims,window,causal,lengths,alibi", HOPPER_CASES,
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_flash_attention_hopper_gpu(dims, window, causal, lengths, dtype):
+def test_flash_attention_hopper_gpu(dims, window, causal, lengths, alibi, dtype):
     """On an sm_90 GPU the Gluon forward runs (elsewhere the portable one): o, lse and the
-    gradients (the portable backward from its o and lse) of both frameworks against the float64
+    gradients (the backward from its o and lse) of both frameworks against the float64
     reference, and torch == JAX bit for bit."""
     *shape, layout = dims
-    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths)
+    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths,
+                   alibi=alibi)
     launch = _forward_launch(case)
     assert launch.name == ("fa_fwd_hopper_kernel" if _hopper() else "fa_fwd_kernel")
     t, j, _ = _check(case)
@@ -277,18 +287,17 @@ def test_flash_attention_hopper_gpu(dims, window, causal, lengths, dtype):
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
 
 
-@pytest.mark.parametrize("dims,window,causal,lengths",
-                         [(d, None, c, None) for d in HOPPER_DIMS for c in (False, True)]
-                         + [(*w, None) for w in HOPPER_WINDOWS] + HOPPER_LENGTHS,
+@pytest.mark.parametrize("dims,window,causal,lengths,alibi", HOPPER_CASES,
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_flash_attention_hopper_backward_gpu(dims, window, causal, lengths, dtype):
+def test_flash_attention_hopper_backward_gpu(dims, window, causal, lengths, alibi, dtype):
     """An sm_90 GPU runs the Gluon dK / dV and dQ kernels (elsewhere
-    the portable ones), with the forward's windows and lengths: o, lse and every gradient of
+    the portable ones), with the forward's windows, lengths and ALiBi: o, lse and every gradient of
     both frameworks against the float64 reference, torch == JAX bit for bit; ato_torch ran
     those very launches."""
     *shape, layout = dims
-    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths)
+    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths,
+                   alibi=alibi)
     backward = _plans(case)[1].launches
     hopper = ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     assert [launch.name for launch in backward[1:]] == (hopper if _hopper() else ["fa_bwd_dkdv_kernel",

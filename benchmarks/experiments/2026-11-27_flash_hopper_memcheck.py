@@ -5,7 +5,8 @@ out-of-range accesses and races on its shared-memory ring.
 
     compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py [--backward]
 
---backward: with plans.HOPPER_BACKWARD on (the Gluon dK / dV and dQ kernels, windows and lengths too).
+--backward: with plans.HOPPER_BACKWARD on (the Gluon dK / dV and dQ kernels, windows and lengths too);
+--alibi: the ALiBi cases alone.
 """
 import sys
 
@@ -28,10 +29,15 @@ CASES = [
     (2, 2, 1, 300, 500, torch.float16, dict(causal=False, window_size=(40, 70))),
     (1, 2, 2, 400, 200, torch.bfloat16, dict(causal=False, window_size=(0, 0))),
     (3, 2, 1, 300, 500, torch.bfloat16, dict(causal=True, lengths=True)),
+    # (session 37) ALiBi slopes [Hq], and [B, Hq] with a window and lengths
+    (2, 4, 2, 77, 77, torch.bfloat16, dict(causal=True, alibi="h")),
+    (3, 2, 1, 300, 500, torch.float16, dict(causal=False, window_size=(40, 70), lengths=True, alibi="bh")),
 ]
 
 plans.HOPPER_BACKWARD = "--backward" in sys.argv
 for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
+    if "--alibi" in sys.argv and "alibi" not in kw:  # the ALiBi cases alone
+        continue
     g = torch.Generator(device="cuda").manual_seed(Nq)
     shape_q, shape_k = ((B, Hq, Nq, 128), (B, Hkv, Nk, 128)) if kw.get("layout") != "bnhd" else \
         ((B, Nq, Hq, 128), (B, Nk, Hkv, 128))
@@ -40,5 +46,8 @@ for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     if kw.pop("lengths", False):
         kw["q_lengths"] = torch.tensor([Nq - 1, 0, Nq // 2][:B], device="cuda", dtype=torch.int32)
         kw["kv_lengths"] = torch.tensor([Nk, Nk // 3, 0][:B], device="cuda", dtype=torch.int64)
+    alibi = kw.pop("alibi", None)
+    if alibi:
+        kw["alibi_slopes"] = torch.rand((Hq,) if alibi == "h" else (B, Hq), device="cuda", generator=g)
     result = against_reference(ato_torch.flash_attention, reference.flash_attention, q, k, v, **kw)
     print(f"{B}x{Hq}x{Hkv}x{Nq}x{Nk}x128 {dtype} {kw}: " + result, flush=True)

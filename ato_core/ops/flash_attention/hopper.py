@@ -7,9 +7,10 @@ a 4-warp producer fills a ring of STAGES K/V tiles by cp.async (pointers, no TMA
 descriptors: jax-triton launches it as any kernel), synchronised by mbarriers; two consumer
 warpgroups take 64 query rows each, at CONSUMER_REGS registers a thread (setmaxnreg).
 
-The math is kernels.fa_fwd_kernel's with no option but a window and padding lengths: GQA
-(kv head hq // G), causal aligned to the bottom right (query i sees key j iff j <= i + Nk -
-Nq), a window (WINDOW: tiles below it never visited), q / kv lengths, any Nq, Nk >= 1, o and the natural-log lse
+The math is kernels.fa_fwd_kernel's with no option but a window, padding lengths and ALiBi:
+GQA (kv head hq // G), causal aligned to the bottom right (query i sees key j iff j <= i + Nk -
+Nq), a window (WINDOW: tiles below it never visited), q / kv lengths, ALiBi slopes (ALIBI: the
+biased scores in base 2 before the maximum), any Nq, Nk >= 1, o and the natural-log lse
 [B, Hq, Nq] (a query that sees no key: o = 0, lse = -inf). The row maximum is taken on the
 raw scores and p = 2^(s * qk_scale - m * qk_scale) in one FMA a score; only key tiles that
 cross the causal diagonal, a window edge or Nk are masked. fp16 / bf16, D = 128; b, h
@@ -18,7 +19,7 @@ plan checks: plans._hopper_forward). Benchmarks: results README, "flash_attentio
 
 The backward's dK / dV and dQ kernels (fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel) take
 the same form, after the portable delta kernel, with the forward's options (causal, GQA, a
-window, q / kv lengths); plans.HOPPER_BACKWARD = False runs the portable ones instead.
+window, q / kv lengths, ALiBi); plans.HOPPER_BACKWARD = False runs the portable ones instead.
 """
 
 from triton.experimental import gluon
@@ -30,15 +31,21 @@ from ato_core.launch import kernel
 from ato_core.triton_helpers import aligned
 
 LN2 = gl.constexpr(0.6931471805599453)
+LOG2E = gl.constexpr(1.4426950408889634)
 ROWS = gl.constexpr(64)  # query rows of a consumer warpgroup (two a program)
 
 
 @gluon.jit
-def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_shift, CAUSAL: gl.constexpr,
-             WINDOW: gl.constexpr, MASK: gl.constexpr):
+def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_shift, alibi, CAUSAL: gl.constexpr,
+             WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr):
     """The online-softmax update of a raw score tile: (p, m, l, alpha). MASK: keys past Nk,
     past i + hi_shift (CAUSAL, WINDOW) or before i + lo_shift (WINDOW) score -inf, and a row
-    with no visible key so far gets p = 0 and alpha = 0 rather than NaN (its m stays -inf)."""
+    with no visible key so far gets p = 0 and alpha = 0 rather than NaN (its m stays -inf).
+    ALIBI: alibi = (rows + shift as fp32, slope2); the scores become s qk_scale - slope2 |i +
+    shift - j| before the maximum, and qk_scale 1 from there on (m in base 2)."""
+    if ALIBI:
+        s = _alibi(s, qk_scale, alibi[0][:, None], (start_n + offs_sn).to(gl.float32)[None, :], alibi[1])
+        qk_scale = 1.0
     if MASK:
         keys = start_n + offs_sn
         if WINDOW:
@@ -61,9 +68,17 @@ def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_s
 
 
 @gluon.jit
+def _alibi(s, qk_scale, rows_f, keys_f, slope2):
+    """s qk_scale - slope2 |rows_f - keys_f| (rows_f: query rows + shift, keys_f: keys, as fp32
+    broadcast against s; exact below 2^24), rounded once after the product."""
+    return gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), gl.abs(rows_f - keys_f) * -slope2)
+
+
+@gluon.jit
 def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk,
-          lo_shift, hi_shift, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
-          WINDOW: gl.constexpr, MASK: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+          lo_shift, hi_shift, alibi, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
+          WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
+          STAGES: gl.constexpr):
     """The program's j-th key tile (tile lo + j): QK_j in flight with PV_{j-1} (p of tile j - 1),
     softmax of tile j under PV_{j-1}; frees tile j - 1's slot."""
     slot = j % STAGES
@@ -75,7 +90,7 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero,
     o_tok = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
     p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, (lo + j) * BLOCK_N, offs_sn, Nk, lo_shift, hi_shift,
-                                  CAUSAL, WINDOW, MASK)
+                                  alibi, CAUSAL, WINDOW, MASK, ALIBI)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
     mbarrier.arrive(empty.index(prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
@@ -84,8 +99,8 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero,
 
 @gluon.jit
 def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift,
-            hi_shift, tiles, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
-            WINDOW: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+            hi_shift, alibi, tiles, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
+            WINDOW: gl.constexpr, ALIBI: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """(m, l, acc) over key tiles [lo, hi) (at least one): masked but for [full_lo, full_hi)
     (tiles = (lo, full_lo, full_hi, hi), _key_tiles)."""
     lo, full_lo, full_hi, hi = tiles
@@ -93,21 +108,21 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
     fence_async_shared()
     s_tok = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
-    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, lo * BLOCK_N, offs_sn, Nk, lo_shift, hi_shift, CAUSAL,
-                                  WINDOW, True)
+    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, lo * BLOCK_N, offs_sn, Nk, lo_shift, hi_shift, alibi,
+                                  CAUSAL, WINDOW, True, ALIBI)
     if WINDOW:  # the tiles that cross the window's lower edge
         for j in range(1, full_lo - lo):
             p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
-                                     offs_m, offs_sn, Nk, lo_shift, hi_shift, p_layout, o_layout, CAUSAL, WINDOW, True,
-                                     BLOCK_N, STAGES)
+                                     offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL,
+                                     WINDOW, True, ALIBI, BLOCK_N, STAGES)
     for j in range(gl.maximum(full_lo - lo, 1), full_hi - lo):
         p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
-                                 offs_m, offs_sn, Nk, lo_shift, hi_shift, p_layout, o_layout, CAUSAL, WINDOW, False,
-                                 BLOCK_N, STAGES)
+                                 offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL, WINDOW,
+                                 False, ALIBI, BLOCK_N, STAGES)
     for j in range(gl.maximum(full_hi - lo, 1), hi - lo):
         p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
-                                 offs_m, offs_sn, Nk, lo_shift, hi_shift, p_layout, o_layout, CAUSAL, WINDOW, True,
-                                 BLOCK_N, STAGES)
+                                 offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL, WINDOW,
+                                 True, ALIBI, BLOCK_N, STAGES)
     last = (hi - lo - 1) % STAGES
     o_tok = warpgroup_mma(gl.convert_layout(p.to(v_bufs.dtype), p_layout), v_bufs.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
@@ -116,11 +131,13 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
 
 
 @gluon.jit
-def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son, Nq, q_len, Nk, lo_shift, hi_shift,
-              qk_scale, start_m, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr,
-              BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, Nk, lo_shift,
+              hi_shift, qk_scale, slope2, shift, start_m, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+              Q_LENS: gl.constexpr, ALIBI: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
+              STAGES: gl.constexpr):
     """One warpgroup: query rows [start_m, start_m + ROWS); writes their o and lse (Q_LENS: rows
-    from q_len on get o = 0, lse = -inf). Nk: the keys of this batch."""
+    from q_len on get o = 0, lse = -inf), with ALIBI (head slope2; shift = kv_len - q_len) also
+    the base-2 lse LSE2 (+inf for those rows) that the backward reads. Nk: the keys of this batch."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -131,10 +148,13 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son,
     l_i = gl.full([ROWS], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([ROWS, D], gl.float32, o_layout)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)  # the QK wgmma's ignored accumulator
+    alibi = ((offs_m + shift).to(gl.float32), slope2)  # ALiBi's query positions, bottom-right aligned
     if tiles[3] > tiles[0]:
         m_i, l_i, acc = _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m,
-                                offs_sn, Nk, lo_shift, hi_shift, tiles, p_layout, o_layout, CAUSAL, WINDOW, BLOCK_N,
-                                STAGES)
+                                offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, p_layout, o_layout, CAUSAL, WINDOW,
+                                ALIBI, BLOCK_N, STAGES)
+    if ALIBI:  # m is in base 2 already
+        qk_scale = 1.0
     empty_row = l_i == 0.0
     if Q_LENS:
         empty_row = empty_row | (offs_m >= q_len)
@@ -146,8 +166,10 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son,
     offs_od = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
     o_ptrs = O + o_off + offs_om.to(gl.int64)[:, None] * son + offs_od[None, :]
     gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_om < Nq)[:, None])
-    lse = gl.where(empty_row, float("-inf"), (m_i * qk_scale + gl.log2(l_safe)) * LN2)
-    gl.store(LSE + lse_off + offs_m, lse, mask=offs_m < Nq)
+    lse2 = m_i * qk_scale + gl.log2(l_safe)
+    gl.store(LSE + lse_off + offs_m, gl.where(empty_row, float("-inf"), lse2 * LN2), mask=offs_m < Nq)
+    if ALIBI:
+        gl.store(LSE2 + lse_off + offs_m, gl.where(empty_row, float("inf"), lse2), mask=offs_m < Nq)
 
 
 @gluon.jit
@@ -259,6 +281,15 @@ def _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS: gl.constexpr, KV_LENS:
 
 
 @gluon.jit
+def _slope2(SLOPES, b, h, s_ab, s_ah, ALIBI: gl.constexpr):
+    """Query head h's ALiBi slope times log2(e) (0.0 without ALIBI), as kernels._slope."""
+    slope2 = 0.0
+    if ALIBI:
+        slope2 = gl.load(SLOPES + b.to(gl.int64) * s_ab + h * s_ah).to(gl.float32) * LOG2E
+    return slope2
+
+
+@gluon.jit
 def _key_tiles(start_m, Nk, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, BLOCK_M: gl.constexpr,
                BLOCK_N: gl.constexpr):
     """(lo, full_lo, full_hi, hi) of the query rows [start_m, start_m + BLOCK_M): they visit key
@@ -280,19 +311,20 @@ def _key_tiles(start_m, Nk, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl
     return lo, full_lo, full_hi, hi
 
 
-@kernel(inputs=5, outputs=3, gluon=True)
-def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, left, right, sqb, sqh, sqn, skb, skh, skn,
-                         svb, svh, svn, sob, soh, son, O, LSE, LSE2, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
-                         STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                         CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
-                         KV_LENS: gl.constexpr = False):
+@kernel(inputs=6, outputs=3, gluon=True)
+def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, left, right, s_ab, s_ah, sqb, sqh,
+                         sqn, skb, skh, skn, svb, svh, svn, sob, soh, son, O, LSE, LSE2, CAUSAL: gl.constexpr,
+                         BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
+                         PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False,
+                         Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False):
     """Grid (cdiv(Nq, 128), B * Hq), 4 warps (the default partition: the first consumer; 12
     in all). qk_scale = softmax_scale * log2(e). WINDOW: query i sees key j only if
     i + shift - left <= j <= i + shift + right (kernels.fa_fwd_kernel's window; causal is
     right = 0). Q_LENS, KV_LENS: batch b has QLEN[b] queries and KVLEN[b] keys (clamped to
-    [0, Nq], [0, Nk]; shift = kv_len - q_len), as kernels._options. LSE2: never written (the
-    portable kernel's base-2 lse, an option's). Causal: the last query blocks (the most keys)
-    run first."""
+    [0, Nq], [0, Nk]; shift = kv_len - q_len), as kernels._options. ALIBI: scores get
+    -slope |i + shift - j| (SLOPES fp32 [Hq] or [B, Hq], strides s_ab, s_ah) and LSE2, the
+    base-2 lse the backward reads, is written (else never). Causal: the last query blocks (the
+    most keys) run first."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -330,11 +362,15 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, left, ri
     gl.thread_barrier()
 
     tiles = _key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N)
+    slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, ALIBI)
+    shift = kv_len - q_len
     gl.warp_specialize([
-        (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son, Nq, q_len, kv_len, lo_shift,
-                     hi_shift, qk_scale, start_m, tiles, CAUSAL, WINDOW, Q_LENS, BLOCK_N, D, STAGES)),
-        (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, o_off, lse_off, son, Nq, q_len, kv_len, lo_shift,
-                     hi_shift, qk_scale, start_m + ROWS, tiles, CAUSAL, WINDOW, Q_LENS, BLOCK_N, D, STAGES)),
+        (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, kv_len, lo_shift,
+                     hi_shift, qk_scale, slope2, shift, start_m, tiles, CAUSAL, WINDOW, Q_LENS, ALIBI, BLOCK_N, D,
+                     STAGES)),
+        (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, kv_len, lo_shift,
+                     hi_shift, qk_scale, slope2, shift, start_m + ROWS, tiles, CAUSAL, WINDOW, Q_LENS, ALIBI, BLOCK_N,
+                     D, STAGES)),
         (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], BLOCK_N,
                      D, STAGES, CHUNK)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
@@ -394,12 +430,13 @@ def _query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, CAUSAL: gl.constexpr, WI
 
 @gluon.jit
 def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA, lse_off, Nq,
-               kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, op_layout: gl.constexpr, s_layout: gl.constexpr,
-               CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr, MASK: gl.constexpr,
-               STAGES: gl.constexpr):
+               kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout: gl.constexpr,
+               s_layout: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr,
+               MASK: gl.constexpr, ALIBI: gl.constexpr, STAGES: gl.constexpr):
     """Query tile i (the ring's c-th): S^T = K Q^T and dP^T = V dO^T in flight together,
     P^T = 2^(S^T qk_scale - lse2), dS^T = P^T (dP^T - delta); dV += P^T dO, dK += dS^T Q.
-    MASK: scores of keys a row does not see (_visible) are 0. Frees the tile's slot."""
+    MASK: scores of keys a row does not see (_visible) are 0. ALIBI: alibi = (keys as fp32,
+    shift, slope2), the forward's biased scores (_alibi). Frees the tile's slot."""
     slot = c % STAGES
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
     fence_async_shared()
@@ -412,7 +449,12 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
     lse2 = gl.load(LSE2 + lse_off + rows, mask=inside, other=float("inf"))
     delta = gl.load(DELTA + lse_off + rows, mask=inside, other=0.0)
     st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok, ))
-    pt = gl.exp2(gl.fma(st, gl.full(st.shape, qk_scale, gl.float32, s_layout), -lse2[None, :]))
+    if ALIBI:
+        keys_f, shift, slope2 = alibi
+        pt = gl.exp2(_alibi(st, qk_scale, (rows + shift).to(gl.float32)[None, :], keys_f[:, None], slope2)
+                     - lse2[None, :])
+    else:
+        pt = gl.exp2(gl.fma(st, gl.full(st.shape, qk_scale, gl.float32, s_layout), -lse2[None, :]))
     if MASK:
         visible = _visible(keys[:, None], rows[None, :], kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, KV_LENS)
         pt = gl.where(visible, pt, 0.0)
@@ -427,10 +469,10 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
 
 
 @gluon.jit
-def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, DK, DV, dk_off, dv_off, sdkn, sdvn,
-                   Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, qk_scale, sm_scale, k0, tiles,
-                   CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr, D: gl.constexpr,
-                   STAGES: gl.constexpr):
+def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
+                   sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, shift, qk_scale,
+                   sm_scale, k0, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr,
+                   ALIBI: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
     """One warpgroup: keys [k0, k0 + KEYS); over the G query heads of kv head hk, query tiles
     [lo, full_lo) and [full_hi, hi) masked, [full_lo, full_hi) not (tiles: _query_tiles');
     writes the keys' dK (times sm_scale) and dV."""
@@ -447,21 +489,22 @@ def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, D
     c = 0
     for g in range(G):
         lse_off = (b * Hq + hk * G + g).to(gl.int64) * Nq
+        alibi = (keys.to(gl.float32), shift, _slope2(SLOPES, b, hk * G + g, s_ab, s_ah, ALIBI))
         for i in range(lo, full_lo):
             dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
-                                lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, op_layout, s_layout,
-                                CAUSAL, WINDOW, KV_LENS, True, STAGES)
+                                lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout,
+                                s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, STAGES)
             c += 1
         for i in range(full_lo, full_hi):
             dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
-                                lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, op_layout, s_layout,
-                                CAUSAL, WINDOW, KV_LENS, False, STAGES)
+                                lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout,
+                                s_layout, CAUSAL, WINDOW, KV_LENS, False, ALIBI, STAGES)
             c += 1
         if WINDOW or KV_LENS:  # the tiles past the window's lower edge, or those of a block past kv_len
             for i in range(full_hi, hi):
                 dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2,
-                                    DELTA, lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, op_layout,
-                                    s_layout, CAUSAL, WINDOW, KV_LENS, True, STAGES)
+                                    DELTA, lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi,
+                                    op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, STAGES)
                 c += 1
     offs_r = k0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
@@ -483,19 +526,20 @@ def _dkdv_producer(q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdo
               g * (hi - lo), ROWS, D, STAGES, CHUNK)
 
 
-@kernel(inputs=8, outputs=2, gluon=True)
-def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, sm_scale, left, right,
-                              sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb, sdkh, sdkn, sdvb,
-                              sdvh, sdvn, DK, DV, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-                              CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                              WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
-                              KV_LENS: gl.constexpr = False):
+@kernel(inputs=9, outputs=2, gluon=True)
+def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, sm_scale, left,
+                              right, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb,
+                              sdkh, sdkn, sdvb, sdvh, sdvn, DK, DV, CAUSAL: gl.constexpr, D: gl.constexpr,
+                              STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                              CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
+                              KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False):
     """Grid (cdiv(Nk, 2 KEYS), B * Hkv), 4 warps (12 in all): a program's 2 KEYS keys held in
     shared memory, one consumer warpgroup for each half; a producer streams the Q and dO tiles
     of the G query heads through a ring of STAGES. The producer is the default partition (the
     registers the consumers leave; PRODUCER_REGS unused): as a default partition, a consumer
-    spilled 848 bytes a thread where the same code as a worker spilled about 100 (causal, sm_90). LSE2, DELTA: [B, Hq, Nq] fp32. WINDOW,
-    Q_LENS, KV_LENS, left, right: as fa_fwd_hopper_kernel's. Only the query tiles that see the
+    spilled 848 bytes a thread where the same code as a worker spilled about 100 (causal,
+    sm_90). LSE2, DELTA: [B, Hq, Nq] fp32 (with ALIBI, LSE2 the forward's). WINDOW, Q_LENS,
+    KV_LENS, ALIBI, left, right, SLOPES: as fa_fwd_hopper_kernel's. Only the query tiles that see the
     program's keys are visited; those crossing the causal diagonal, a window edge or kv_len
     masked."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
@@ -526,22 +570,22 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, Hq, G, Nq, 
     gl.warp_specialize([
         (_dkdv_producer, (q_bufs, do_bufs, ready, empty, Q, DO, b.to(gl.int64) * sqb, b.to(gl.int64) * sdob, sqh,
                           sdoh, sqn, sdon, G, hk, q_len, tiles[0], tiles[3], D, STAGES, CHUNK)),
-        (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, DK, DV, dk_off, dv_off, sdkn, sdvn,
-                          Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, qk_scale, sm_scale, k0, tiles, CAUSAL,
-                          WINDOW, KV_LENS, D, STAGES)),
-        (_dkdv_consumer, (k1_s, v1_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, DK, DV, dk_off, dv_off, sdkn, sdvn,
-                          Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, qk_scale, sm_scale, k0 + KEYS, tiles,
-                          CAUSAL, WINDOW, KV_LENS, D, STAGES)),
+        (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
+                          sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, kv_len - q_len,
+                          qk_scale, sm_scale, k0, tiles, CAUSAL, WINDOW, KV_LENS, ALIBI, D, STAGES)),
+        (_dkdv_consumer, (k1_s, v1_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
+                          sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, kv_len - q_len,
+                          qk_scale, sm_scale, k0 + KEYS, tiles, CAUSAL, WINDOW, KV_LENS, ALIBI, D, STAGES)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
 @gluon.jit
 def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, lse2, delta, qk_scale, rows, offs_n,
-             kv_len, lo_shift, hi_shift, dq_op: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
-             MASK: gl.constexpr, STAGES: gl.constexpr):
+             kv_len, lo_shift, hi_shift, alibi, dq_op: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+             MASK: gl.constexpr, ALIBI: gl.constexpr, STAGES: gl.constexpr):
     """Key tile j (the ring's c-th): S = Q K^T and dP = dO V^T in flight together, dS = P (dP -
-    delta), dQ += dS K. MASK: scores of keys a row does not see (_visible) are 0. Frees the
-    tile's slot."""
+    delta), dQ += dS K. MASK: scores of keys a row does not see (_visible) are 0. ALIBI: alibi =
+    (rows + shift as fp32, slope2), the forward's biased scores (_alibi). Frees the tile's slot."""
     slot = c % STAGES
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
     fence_async_shared()
@@ -549,7 +593,12 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, ls
     s_tok = warpgroup_mma(q_smem, k_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
     dp_tok = warpgroup_mma(do_smem, v_bufs.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
-    p = gl.exp2(gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), -lse2[:, None]))
+    if ALIBI:
+        rows_f, slope2 = alibi
+        p = gl.exp2(_alibi(s, qk_scale, rows_f[:, None], (j * KEYS + offs_n).to(gl.float32)[None, :], slope2)
+                    - lse2[:, None])
+    else:
+        p = gl.exp2(gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), -lse2[:, None]))
     if MASK:
         keys = j * KEYS + offs_n
         p = gl.where(_visible(keys[None, :], rows[:, None], kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, True), p, 0.0)
@@ -563,8 +612,8 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, ls
 
 @gluon.jit
 def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, kv_len,
-                 lo_shift, hi_shift, qk_scale, sm_scale, m0, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
-                 D: gl.constexpr, STAGES: gl.constexpr):
+                 lo_shift, hi_shift, shift, qk_scale, sm_scale, slope2, m0, tiles, CAUSAL: gl.constexpr,
+                 WINDOW: gl.constexpr, ALIBI: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
     """One warpgroup: query rows [m0, m0 + ROWS); key tiles [lo, full_lo) and [full_hi, hi)
     masked, [full_lo, full_hi) not (tiles: _key_tiles'); writes their dQ (times sm_scale)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -578,29 +627,30 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
     offs_n = gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
     zero_s = gl.zeros([ROWS, KEYS], gl.float32, s_layout)
     dq = gl.zeros([ROWS, D], gl.float32, a_layout)
+    alibi = ((rows + shift).to(gl.float32), slope2)
     lo, full_lo, full_hi, hi = tiles
     if WINDOW:  # the tiles that cross the window's lower edge
         for j in range(lo, full_lo):
             dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, j, dq, zero_s, lse2, delta, qk_scale,
-                          rows, offs_n, kv_len, lo_shift, hi_shift, dq_op, CAUSAL, WINDOW, True, STAGES)
+                          rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL, WINDOW, True, ALIBI, STAGES)
     for j in range(full_lo, full_hi):
         dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, j, dq, zero_s, lse2, delta, qk_scale,
-                      rows, offs_n, kv_len, lo_shift, hi_shift, dq_op, CAUSAL, WINDOW, False, STAGES)
+                      rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL, WINDOW, False, ALIBI, STAGES)
     for j in range(full_hi, hi):
         dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, j, dq, zero_s, lse2, delta, qk_scale,
-                      rows, offs_n, kv_len, lo_shift, hi_shift, dq_op, CAUSAL, WINDOW, True, STAGES)
+                      rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL, WINDOW, True, ALIBI, STAGES)
     offs_r = m0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
     gl.store(DQ + dq_off + offs_r.to(gl.int64)[:, None] * sdqn + offs_d[None, :],
              (dq * sm_scale).to(DQ.dtype.element_ty), mask=(offs_r < Nq)[:, None])
 
 
-@kernel(inputs=8, outputs=1, gluon=True)
-def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, Hq, G, Nq, Nk, qk_scale, sm_scale, left, right,
-                            sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh, sdqn, DQ,
-                            CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
+@kernel(inputs=9, outputs=1, gluon=True)
+def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, sm_scale, left,
+                            right, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh,
+                            sdqn, DQ, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
                             PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False,
-                            Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False):
+                            Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False):
     """Grid (cdiv(Nq, 2 ROWS), B * Hq), 4 warps (12 in all): the forward's form, Q and dO rows
     held, two consumer warpgroups of ROWS rows, K and V tiles of KEYS rows streamed by the
     producer (only those the rows see). Options as fa_bwd_dkdv_hopper_kernel's. Causal: the
@@ -629,11 +679,14 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, Hq, G, Nq, Nk
     dq_off = b.to(gl.int64) * sdqb + h.to(gl.int64) * sdqh
     k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
     v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
+    slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, ALIBI)
     gl.warp_specialize([
         (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, kv_len,
-                        lo_shift, hi_shift, qk_scale, sm_scale, m0, tiles, CAUSAL, WINDOW, D, STAGES)),
+                        lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, m0, tiles, CAUSAL, WINDOW,
+                        ALIBI, D, STAGES)),
         (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, kv_len,
-                        lo_shift, hi_shift, qk_scale, sm_scale, m0 + ROWS, tiles, CAUSAL, WINDOW, D, STAGES)),
+                        lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, m0 + ROWS, tiles, CAUSAL,
+                        WINDOW, ALIBI, D, STAGES)),
         (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], KEYS, D,
                      STAGES, CHUNK)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])

@@ -384,45 +384,46 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
 # may hold). The fastest on an H100 (results flash_gluon.txt): 240 spare the consumers' spills.
 HOPPER = {"BLOCK_N": 128, "STAGES": 3, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
 HOPPER_HEAD_DIMS = (128,)
+HOPPER_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes")  # the option arrays the Gluon kernels take
 
 
 def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, target: Target, layout: str,
                     options: Options, arrays) -> bool:
     """Whether the forward runs the Gluon kernel (hopper.fa_fwd_hopper_kernel): a Hopper GPU
-    (Target.gluon), fp16 / bf16, D 128, no option but causal, GQA, a window and q / kv lengths,
-    at least one key, and q, k, v 16-byte aligned, rows of unit stride and the other strides
+    (Target.gluon), fp16 / bf16, D 128, no option but causal, GQA, a window, q / kv lengths and
+    ALiBi slopes, at least one key, and q, k, v 16-byte aligned, rows of unit stride and the other strides
     multiples of 8 elements (cp.async copies 16 bytes). Anything else: the portable kernel."""
     if not target.gluon or kern.hopper is None:
         return False
     if q.dtype not in ("float16", "bfloat16") or D not in HOPPER_HEAD_DIMS or Nk == 0:
         return False
-    lengths = ("q_lengths", "kv_lengths")
     if options != Options(window=options.window) or any(a is not None for n, a in zip(OPTION_ARRAYS, arrays)
-                                                        if n not in lengths):
+                                                        if n not in HOPPER_ARRAYS):
         return False
     rows = all(s.strides[3] == 1 and s.aligned for s in (q, k, v))
     return rows and alignment(*(st for s in (q, k, v) for st in s.strides[:3])) >= 8
 
 
 def _hopper_options(options: Options, named: dict, causal: bool, scale: float, B: int, Hq: int, Nq: int, Nk: int):
-    """What the Gluon kernels take of the options (a window, q / kv lengths): the lengths' input
-    names (q for an absent one: never read), the window's (left, right) scalars, their constexprs."""
-    inputs, (left, right, _, _), _, const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
+    """What the Gluon kernels take of the options (a window, q / kv lengths, ALiBi): the input
+    names of HOPPER_ARRAYS (q for an absent one: never read), the scalars (left, right and the
+    slopes' b and h strides), the constexprs."""
+    inputs, (left, right, _, _), tail, const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     names = dict(zip(OPTION_ARRAYS, inputs))
-    return ((names["q_lengths"], names["kv_lengths"]), (left, right),
-            {n: const[n] for n in ("WINDOW", "Q_LENS", "KV_LENS")})
+    return (tuple(names[n] for n in HOPPER_ARRAYS), (left, right, *tail[:2]),
+            {n: const[n] for n in ("WINDOW", "Q_LENS", "KV_LENS", "ALIBI")})
 
 
 def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, B: int, Hq: int, Hkv: int, Nq: int, Nk: int, causal: bool,
                  scale: float, layout: str, options: Options, named: dict) -> Plan:
     o_shape = (B, Hq, Nq, q.shape[3])
-    lengths, (left, right), const = _hopper_options(options, named, causal, scale, B, Hq, Nq, Nk)
+    arrays, opt_scalars, const = _hopper_options(options, named, causal, scale, B, Hq, Nq, Nk)
     launch = Launch(
-        kern.hopper.fa_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq), ("q", "k", "v", *lengths),
-        (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, left, right, *q.strides[:3], *k.strides[:3], *v.strides[:3],
+        kern.hopper.fa_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq), ("q", "k", "v", *arrays),
+        (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, *opt_scalars, *q.strides[:3], *k.strides[:3], *v.strides[:3],
          *bhnd_strides(o_shape, layout)[:3]),
         (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32"),
-         optional_output("lse_base2", (B, Hq, Nq), "float32", False)),
+         optional_output("lse_base2", (B, Hq, Nq), "float32", const["ALIBI"])),
         {"CAUSAL": causal, "D": q.shape[3], **HOPPER, **const}, num_warps=4,
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
@@ -440,7 +441,8 @@ HOPPER_BWD = {"STAGES": 2, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 24
 def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D: int, Nk: int, target: Target,
                      layout: str, options: Options, arrays) -> bool:
     """Whether dK, dV and dQ run the Gluon kernels: where the forward runs its Gluon kernel
-    (_hopper_forward: a window and q / kv lengths the only options), do laid out as q must be."""
+    (_hopper_forward: a window, q / kv lengths and ALiBi the only options), do laid out as q must
+    be."""
     if not HOPPER_BACKWARD or not _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays):
         return False
     return do.strides[3] == 1 and do.aligned and alignment(*do.strides[:3]) >= 8
@@ -450,9 +452,10 @@ def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: Arra
                               Nq: int, Nk: int, causal: bool, scale: float, layout: str, options: Options,
                               named: dict) -> Tuple[Launch, Launch]:
     """The dK / dV and dQ launches of the Gluon backward (after the portable delta launch)."""
-    lengths, (left, right), o_const = _hopper_options(options, named, causal, scale, B, Hq, Nq, Nk)
-    inputs = ("q", "k", "v", "do", "lse2", "delta", *lengths)
-    common = (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, scale, left, right, *q.strides[:3], *k.strides[:3],
+    arrays, opt_scalars, o_const = _hopper_options(options, named, causal, scale, B, Hq, Nq, Nk)
+    # with ALiBi the forward's base-2 lse (the scores are not s * scale * log2(e)), else the delta launch's
+    inputs = ("q", "k", "v", "do", "lse_base2" if o_const["ALIBI"] else "lse2", "delta", *arrays)
+    common = (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, scale, *opt_scalars, *q.strides[:3], *k.strides[:3],
               *v.strides[:3], *do.strides[:3])
     const = {"CAUSAL": causal, "D": q.shape[3], **HOPPER_BWD, **o_const}
     dkdv = Launch(
