@@ -1,5 +1,5 @@
-"""flash_attention: the declaration. kernels.py (Triton), hopper.py (the forward and, not yet on by
-default, the backward in Gluon, for sm_90 GPUs), plans.py (checks, tiles, which kernel runs), reference.py, cases.py."""
+"""flash_attention: the declaration. kernels.py (Triton), hopper.py (the forward and backward in
+Gluon, for sm_90 GPUs), plans.py (checks, tiles, which kernel runs), reference.py, cases.py."""
 
 from __future__ import annotations
 
