@@ -17,6 +17,9 @@ No window, no lengths, no ALiBi (the experiment's scope): causal or full, GQA, a
 
     python3 benchmarks/experiments/2026-11-27_flash_bwd_fused_dq.py --compile  # resources (CPU)
     python3 benchmarks/experiments/2026-11-27_flash_bwd_fused_dq.py            # H100: errors, bits, time
+
+ORDERED = False adds with fp32 atomics in any order instead (not deterministic): what the
+ordering costs. Run it under a timeout on the GPU: a wrong turn count waits forever.
 """
 import os
 import sys
@@ -66,8 +69,8 @@ def _release(SEM, sem_off, seen):
 @gluon.jit
 def _fused_tile(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
                 DQA, SEM, lse_off, dqa_off, sem_base, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, offs_r,
-                offs_d, j, nb, w, op_layout: gl.constexpr, s_layout: gl.constexpr, CAUSAL: gl.constexpr,
-                MASK: gl.constexpr, STAGES: gl.constexpr):
+                offs_d, zero_q, j, nb, w, op_layout: gl.constexpr, s_layout: gl.constexpr, CAUSAL: gl.constexpr,
+                MASK: gl.constexpr, ORDERED: gl.constexpr, STAGES: gl.constexpr):
     """hopper._dkdv_tile, plus dQ_w = dS_w^T K_w added to DQA rows of tile i at its turn: after
     the warpgroups of blocks J(i) down to j + 1 and (w = 1) warpgroup 0 of block j, where J(i)
     is the last block that visits tile i (hopper._query_tiles' lo <= i)."""
@@ -100,23 +103,29 @@ def _fused_tile(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, c, i, dk
     dv = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, ))
     dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok, ))
     mbarrier.arrive(empty.index(slot), count=1)
-    # at its turn: the sum so far is the dQ wgmma's accumulator (64 registers a thread live, not
-    # 128 as a load beside a finished product would need), written back after
-    seen = _wait_turn(SEM, sem_base + i, target)
     rows_a = i * ROWS + offs_r
     ptrs = DQA + dqa_off + rows_a.to(gl.int64)[:, None] * 128 + offs_d[None, :]
     keep = (rows_a < Nq)[:, None]
-    dq_tok = warpgroup_mma(ds_smem.permute((1, 0)), k_smem, gl.load(ptrs, mask=keep, other=0.0), is_async=True)
-    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
-    gl.store(ptrs, dq, mask=keep)
-    _release(SEM, sem_base + i, seen)
+    if ORDERED:
+        # at its turn: the sum so far is the dQ wgmma's accumulator (64 registers a thread live,
+        # not 128 as a load beside a finished product would need), written back after
+        seen = _wait_turn(SEM, sem_base + i, target)
+        dq_tok = warpgroup_mma(ds_smem.permute((1, 0)), k_smem, gl.load(ptrs, mask=keep, other=0.0), is_async=True)
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
+        gl.store(ptrs, dq, mask=keep)
+        _release(SEM, sem_base + i, seen)
+    else:  # fp32 atomics in any order (FA3's default): the bound on what the ordering costs
+        dq_tok = warpgroup_mma(ds_smem.permute((1, 0)), k_smem, zero_q, use_acc=False, is_async=True)
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
+        gl.atomic_add(ptrs, dq, mask=keep, sem="relaxed")
     return dk, dv
 
 
 @gluon.jit
 def _fused_consumer(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, LSE2, DELTA, DQA, SEM, DK, DV, dk_off,
                     dv_off, sdkn, sdvn, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, qk_scale, sm_scale, k0, j,
-                    nb, w, tiles, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+                    nb, w, tiles, CAUSAL: gl.constexpr, ORDERED: gl.constexpr, D: gl.constexpr,
+                    STAGES: gl.constexpr):
     """hopper._dkdv_consumer (warpgroup w of key block j of nb), adding its dQ in turn."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, ROWS, 16])
@@ -127,6 +136,7 @@ def _fused_consumer(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, LSE2
     offs_r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
     zero_s = gl.zeros([KEYS, ROWS], gl.float32, s_layout)
+    zero_q = gl.zeros([ROWS, D], gl.float32, a_layout)
     dk = gl.zeros([KEYS, D], gl.float32, a_layout)
     dv = gl.zeros([KEYS, D], gl.float32, a_layout)
     lo, full_lo, full_hi, hi = tiles
@@ -140,20 +150,20 @@ def _fused_consumer(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, LSE2
         for i in range(lo, full_lo):
             dk, dv = _fused_tile(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, c, i, dk, dv, zero_s,
                                  LSE2, DELTA, DQA, SEM, lse_off, dqa_off, sem_base, Nq, kv_len, lo_shift, hi_shift,
-                                 qk_scale, keys, offs_q, offs_r, offs_d, j, nb, w, op_layout, s_layout, CAUSAL, True,
-                                 STAGES)
+                                 qk_scale, keys, offs_q, offs_r, offs_d, zero_q, j, nb, w, op_layout, s_layout, CAUSAL,
+                                 True, ORDERED, STAGES)
             c += 1
         for i in range(full_lo, full_hi):
             dk, dv = _fused_tile(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, c, i, dk, dv, zero_s,
                                  LSE2, DELTA, DQA, SEM, lse_off, dqa_off, sem_base, Nq, kv_len, lo_shift, hi_shift,
-                                 qk_scale, keys, offs_q, offs_r, offs_d, j, nb, w, op_layout, s_layout, CAUSAL, False,
-                                 STAGES)
+                                 qk_scale, keys, offs_q, offs_r, offs_d, zero_q, j, nb, w, op_layout, s_layout, CAUSAL,
+                                 False, ORDERED, STAGES)
             c += 1
         for i in range(full_hi, hi):  # (none here: no window, no lengths)
             dk, dv = _fused_tile(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, c, i, dk, dv, zero_s,
                                  LSE2, DELTA, DQA, SEM, lse_off, dqa_off, sem_base, Nq, kv_len, lo_shift, hi_shift,
-                                 qk_scale, keys, offs_q, offs_r, offs_d, j, nb, w, op_layout, s_layout, CAUSAL, True,
-                                 STAGES)
+                                 qk_scale, keys, offs_q, offs_r, offs_d, zero_q, j, nb, w, op_layout, s_layout, CAUSAL,
+                                 True, ORDERED, STAGES)
             c += 1
     offs_k = k0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, a_layout))
     keep = (offs_k < Nk)[:, None]
@@ -167,7 +177,7 @@ def _fused_consumer(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, LSE2
 def fa_bwd_fused_hopper_kernel(Q, K, V, DO, LSE2, DELTA, DQA, SEM, Hq, G, Nq, Nk, qk_scale, sm_scale, sqb, sqh, sqn,
                                skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, DK,
                                DV, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
-                               CONSUMER_REGS: gl.constexpr):
+                               CONSUMER_REGS: gl.constexpr, ORDERED: gl.constexpr = True):
     """Grid (cdiv(Nk, 2 KEYS), B * Hkv): fa_bwd_dkdv_hopper_kernel's, key block j = the last
     first. DQA: [B, Hq, Nq, D] fp32, SEM: [B, Hq, cdiv(Nq, ROWS)] int32, both zeroed before."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
@@ -205,17 +215,17 @@ def fa_bwd_fused_hopper_kernel(Q, K, V, DO, LSE2, DELTA, DQA, SEM, Hq, G, Nq, Nk
                           sdoh, sqn, sdon, G, hk, Nq, tiles[0], tiles[3], D, STAGES, CHUNK)),
         (_fused_consumer, (k0_s, v0_s, q_bufs, do_bufs, ds0, ready, empty, LSE2, DELTA, DQA, SEM, DK, DV, dk_off,
                            dv_off, sdkn, sdvn, Hq, G, hk, b, Nq, Nk, Nk, hi_shift, hi_shift, qk_scale, sm_scale, k0, j,
-                           nb, 0, tiles, CAUSAL, D, STAGES)),
+                           nb, 0, tiles, CAUSAL, ORDERED, D, STAGES)),
         (_fused_consumer, (k1_s, v1_s, q_bufs, do_bufs, ds1, ready, empty, LSE2, DELTA, DQA, SEM, DK, DV, dk_off,
                            dv_off, sdkn, sdvn, Hq, G, hk, b, Nq, Nk, Nk, hi_shift, hi_shift, qk_scale, sm_scale,
-                           k0 + KEYS, j, nb, 1, tiles, CAUSAL, D, STAGES)),
+                           k0 + KEYS, j, nb, 1, tiles, CAUSAL, ORDERED, D, STAGES)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
 SETTINGS = {"STAGES": 2, "CHUNK": 32, "CONSUMER_REGS": 240}
 
 
-def _launch(B, Hq, Hkv, Nq, Nk, causal, strides, scale):
+def _launch(B, Hq, Hkv, Nq, Nk, causal, strides, scale, ordered=True):
     """The fused launch as a plan Launch (for compile_sm90): inputs q, k, v, do, lse2, delta, dqa, sem."""
     import math
 
@@ -226,7 +236,7 @@ def _launch(B, Hq, Hkv, Nq, Nk, causal, strides, scale):
                   ("q", "k", "v", "do", "lse2", "delta", "dqa", "sem"),
                   (Hq, Hq // Hkv, Nq, Nk, scale * 1.4426950408889634, scale, *qs, *ks, *vs, *dos, *ks, *vs),
                   (Buffer("dk", (B, Hkv, Nk, 128), "bfloat16"), Buffer("dv", (B, Hkv, Nk, 128), "bfloat16")),
-                  {"CAUSAL": causal, "D": 128, **SETTINGS}, num_warps=4)
+                  {"CAUSAL": causal, "D": 128, **SETTINGS, "ORDERED": ordered}, num_warps=4)
 
 
 def compile_only():
@@ -239,12 +249,13 @@ def compile_only():
     specs = {"q": q, "k": k, "v": k, "do": q, "lse2": gpu_spec((B, Hq, Nq), "float32"),
              "delta": gpu_spec((B, Hq, Nq), "float32"), "dqa": gpu_spec((B, Hq, Nq, 128), "float32"),
              "sem": gpu_spec((B, Hq, 16), "int32")}
-    for causal in (False, True):
-        launch = _launch(B, Hq, Hkv, Nq, Nk, causal, (q.strides[:3], k.strides[:3], k.strides[:3], q.strides[:3]),
-                         128 ** -0.5)
-        compiled = base.compile_sm90(launch, Plan((launch,), ("dk", "dv")), specs)
-        print("causal" if causal else "full", base.cubin_resources(compiled.asm["cubin"]), "smem",
-              compiled.metadata.shared, flush=True)
+    for ordered in (True, False):
+        for causal in (False, True):
+            launch = _launch(B, Hq, Hkv, Nq, Nk, causal, (q.strides[:3], k.strides[:3], k.strides[:3], q.strides[:3]),
+                             128 ** -0.5, ordered)
+            compiled = base.compile_sm90(launch, Plan((launch,), ("dk", "dv")), specs)
+            print("ordered" if ordered else "atomic", "causal" if causal else "full",
+                  base.cubin_resources(compiled.asm["cubin"]), "smem", compiled.metadata.shared, flush=True)
 
 
 def main():
@@ -259,6 +270,7 @@ def main():
     for B, Hq, Hkv, Nq, Nk, causal in [(2, 4, 2, 1000, 1000, True), (1, 4, 4, 300, 700, False),
                                        (1, 2, 2, 777, 300, True), (4, 32, 32, 4096, 4096, False),
                                        (4, 32, 32, 4096, 4096, True), (2, 32, 8, 8192, 8192, True)]:
+        print(f"(B{B} Hq{Hq} Hkv{Hkv} Nq{Nq} Nk{Nk} causal {causal}: starting)", flush=True)  # a hang shows here
         g = torch.Generator(device="cuda").manual_seed(Nq)
         q = torch.randn(B, Hq, Nq, 128, device="cuda", generator=g).to(torch.bfloat16)
         k, v = (torch.randn(B, Hkv, Nk, 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
@@ -274,25 +286,27 @@ def main():
         scale = 128 ** -0.5
         n_q = triton.cdiv(Nq, 64)
 
-        def fused():
+        def fused(ordered=True):
             dqa = torch.zeros(B, Hq, Nq, 128, device="cuda", dtype=torch.float32)
             sem = torch.zeros(B, Hq, n_q, device="cuda", dtype=torch.int32)
             dk, dv = torch.empty_like(k), torch.empty_like(v)
             fa_bwd_fused_hopper_kernel[(triton.cdiv(Nk, 128), B * Hkv)](
                 q, k, v, do, lse2, delta, dqa, sem, Hq, Hq // Hkv, Nq, Nk, scale * 1.4426950408889634, scale,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3],
-                *dv.stride()[:3], dk, dv, CAUSAL=causal, D=128, num_warps=4, **SETTINGS)
+                *dv.stride()[:3], dk, dv, CAUSAL=causal, D=128, ORDERED=ordered, num_warps=4, **SETTINGS)
             return (dqa * scale).to(q.dtype), dk, dv
 
-        runs = [fused() for _ in range(3)]
-        same = all(torch.equal(a, b) for r in runs[1:] for a, b in zip(r, runs[0]))
-        errs = [((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(runs[0], ref)]
-        t_fused = triton.testing.do_bench(fused, warmup=25, rep=200) * 1e3
         t_ref = triton.testing.do_bench(lambda: run_plan(plan, env, target), warmup=25, rep=200) * 1e3
-        print(f"B{B} Hq{Hq} Hkv{Hkv} Nq{Nq} Nk{Nk} {'causal' if causal else 'full'}: fused vs Gluon backward rel L2 "
-              f"dq {errs[0]:.1e} dk {errs[1]:.1e} dv {errs[2]:.1e}; bits equal over 3 runs: {same}; "
-              f"fused (+ zeroing, cast; no delta) {t_fused:8.1f} us, Gluon backward (delta, dkdv, dq) {t_ref:8.1f} us",
-              flush=True)
+        line = f"B{B} Hq{Hq} Hkv{Hkv} Nq{Nq} Nk{Nk} {'causal' if causal else 'full'}: Gluon backward (delta, dkdv, dq) " \
+               f"{t_ref:8.1f} us"
+        for ordered in (True, False):
+            runs = [fused(ordered) for _ in range(3)]
+            same = all(torch.equal(a, b) for r in runs[1:] for a, b in zip(r, runs[0]))
+            errs = [((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(runs[0], ref)]
+            t = triton.testing.do_bench(lambda: fused(ordered), warmup=25, rep=200) * 1e3
+            line += (f" | {'ordered' if ordered else 'atomic'} (+ zeroing, cast; no delta) {t:8.1f} us, rel L2 dq "
+                     f"{errs[0]:.1e} dk {errs[1]:.1e} dv {errs[2]:.1e}, bits equal over 3 runs: {same}")
+        print(line, flush=True)
 
 
 if __name__ == "__main__":
