@@ -19,7 +19,8 @@ No window, no lengths, no ALiBi (the experiment's scope): causal or full, GQA, a
     python3 benchmarks/experiments/2026-11-27_flash_bwd_fused_dq.py            # H100: errors, bits, time
 
 ORDERED = False adds with fp32 atomics in any order instead (not deterministic): what the
-ordering costs. Run it under a timeout on the GPU: a wrong turn count waits forever.
+ordering costs. Run it under a timeout on the GPU: a wrong turn count waits forever (the
+counts against the visited tiles: ..._fused_dq_turns.py, 0 of 3096 configurations wrong).
 """
 import os
 import sys
