@@ -13,7 +13,8 @@ after block j + 1, which adds first; no wait in steady state. Programs run j des
 (program 0 is the last block), so every contribution a program waits for comes from a
 program launched before it. A last pass scales dQ and casts it.
 
-No window, no lengths, no ALiBi (the experiment's scope): causal or full, GQA, any Nq, Nk.
+The options of fa_bwd_dkdv_hopper_kernel: causal or not, GQA, any Nq, Nk, a window, q / kv
+lengths, ALiBi.
 
     python3 benchmarks/experiments/2026-11-27_flash_bwd_fused_dq.py --compile  # resources (CPU)
     python3 benchmarks/experiments/2026-11-27_flash_bwd_fused_dq.py            # H100: errors, bits, time
@@ -34,8 +35,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                              warpgroup_mma, warpgroup_mma_wait)
 
 from ato_core.launch import kernel  # noqa: E402
-from ato_core.ops.flash_attention.hopper import (KEYS, ROWS, _dkdv_producer, _held, _query_tiles, _ring,  # noqa: E402
-                                                 _strides8, _visible)
+from ato_core.ops.flash_attention.hopper import (KEYS, ROWS, _alibi, _dkdv_producer, _held, _lengths,  # noqa: E402
+                                                 _query_tiles, _ring, _slope2, _strides8, _visible)
 
 # (ld.acquire spin: labels inside { } are local to the block, so the asm may be inlined often)
 _WAIT = gl.constexpr("""{
@@ -70,14 +71,16 @@ def _release(SEM, sem_off, seen):
 @gluon.jit
 def _fused_tile(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
                 DQA, SEM, lse_off, dqa_off, sem_base, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, offs_r,
-                offs_d, zero_q, j, nb, w, op_layout: gl.constexpr, s_layout: gl.constexpr, CAUSAL: gl.constexpr,
+                offs_d, zero_q, alibi, j, nbk, w, op_layout: gl.constexpr, s_layout: gl.constexpr,
+                CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr, ALIBI: gl.constexpr,
                 MASK: gl.constexpr, ORDERED: gl.constexpr, STAGES: gl.constexpr):
     """hopper._dkdv_tile, plus dQ_w = dS_w^T K_w added to DQA rows of tile i at its turn: after
     the warpgroups of blocks J(i) down to j + 1 and (w = 1) warpgroup 0 of block j, where J(i)
-    is the last block that visits tile i (hopper._query_tiles' lo <= i)."""
-    last = nb - 1
-    if CAUSAL:
-        last = gl.minimum(gl.cdiv(ROWS * (i + 1) + hi_shift, 2 * KEYS), nb) - 1
+    is the last block that visits tile i (hopper._query_tiles' lo <= i; nbk: the blocks before
+    kv_len). The turns against the visited tiles: ..._fused_dq_turns.py."""
+    last = nbk - 1
+    if CAUSAL or WINDOW:
+        last = gl.minimum(gl.cdiv(ROWS * (i + 1) + hi_shift, 2 * KEYS), nbk) - 1
     target = 128 * (2 * (last - j) + w)
     slot = c % STAGES
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
@@ -91,9 +94,14 @@ def _fused_tile(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, c, i, dk
     lse2 = gl.load(LSE2 + lse_off + rows, mask=inside, other=float("inf"))
     delta = gl.load(DELTA + lse_off + rows, mask=inside, other=0.0)
     st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok, ))
-    pt = gl.exp2(gl.fma(st, gl.full(st.shape, qk_scale, gl.float32, s_layout), -lse2[None, :]))
+    if ALIBI:
+        keys_f, shift, slope2 = alibi
+        pt = gl.exp2(_alibi(st, qk_scale, (rows + shift).to(gl.float32)[None, :], keys_f[:, None], slope2)
+                     - lse2[None, :])
+    else:
+        pt = gl.exp2(gl.fma(st, gl.full(st.shape, qk_scale, gl.float32, s_layout), -lse2[None, :]))
     if MASK:
-        visible = _visible(keys[:, None], rows[None, :], kv_len, lo_shift, hi_shift, CAUSAL, False, False)
+        visible = _visible(keys[:, None], rows[None, :], kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, KV_LENS)
         pt = gl.where(visible, pt, 0.0)
     dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt_tok, ))
     dst = (pt * (dpt - delta[None, :])).to(q_bufs.dtype)
@@ -123,11 +131,13 @@ def _fused_tile(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, c, i, dk
 
 
 @gluon.jit
-def _fused_consumer(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, LSE2, DELTA, DQA, SEM, DK, DV, dk_off,
-                    dv_off, sdkn, sdvn, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, qk_scale, sm_scale, k0, j,
-                    nb, w, tiles, CAUSAL: gl.constexpr, ORDERED: gl.constexpr, D: gl.constexpr,
+def _fused_consumer(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, LSE2, DELTA, SLOPES, DQA, SEM, DK, DV,
+                    dk_off, dv_off, sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, shift,
+                    qk_scale, sm_scale, k0, j, nbk, w, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+                    KV_LENS: gl.constexpr, ALIBI: gl.constexpr, ORDERED: gl.constexpr, D: gl.constexpr,
                     STAGES: gl.constexpr):
-    """hopper._dkdv_consumer (warpgroup w of key block j of nb), adding its dQ in turn."""
+    """hopper._dkdv_consumer (warpgroup w of key block j; nbk blocks before kv_len), adding its
+    dQ in turn."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, ROWS, 16])
     a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -148,23 +158,24 @@ def _fused_consumer(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, LSE2
         lse_off = (b * Hq + hq).to(gl.int64) * Nq
         dqa_off = lse_off * D
         sem_base = (b * Hq + hq) * n_q
+        alibi = (keys.to(gl.float32), shift, _slope2(SLOPES, b, hq, s_ab, s_ah, ALIBI))
         for i in range(lo, full_lo):
             dk, dv = _fused_tile(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, c, i, dk, dv, zero_s,
                                  LSE2, DELTA, DQA, SEM, lse_off, dqa_off, sem_base, Nq, kv_len, lo_shift, hi_shift,
-                                 qk_scale, keys, offs_q, offs_r, offs_d, zero_q, j, nb, w, op_layout, s_layout, CAUSAL,
-                                 True, ORDERED, STAGES)
+                                 qk_scale, keys, offs_q, offs_r, offs_d, zero_q, alibi, j, nbk, w, op_layout, s_layout,
+                                 CAUSAL, WINDOW, KV_LENS, ALIBI, True, ORDERED, STAGES)
             c += 1
         for i in range(full_lo, full_hi):
             dk, dv = _fused_tile(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, c, i, dk, dv, zero_s,
                                  LSE2, DELTA, DQA, SEM, lse_off, dqa_off, sem_base, Nq, kv_len, lo_shift, hi_shift,
-                                 qk_scale, keys, offs_q, offs_r, offs_d, zero_q, j, nb, w, op_layout, s_layout, CAUSAL,
-                                 False, ORDERED, STAGES)
+                                 qk_scale, keys, offs_q, offs_r, offs_d, zero_q, alibi, j, nbk, w, op_layout, s_layout,
+                                 CAUSAL, WINDOW, KV_LENS, ALIBI, False, ORDERED, STAGES)
             c += 1
-        for i in range(full_hi, hi):  # (none here: no window, no lengths)
+        for i in range(full_hi, hi):  # the tiles past the window's lower edge, or of a block past kv_len
             dk, dv = _fused_tile(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, c, i, dk, dv, zero_s,
                                  LSE2, DELTA, DQA, SEM, lse_off, dqa_off, sem_base, Nq, kv_len, lo_shift, hi_shift,
-                                 qk_scale, keys, offs_q, offs_r, offs_d, zero_q, j, nb, w, op_layout, s_layout, CAUSAL,
-                                 True, ORDERED, STAGES)
+                                 qk_scale, keys, offs_q, offs_r, offs_d, zero_q, alibi, j, nbk, w, op_layout, s_layout,
+                                 CAUSAL, WINDOW, KV_LENS, ALIBI, True, ORDERED, STAGES)
             c += 1
     offs_k = k0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, a_layout))
     keep = (offs_k < Nk)[:, None]
@@ -174,13 +185,16 @@ def _fused_consumer(k_smem, v_smem, q_bufs, do_bufs, ds_smem, ready, empty, LSE2
              mask=keep)
 
 
-@kernel(inputs=8, outputs=2, gluon=True)
-def fa_bwd_fused_hopper_kernel(Q, K, V, DO, LSE2, DELTA, DQA, SEM, Hq, G, Nq, Nk, qk_scale, sm_scale, sqb, sqh, sqn,
-                               skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, DK,
-                               DV, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
-                               CONSUMER_REGS: gl.constexpr, ORDERED: gl.constexpr = True):
-    """Grid (cdiv(Nk, 2 KEYS), B * Hkv): fa_bwd_dkdv_hopper_kernel's, key block j = the last
-    first. DQA: [B, Hq, Nq, D] fp32, SEM: [B, Hq, cdiv(Nq, ROWS)] int32, both zeroed before."""
+@kernel(inputs=11, outputs=2, gluon=True)
+def fa_bwd_fused_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, DQA, SEM, Hq, G, Nq, Nk, qk_scale,
+                               sm_scale, left, right, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob,
+                               sdoh, sdon, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, DK, DV, CAUSAL: gl.constexpr,
+                               D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                               ORDERED: gl.constexpr = True, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
+                               KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False):
+    """Grid (cdiv(Nk, 2 KEYS), B * Hkv): fa_bwd_dkdv_hopper_kernel's (its options too), key
+    block j = the last first. DQA: [B, Hq, Nq, D] fp32, SEM: [B, Hq, cdiv(Nq, ROWS)] int32,
+    both zeroed before."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -195,12 +209,15 @@ def fa_bwd_fused_hopper_kernel(Q, K, V, DO, LSE2, DELTA, DQA, SEM, Hq, G, Nq, Nk
     nb = gl.num_programs(0)
     j = nb - 1 - gl.program_id(0)
     k0 = j * (2 * KEYS)
-    hi_shift = Nk - Nq
-    tiles = _query_tiles(k0, Nq, Nk, hi_shift, hi_shift, CAUSAL, False, False, 2 * KEYS)
+    q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
+    tiles = _query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, KV_LENS, 2 * KEYS)
+    nbk = nb
+    if KV_LENS:
+        nbk = gl.cdiv(kv_len, 2 * KEYS)
 
     k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
     v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
-    k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, Nk, KEYS, D)
+    k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, kv_len, KEYS, D)
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, ROWS], dtype)
     q_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
@@ -213,13 +230,15 @@ def fa_bwd_fused_hopper_kernel(Q, K, V, DO, LSE2, DELTA, DQA, SEM, Hq, G, Nq, Nk
     dv_off = b.to(gl.int64) * sdvb + hk.to(gl.int64) * sdvh
     gl.warp_specialize([
         (_dkdv_producer, (q_bufs, do_bufs, ready, empty, Q, DO, b.to(gl.int64) * sqb, b.to(gl.int64) * sdob, sqh,
-                          sdoh, sqn, sdon, G, hk, Nq, tiles[0], tiles[3], D, STAGES, CHUNK)),
-        (_fused_consumer, (k0_s, v0_s, q_bufs, do_bufs, ds0, ready, empty, LSE2, DELTA, DQA, SEM, DK, DV, dk_off,
-                           dv_off, sdkn, sdvn, Hq, G, hk, b, Nq, Nk, Nk, hi_shift, hi_shift, qk_scale, sm_scale, k0, j,
-                           nb, 0, tiles, CAUSAL, ORDERED, D, STAGES)),
-        (_fused_consumer, (k1_s, v1_s, q_bufs, do_bufs, ds1, ready, empty, LSE2, DELTA, DQA, SEM, DK, DV, dk_off,
-                           dv_off, sdkn, sdvn, Hq, G, hk, b, Nq, Nk, Nk, hi_shift, hi_shift, qk_scale, sm_scale,
-                           k0 + KEYS, j, nb, 1, tiles, CAUSAL, ORDERED, D, STAGES)),
+                          sdoh, sqn, sdon, G, hk, q_len, tiles[0], tiles[3], D, STAGES, CHUNK)),
+        (_fused_consumer, (k0_s, v0_s, q_bufs, do_bufs, ds0, ready, empty, LSE2, DELTA, SLOPES, DQA, SEM, DK, DV,
+                           dk_off, dv_off, sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift,
+                           kv_len - q_len, qk_scale, sm_scale, k0, j, nbk, 0, tiles, CAUSAL, WINDOW, KV_LENS, ALIBI,
+                           ORDERED, D, STAGES)),
+        (_fused_consumer, (k1_s, v1_s, q_bufs, do_bufs, ds1, ready, empty, LSE2, DELTA, SLOPES, DQA, SEM, DK, DV,
+                           dk_off, dv_off, sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift,
+                           kv_len - q_len, qk_scale, sm_scale, k0 + KEYS, j, nbk, 1, tiles, CAUSAL, WINDOW, KV_LENS,
+                           ALIBI, ORDERED, D, STAGES)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -227,20 +246,25 @@ SETTINGS = {"STAGES": 2, "CHUNK": 32, "CONSUMER_REGS": 240}
 
 
 def _launch(B, Hq, Hkv, Nq, Nk, causal, strides, scale, ordered=True):
-    """The fused launch as a plan Launch (for compile_sm90): inputs q, k, v, do, lse2, delta, dqa, sem."""
+    """The fused launch as a plan Launch (for compile_sm90): inputs q, k, v, do, lse2, delta, (no
+    lengths, no slopes), dqa, sem; no window."""
     import math
 
     from ato_core.launch import Buffer, Launch
 
     qs, ks, vs, dos = strides
+    far = Nq + Nk + 1
     return Launch(fa_bwd_fused_hopper_kernel, (math.ceil(Nk / 128), B * Hkv),
-                  ("q", "k", "v", "do", "lse2", "delta", "dqa", "sem"),
-                  (Hq, Hq // Hkv, Nq, Nk, scale * 1.4426950408889634, scale, *qs, *ks, *vs, *dos, *ks, *vs),
+                  ("q", "k", "v", "do", "lse2", "delta", "q", "q", "q", "dqa", "sem"),
+                  (Hq, Hq // Hkv, Nq, Nk, scale * 1.4426950408889634, scale, far, 0 if causal else far, 0, 0, *qs,
+                   *ks, *vs, *dos, *ks, *vs),
                   (Buffer("dk", (B, Hkv, Nk, 128), "bfloat16"), Buffer("dv", (B, Hkv, Nk, 128), "bfloat16")),
                   {"CAUSAL": causal, "D": 128, **SETTINGS, "ORDERED": ordered}, num_warps=4)
 
 
 def compile_only():
+    import dataclasses
+
     import test_compile_sm90 as base
     from ato_core.launch import Plan
     from ato_core.testing import gpu_spec
@@ -257,6 +281,17 @@ def compile_only():
             compiled = base.compile_sm90(launch, Plan((launch,), ("dk", "dv")), specs)
             print("ordered" if ordered else "atomic", "causal" if causal else "full",
                   base.cubin_resources(compiled.asm["cubin"]), "smem", compiled.metadata.shared, flush=True)
+    # every option: a window (100, 20), q / kv lengths, [B, Hq] ALiBi slopes
+    specs.update(q_lengths=gpu_spec((B,), "int32"), kv_lengths=gpu_spec((B,), "int64"),
+                 alibi_slopes=gpu_spec((B, Hq), "float32"))
+    launch = _launch(B, Hq, Hkv, Nq, Nk, False, (q.strides[:3], k.strides[:3], k.strides[:3], q.strides[:3]),
+                     128 ** -0.5)
+    launch = dataclasses.replace(launch, inputs=launch.inputs[:6] + ("q_lengths", "kv_lengths", "alibi_slopes") + launch.inputs[9:],
+                             scalars=launch.scalars[:6] + (100, 20, Hq, 1) + launch.scalars[10:],
+                             constexprs=dict(launch.constexprs, WINDOW=True, Q_LENS=True, KV_LENS=True, ALIBI=True))
+    compiled = base.compile_sm90(launch, Plan((launch,), ("dk", "dv")), specs)
+    print("ordered window (100, 20), lengths, ALiBi", base.cubin_resources(compiled.asm["cubin"]), "smem",
+          compiled.metadata.shared, flush=True)
 
 
 def main():
@@ -291,8 +326,10 @@ def main():
             dqa = torch.zeros(B, Hq, Nq, 128, device="cuda", dtype=torch.float32)
             sem = torch.zeros(B, Hq, n_q, device="cuda", dtype=torch.int32)
             dk, dv = torch.empty_like(k), torch.empty_like(v)
+            far = Nq + Nk + 1
             fa_bwd_fused_hopper_kernel[(triton.cdiv(Nk, 128), B * Hkv)](
-                q, k, v, do, lse2, delta, dqa, sem, Hq, Hq // Hkv, Nq, Nk, scale * 1.4426950408889634, scale,
+                q, k, v, do, lse2, delta, q, q, q, dqa, sem, Hq, Hq // Hkv, Nq, Nk, scale * 1.4426950408889634, scale,
+                far, 0 if causal else far, 0, 0,
                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3],
                 *dv.stride()[:3], dk, dv, CAUSAL=causal, D=128, ORDERED=ordered, num_warps=4, **SETTINGS)
             return (dqa * scale).to(q.dtype), dk, dv

@@ -1,10 +1,10 @@
 """Issue 22: the fused-dQ experiment's turn counts (2026-11-27_flash_bwd_fused_dq.py, _fused_tile)
 against the tiles its programs visit, in Python, before the kernel runs on a GPU: a wrong count
 waits forever there. For every query tile, the key blocks that visit it (hopper._query_tiles,
-transcribed: causal or full, no window or lengths) must be exactly [first, J(i)], each block j's
-warpgroup w waiting for 128 (2 (J(i) - j) + w) arrivals; so the turns are 0, 128, ... in
+transcribed: causal or not, windows, q / kv lengths) must be exactly [first, J(i)], each block
+j's warpgroup w waiting for 128 (2 (J(i) - j) + w) arrivals; so the turns are 0, 128, ... in
 order, no two alike, and each wait is met by blocks j' > j only (launched before it). Random Nq,
-Nk in [1, 1200], causal or not, plus the edge sizes.
+Nk in [1, 1200], causal or not, windows, lengths, plus the edge sizes.
 
     python benchmarks/experiments/2026-11-27_flash_bwd_fused_dq_turns.py
 """
@@ -22,25 +22,41 @@ def gl_cdiv(a, b):  # gl.cdiv: (a + b - 1) // b in C division (toward zero)
     return int(n / b) if n < 0 else n // b
 
 
-def query_tiles(k0, Nq, hi_shift, causal):  # hopper._query_tiles, no window, no lengths
-    n_q = cdiv(Nq, ROWS)
-    lo = min(max(k0 - hi_shift, 0) // ROWS, n_q) if causal else 0
-    return lo, max(n_q, lo)
+def query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, causal, window, kv_lens):  # hopper._query_tiles
+    n_q = cdiv(q_len, ROWS)
+    last = k0 + 2 * KEYS - 1
+    lo = min(max(k0 - hi_shift, 0) // ROWS, n_q) if causal or window else 0
+    hi = cdiv(min(max(last - lo_shift + 1, 0), q_len), ROWS) if window else n_q
+    if kv_lens:
+        hi = hi if k0 < kv_len else 0
+    return lo, max(hi, lo)
 
 
-def last_block(i, nb, hi_shift, causal):  # _fused_tile's J(i)
-    return min(gl_cdiv(ROWS * (i + 1) + hi_shift, 2 * KEYS), nb) - 1 if causal else nb - 1
+def last_block(i, nb, kv_len, hi_shift, causal, window, kv_lens):  # _fused_tile's J(i)
+    nbk = cdiv(kv_len, 2 * KEYS) if kv_lens else nb
+    if causal or window:
+        return min(gl_cdiv(ROWS * (i + 1) + hi_shift, 2 * KEYS), nbk) - 1
+    return nbk - 1
 
 
-def check(Nq, Nk, causal):
-    nb, hi_shift = cdiv(Nk, 2 * KEYS), Nk - Nq
+def check(Nq, Nk, causal, window=None, q_len=None, kv_len=None):
+    nb = cdiv(Nk, 2 * KEYS)
+    kv_lens = kv_len is not None
+    q_len = Nq if q_len is None else q_len
+    kv_len = Nk if kv_len is None else kv_len
+    far = Nq + Nk + 1
+    left, right = window if window is not None else (None, None)
+    right = 0 if causal else right
+    is_window = window is not None and (left is not None or not causal)
+    shift = kv_len - q_len
+    lo_shift, hi_shift = shift - (far if left is None else left), shift + (far if right is None else right)
     visitors = {}
     for j in range(nb):
-        lo, hi = query_tiles(j * 2 * KEYS, Nq, hi_shift, causal)
+        lo, hi = query_tiles(j * 2 * KEYS, q_len, kv_len, lo_shift, hi_shift, causal, is_window, kv_lens)
         for i in range(lo, hi):
             visitors.setdefault(i, []).append(j)
     for i, js in visitors.items():
-        J = last_block(i, nb, hi_shift, causal)
+        J = last_block(i, nb, kv_len, hi_shift, causal, is_window, kv_lens)
         if js != list(range(js[0], J + 1)):
             return f"tile {i}: visited by {js[0]}..{js[-1]} ({len(js)}), J(i) = {J}"
         turns = sorted(128 * (2 * (J - j) + w) for j in js for w in (0, 1))
@@ -48,20 +64,31 @@ def check(Nq, Nk, causal):
             return f"tile {i}: turns {turns[:6]}..."
         # the tile's rows see a key of every visiting block (else a block would add zeros: harmless,
         # but the visit lists say otherwise)
-        if causal:
-            last_row = min(ROWS * i + ROWS, Nq) - 1
+        if causal or is_window:
+            last_row = min(ROWS * i + ROWS, q_len) - 1
             if any(j * 2 * KEYS > last_row + hi_shift for j in js):
                 return f"tile {i}: a block past the diagonal visits"
     return None
 
 
+def random_case():
+    Nq, Nk = random.randint(1, 1200), random.randint(1, 1200)
+    causal = random.random() < 0.5
+    window = None
+    if random.random() < 0.4:
+        window = (random.choice([None, random.randint(0, 500)]), random.choice([None, random.randint(0, 500)]))
+    q_len = random.randint(0, Nq) if random.random() < 0.3 else None
+    kv_len = random.randint(0, Nk) if random.random() < 0.3 else None
+    return Nq, Nk, causal, window, q_len, kv_len
+
+
 bad = 0
-cases = [(n, m, c) for n in (1, 63, 64, 65, 127, 128, 129, 1000) for m in (1, 127, 128, 129, 300, 1000)
-         for c in (False, True)]
-cases += [(random.randint(1, 1200), random.randint(1, 1200), random.random() < 0.5) for _ in range(3000)]
-for Nq, Nk, causal in cases:
-    err = check(Nq, Nk, causal)
+cases = [(n, m, c, None, None, None) for n in (1, 63, 64, 65, 127, 128, 129, 1000)
+         for m in (1, 127, 128, 129, 300, 1000) for c in (False, True)]
+cases += [random_case() for _ in range(5000)]
+for case in cases:
+    err = check(*case)
     if err:
         bad += 1
-        print("wrong:", Nq, Nk, causal, err)
+        print("wrong:", case, err)
 print(f"{len(cases)} configurations, {bad} wrong")
