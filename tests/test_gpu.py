@@ -308,6 +308,26 @@ def test_flash_attention_hopper_backward_gpu(dims, window, causal, lengths, alib
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
 
 
+@pytest.mark.parametrize("dims,window,causal,lengths,alibi", HOPPER_CASES,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_flash_attention_hopper_fused_dq_gpu(dims, window, causal, lengths, alibi, fused_dq):
+    """plans.HOPPER_FUSED_DQ (off by default): the Gluon dK / dV kernel with dQ summed in a fixed
+    order, then the cast, at the Hopper cases (bf16): every gradient of both frameworks against
+    the float64 reference and torch == JAX bit for bit (the sum's order does not depend on
+    scheduling); ato_torch ran those very launches."""
+    *shape, layout = dims
+    case = fa_case(*shape, dtype="bfloat16", causal=causal, seed=sum(shape), layout=layout, window=window,
+                   lengths=lengths, alibi=alibi)
+    backward = _plans(case)[1].launches
+    expected = ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_cast_hopper_kernel"] if _hopper() else \
+        ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
+    assert [launch.name for launch in backward[1:]] == expected
+    t, j, _ = _check(case)
+    ran = os.environ.get("ATO_TRITON_JIT_LAUNCH") or all(launch.compiled for launch in backward[1:])
+    assert ran, "the case ran another backward plan"
+    assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
 def test_flash_attention_hopper_needs_aligned_rows_gpu():
     """q starting 2 bytes past a 16-byte boundary, or with a row stride not a multiple of 8
     elements, takes the portable forward (cp.async copies 16 bytes); its result equals that of

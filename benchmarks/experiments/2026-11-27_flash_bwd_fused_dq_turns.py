@@ -1,4 +1,4 @@
-"""Issue 22: the fused-dQ experiment's turn counts (2026-11-27_flash_bwd_fused_dq.py, _fused_tile)
+"""Issue 22: the fused-dQ experiment's turn counts (hopper._turn, plans.HOPPER_FUSED_DQ)
 against the tiles its programs visit, in Python, before the kernel runs on a GPU: a wrong count
 waits forever there. For every query tile, the key blocks that visit it (hopper._query_tiles,
 transcribed: causal or not, windows, q / kv lengths) must be exactly [first, J(i)], each block
@@ -32,7 +32,7 @@ def query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, causal, window, kv_lens):
     return lo, max(hi, lo)
 
 
-def last_block(i, nb, kv_len, hi_shift, causal, window, kv_lens):  # _fused_tile's J(i)
+def last_block(i, nb, kv_len, hi_shift, causal, window, kv_lens):  # hopper._turn
     nbk = cdiv(kv_len, 2 * KEYS) if kv_lens else nb
     if causal or window:
         return min(gl_cdiv(ROWS * (i + 1) + hi_shift, 2 * KEYS), nbk) - 1
