@@ -294,7 +294,7 @@ def test_hopper_backward_chosen_where_it_applies():
 
 
 @needs_gluon
-def test_hopper_fused_dq_plan(fused_dq):
+def test_hopper_fused_dq_plan(fused_dq, monkeypatch):
     """With HOPPER_FUSED_DQ the Gluon backward is the dK / dV kernel in its FUSED form (key blocks
     last first; dQ summed in fp32 into a zeroed [B, Hq, Nq, D] sum, in the order of zeroed
     per-tile counters) and a cast into dq as laid out; without it (the default), the dK / dV
@@ -314,7 +314,7 @@ def test_hopper_fused_dq_plan(fused_dq):
     assert cast.inputs == ("dq_sum",) and cast.grid == (16, 16)
     assert cast.scalars == (8, 1000, 1 / math.sqrt(128), 1000 * 8 * 128, 128, 8 * 128)  # (resolve_scale)
     assert plan.buffer("dq").shape == (2, 1000, 8, 128) and plan.results == ("dq", "dk", "dv")
-    fa_core.HOPPER_FUSED_DQ = False
+    monkeypatch.setattr(fa_core, "HOPPER_FUSED_DQ", False)
     fa_core.backward_plan.cache_clear()
     _, dkdv, dq = fa_core.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=h100(),
                                         layout="bnhd").launches

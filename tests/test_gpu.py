@@ -231,10 +231,6 @@ def _plans(case):
     return forward, op.backward_plan(forward, arrays, static, cotangents, target)
 
 
-def _forward_launch(case):
-    return _plans(case)[0].launches[0]
-
-
 def _hopper() -> bool:
     """Whether this GPU's plans take the Gluon kernels (sm_90 with a Triton of GLUON_TRITON)."""
     from ato_core.target import cuda_target
@@ -269,63 +265,42 @@ HOPPER_CASES = ([(d, None, c, None, None) for d in HOPPER_DIMS for c in (False, 
                 + [(*w, None, None) for w in HOPPER_WINDOWS] + [(*c, None) for c in HOPPER_LENGTHS] + HOPPER_ALIBI)
 
 
+def _check_hopper(dims, window, causal, lengths, alibi, dtype, backward_kernels):
+    """A Hopper case through both frameworks: its forward plan's launch is the Gluon forward and its
+    backward's (after the delta launch) are ``backward_kernels`` on an sm_90 GPU with Gluon (the
+    portable kernels elsewhere); o, lse and every gradient against the float64 reference, torch ==
+    JAX bit for bit; ato_torch ran those very launches (it caches a binary on each)."""
+    *shape, layout = dims
+    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths,
+                   alibi=alibi)
+    forward, backward = _plans(case)
+    launches = forward.launches + backward.launches[1:]
+    expected = ["fa_fwd_hopper_kernel", *backward_kernels] if _hopper() else \
+        ["fa_fwd_kernel", "fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
+    assert [launch.name for launch in launches] == expected
+    t, j, _ = _check(case)
+    ran = os.environ.get("ATO_TRITON_JIT_LAUNCH") or all(launch.compiled for launch in launches)
+    assert ran, "the case ran other plans"
+    assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
 @pytest.mark.parametrize("dims,window,causal,lengths,alibi", HOPPER_CASES,
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_flash_attention_hopper_gpu(dims, window, causal, lengths, alibi, dtype):
-    """On an sm_90 GPU the Gluon forward runs (elsewhere the portable one): o, lse and the
-    gradients (the backward from its o and lse) of both frameworks against the float64
-    reference, and torch == JAX bit for bit."""
-    *shape, layout = dims
-    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths,
-                   alibi=alibi)
-    launch = _forward_launch(case)
-    assert launch.name == ("fa_fwd_hopper_kernel" if _hopper() else "fa_fwd_kernel")
-    t, j, _ = _check(case)
-    # ato_torch ran this very launch (it caches the binary on it), not another plan's
-    assert launch.compiled or os.environ.get("ATO_TRITON_JIT_LAUNCH"), "the case ran another forward launch"
-    assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
-
-
-@pytest.mark.parametrize("dims,window,causal,lengths,alibi", HOPPER_CASES,
-                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_flash_attention_hopper_backward_gpu(dims, window, causal, lengths, alibi, dtype):
-    """An sm_90 GPU runs the Gluon dK / dV and dQ kernels (elsewhere
-    the portable ones), with the forward's windows, lengths and ALiBi: o, lse and every gradient of
-    both frameworks against the float64 reference, torch == JAX bit for bit; ato_torch ran
-    those very launches."""
-    *shape, layout = dims
-    case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths,
-                   alibi=alibi)
-    backward = _plans(case)[1].launches
-    hopper = ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
-    assert [launch.name for launch in backward[1:]] == (hopper if _hopper() else ["fa_bwd_dkdv_kernel",
-                                                                                  "fa_bwd_dq_kernel"])
-    t, j, _ = _check(case)
-    ran = os.environ.get("ATO_TRITON_JIT_LAUNCH") or all(launch.compiled for launch in backward[1:])
-    assert ran, "the case ran another backward plan"
-    assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+    """On an sm_90 GPU the Gluon forward, dK / dV and dQ kernels run (elsewhere the portable
+    ones), with windows, lengths and ALiBi (_check_hopper)."""
+    _check_hopper(dims, window, causal, lengths, alibi, dtype, ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"])
 
 
 @pytest.mark.parametrize("dims,window,causal,lengths,alibi", HOPPER_CASES,
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
 def test_flash_attention_hopper_fused_dq_gpu(dims, window, causal, lengths, alibi, fused_dq):
-    """plans.HOPPER_FUSED_DQ (off by default): the Gluon dK / dV kernel with dQ summed in a fixed
-    order, then the cast, at the Hopper cases (bf16): every gradient of both frameworks against
-    the float64 reference and torch == JAX bit for bit (the sum's order does not depend on
-    scheduling); ato_torch ran those very launches."""
-    *shape, layout = dims
-    case = fa_case(*shape, dtype="bfloat16", causal=causal, seed=sum(shape), layout=layout, window=window,
-                   lengths=lengths, alibi=alibi)
-    backward = _plans(case)[1].launches
-    expected = ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_cast_hopper_kernel"] if _hopper() else \
-        ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
-    assert [launch.name for launch in backward[1:]] == expected
-    t, j, _ = _check(case)
-    ran = os.environ.get("ATO_TRITON_JIT_LAUNCH") or all(launch.compiled for launch in backward[1:])
-    assert ran, "the case ran another backward plan"
-    assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+    """plans.HOPPER_FUSED_DQ (off by default; not yet run on a GPU when written): the Gluon dK /
+    dV kernel with dQ summed in a fixed order, then the cast, at the Hopper cases in bf16
+    (_check_hopper; torch == JAX bits: the sum's order does not depend on scheduling)."""
+    _check_hopper(dims, window, causal, lengths, alibi, "bfloat16",
+                  ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_cast_hopper_kernel"])
 
 
 def test_flash_attention_hopper_needs_aligned_rows_gpu():

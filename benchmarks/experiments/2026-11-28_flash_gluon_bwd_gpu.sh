@@ -1,7 +1,8 @@
 # Issue 22: the first GPU run of the Gluon backward (plans.HOPPER_BACKWARD, off by default):
 # its GPU tests, the launch-by-launch comparison with the portable backward, memcheck, then (BENCH=1)
 # flash_attention's bench with it on. One device command from the repository root, .whl carried;
-# outputs under $OUT.
+# outputs under $OUT. (Its hopper_backward tests are since one with the forward's:
+# test_gpu.test_flash_attention_hopper_gpu.)
 source benchmarks/tools/gpu_env.sh >/dev/null 2>&1
 timeout 240 python3 -m pytest -q -rfE tests/test_gpu.py -k "hopper_backward" > "$OUT/bwd-tests.txt" 2>&1
 tail -5 "$OUT/bwd-tests.txt"

@@ -349,15 +349,8 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, 
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
     ready, empty = _ring(STAGES)
 
-    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
-    offs_r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, ld))
-    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
-    rows = start_m + offs_r
-    q0.store(gl.load(Q + q_off + rows.to(gl.int64)[:, None] * sqn + offs_d[None, :], mask=(rows < Nq)[:, None],
-                     other=0.0))
-    rows = rows + ROWS
-    q1.store(gl.load(Q + q_off + rows.to(gl.int64)[:, None] * sqn + offs_d[None, :], mask=(rows < Nq)[:, None],
-                     other=0.0))
+    _load_rows(q0, Q, q_off, sqn, start_m, Nq, D)
+    _load_rows(q1, Q, q_off, sqn, start_m + ROWS, Nq, D)
     fence_async_shared()
     gl.thread_barrier()
 

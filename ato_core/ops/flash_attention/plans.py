@@ -400,8 +400,14 @@ def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, t
     if options != Options(window=options.window) or any(a is not None for n, a in zip(OPTION_ARRAYS, arrays)
                                                         if n not in HOPPER_ARRAYS):
         return False
-    rows = all(s.strides[3] == 1 and s.aligned for s in (q, k, v))
-    return rows and alignment(*(st for s in (q, k, v) for st in s.strides[:3])) >= 8
+    return _cp_async_rows(q, k, v)
+
+
+def _cp_async_rows(*specs: ArraySpec) -> bool:
+    """Whether the Gluon kernels' cp.async can copy these [B, H, N, D] arrays' rows (16 bytes a
+    copy): 16-byte aligned, unit d stride, the other strides multiples of 8 elements."""
+    rows = all(s.strides[3] == 1 and s.aligned for s in specs)
+    return rows and alignment(*(st for s in specs for st in s.strides[:3])) >= 8
 
 
 def _hopper_options(options: Options, named: dict, causal: bool, scale: float, B: int, Hq: int, Nq: int, Nk: int):
@@ -447,9 +453,8 @@ def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D:
     """Whether dK, dV and dQ run the Gluon kernels: where the forward runs its Gluon kernel
     (_hopper_forward: a window, q / kv lengths and ALiBi the only options), do laid out as q must
     be."""
-    if not HOPPER_BACKWARD or not _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays):
-        return False
-    return do.strides[3] == 1 and do.aligned and alignment(*do.strides[:3]) >= 8
+    return HOPPER_BACKWARD and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays) and \
+        _cp_async_rows(do)
 
 
 def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, B: int, Hq: int, Hkv: int,
@@ -464,19 +469,20 @@ def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: Arra
               *v.strides[:3], *do.strides[:3])
     const = {"CAUSAL": causal, "D": q.shape[3], **HOPPER_BWD, **o_const}
     D, fused = q.shape[3], HOPPER_FUSED_DQ
+    rows = kern.hopper.ROWS.value  # a query tile's rows: a counter for each (hopper._add_dq)
     dkdv = Launch(
         kern.hopper.fa_bwd_dkdv_hopper_kernel, (cdiv(Nk, 128), B * Hkv), inputs,
         (*common, *bhnd_strides(k.shape, layout)[:3], *bhnd_strides(v.shape, layout)[:3]),
         (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype),
          optional_output("dq_sum", (B, Hq, Nq, D), "float32", fused, zeroed=True),
-         optional_output("dq_turns", (B, Hq, cdiv(Nq, 64)), "int32", fused, zeroed=True)),
+         optional_output("dq_turns", (B, Hq, cdiv(Nq, rows)), "int32", fused, zeroed=True)),
         {**const, "FUSED": fused}, num_warps=4,
     )
     if fused:
         cast = Launch(
-            kern.hopper.fa_bwd_dq_cast_hopper_kernel, (cdiv(Nq, 64), B * Hq), ("dq_sum",),
+            kern.hopper.fa_bwd_dq_cast_hopper_kernel, (cdiv(Nq, rows), B * Hq), ("dq_sum",),
             (Hq, Nq, scale, *bhnd_strides(q.shape, layout)[:3]), (Buffer("dq", laid_out(q.shape, layout), q.dtype),),
-            {"D": D, "BLOCK": 64}, num_warps=4,
+            {"D": D, "BLOCK": rows}, num_warps=4,
         )
         return dkdv, cast
     dq = Launch(
