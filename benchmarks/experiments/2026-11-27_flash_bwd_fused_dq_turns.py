@@ -2,8 +2,9 @@
 against the tiles its programs visit, in Python, before the kernel runs on a GPU: a wrong count
 waits forever there. For every query tile, the key blocks that visit it (hopper._query_tiles,
 transcribed: causal or not, windows, q / kv lengths) must be exactly [first, J(i)], each block
-j's warpgroup w waiting for 128 (2 (J(i) - j) + w) arrivals; so the turns are 0, 128, ... in
-order, no two alike, and each wait is met by blocks j' > j only (launched before it). Random Nq,
+j waiting (in each half of the tile's columns) for J(i) - j arrivals; so the turns are 0, 1,
+... in order, no two alike, and each wait is met by blocks j' > j only (launched before it).
+(Session 37's form counted 128 arrivals a warpgroup, both warpgroups in one order.) Random Nq,
 Nk in [1, 1200], causal or not, windows, lengths, plus the edge sizes.
 
     python benchmarks/experiments/2026-11-27_flash_bwd_fused_dq_turns.py
@@ -59,8 +60,8 @@ def check(Nq, Nk, causal, window=None, q_len=None, kv_len=None):
         J = last_block(i, nb, kv_len, hi_shift, causal, is_window, kv_lens)
         if js != list(range(js[0], J + 1)):
             return f"tile {i}: visited by {js[0]}..{js[-1]} ({len(js)}), J(i) = {J}"
-        turns = sorted(128 * (2 * (J - j) + w) for j in js for w in (0, 1))
-        if turns != [128 * t for t in range(2 * len(js))]:
+        turns = sorted(J - j for j in js)
+        if turns != list(range(len(js))):
             return f"tile {i}: turns {turns[:6]}..."
         # the tile's rows see a key of every visiting block (else a block would add zeros: harmless,
         # but the visit lists say otherwise)
