@@ -260,6 +260,9 @@ HOPPER_ALIBI = [
     ((2, 8, 2, 1000, 1000, 128, "bhnd"), None, True, None, "h"),
     ((1, 4, 1, 300, 1500, 128, "bnhd"), (64, 32), False, "kv", "bh"),
     ((3, 2, 2, 777, 300, 128, "bhnd"), None, False, "both", "bh"),
+    # causal (the bias split into a key and a row term): with a window, lengths and keys far from rows
+    ((2, 2, 1, 300, 4500, 128, "bnhd"), (700, None), True, "both", "bh"),
+    ((1, 2, 2, 4096, 4096, 128, "bhnd"), None, True, None, "h"),
 ]
 HOPPER_CASES = ([(d, None, c, None, None) for d in HOPPER_DIMS for c in (False, True)]
                 + [(*w, None, None) for w in HOPPER_WINDOWS] + [(*c, None) for c in HOPPER_LENGTHS] + HOPPER_ALIBI)

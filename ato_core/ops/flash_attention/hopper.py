@@ -41,10 +41,17 @@ def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_s
     """The online-softmax update of a raw score tile: (p, m, l, alpha). MASK: keys past Nk,
     past i + hi_shift (CAUSAL, WINDOW) or before i + lo_shift (WINDOW) score -inf, and a row
     with no visible key so far gets p = 0 and alpha = 0 rather than NaN (its m stays -inf).
-    ALIBI: alibi = (rows + shift as fp32, slope2); the scores become s qk_scale - slope2 |i +
-    shift - j| before the maximum, and qk_scale 1 from there on (m in base 2)."""
+    ALIBI: alibi = (rows + shift as fp32, slope2, slope2 x the tile's columns); the scores
+    become s qk_scale - slope2 |i + shift - j| before the maximum, and qk_scale 1 from there on
+    (m in base 2). CAUSAL: a row sees no key right of i + shift, so the bias is slope2 (j -
+    start_n) (the same for every tile) plus the row's slope2 (start_n - i - shift), which is
+    added to the row maximum and subtracted from m in the exponent, not added to each score."""
     if ALIBI:
-        s = _alibi(s, qk_scale, alibi[0][:, None], (start_n + offs_sn).to(gl.float32)[None, :], alibi[1])
+        if CAUSAL:
+            s = gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), alibi[2][None, :])
+            row_bias = (start_n - alibi[0]) * alibi[1]
+        else:
+            s = _alibi(s, qk_scale, alibi[0][:, None], (start_n + offs_sn).to(gl.float32)[None, :], alibi[1])
         qk_scale = 1.0
     if MASK:
         keys = start_n + offs_sn
@@ -56,13 +63,18 @@ def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_s
             s = gl.where(keys[None, :] <= offs_m[:, None] + hi_shift, s, float("-inf"))
         else:
             s = gl.where((keys < Nk)[None, :], s, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
+    row_max = gl.max(s, 1)
+    if ALIBI and CAUSAL:
+        row_max = row_max + row_bias
+    m_new = gl.maximum(m_i, row_max)
+    if MASK:
         m_s = gl.where(m_new == float("-inf"), 0.0, m_new * qk_scale)
     else:
-        m_new = gl.maximum(m_i, gl.max(s, 1))
         m_s = m_new * qk_scale
-    p = gl.exp2(gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), -m_s[:, None]))
     alpha = gl.exp2(m_i * qk_scale - m_s)
+    if ALIBI and CAUSAL:
+        m_s = m_s - row_bias
+    p = gl.exp2(gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), -m_s[:, None]))
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
 
@@ -148,7 +160,8 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
     l_i = gl.full([ROWS], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([ROWS, D], gl.float32, o_layout)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)  # the QK wgmma's ignored accumulator
-    alibi = ((offs_m + shift).to(gl.float32), slope2)  # ALiBi's query positions, bottom-right aligned
+    # ALiBi's query positions (bottom-right aligned), slope, and bias of a tile's columns (CAUSAL)
+    alibi = ((offs_m + shift).to(gl.float32), slope2, offs_sn.to(gl.float32) * slope2)
     if tiles[3] > tiles[0]:
         m_i, l_i, acc = _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m,
                                 offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, p_layout, o_layout, CAUSAL, WINDOW,
@@ -429,7 +442,8 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
     """Query tile i (the ring's c-th): S^T = K Q^T and dP^T = V dO^T in flight together,
     P^T = 2^(S^T qk_scale - lse2), dS^T = P^T (dP^T - delta); dV += P^T dO, dK += dS^T Q.
     MASK: scores of keys a row does not see (_visible) are 0. ALIBI: alibi = (keys as fp32,
-    shift, slope2), the forward's biased scores (_alibi). FUSED: also this warpgroup's half of
+    shift, slope2, slope2 (keys - k0), k0), the forward's biased scores (_alibi; CAUSAL: split
+    into a key and a row term, as _softmax). FUSED: also this warpgroup's half of
     the tile's dQ columns, dS K over both warpgroups' keys, added at its turn (_add_dq; fuse:
     its arguments). Frees the tile's slot."""
     slot = c % STAGES
@@ -444,8 +458,13 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
     lse2 = gl.load(LSE2 + lse_off + rows, mask=inside, other=float("inf"))
     delta = gl.load(DELTA + lse_off + rows, mask=inside, other=0.0)
     st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok, ))
-    if ALIBI:
-        keys_f, shift, slope2 = alibi
+    if ALIBI and CAUSAL:  # -slope2 (i + shift - j) = slope2 (j - k0) + slope2 (k0 - i - shift), as _softmax
+        keys_f, shift, slope2, key_bias, k0 = alibi
+        row_term = (k0 - (rows + shift).to(gl.float32)) * slope2 - lse2
+        pt = gl.exp2(gl.fma(st, gl.full(st.shape, qk_scale, gl.float32, s_layout), key_bias[:, None])
+                     + row_term[None, :])
+    elif ALIBI:
+        keys_f, shift, slope2, key_bias, k0 = alibi
         pt = gl.exp2(_alibi(st, qk_scale, (rows + shift).to(gl.float32)[None, :], keys_f[:, None], slope2)
                      - lse2[None, :])
     else:
@@ -568,7 +587,8 @@ def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, S
     for g in range(G):
         bhq = (b * Hq + hk * G + g).to(gl.int64)
         lse_off = bhq * Nq
-        alibi = (keys.to(gl.float32), shift, _slope2(SLOPES, b, hk * G + g, s_ab, s_ah, ALIBI))
+        slope2 = _slope2(SLOPES, b, hk * G + g, s_ab, s_ah, ALIBI)
+        alibi = (keys.to(gl.float32), shift, slope2, (keys - k0).to(gl.float32) * slope2, k0)
         fuse = (ds_bufs, ds_done, w, k0_h, k1_h, DQS, lse_off * D, TURNS, (bhq * n_tiles) * 2 + w, j, nbk,
                 hi_shift)
         for i in range(lo, full_lo):
@@ -688,7 +708,8 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, ls
              MASK: gl.constexpr, ALIBI: gl.constexpr, STAGES: gl.constexpr):
     """Key tile j (the ring's c-th): S = Q K^T and dP = dO V^T in flight together, dS = P (dP -
     delta), dQ += dS K. MASK: scores of keys a row does not see (_visible) are 0. ALIBI: alibi =
-    (rows + shift as fp32, slope2), the forward's biased scores (_alibi). Frees the tile's slot."""
+    (rows + shift as fp32, slope2, slope2 x the tile's columns), the forward's biased scores
+    (_alibi; CAUSAL: split into a column and a row term, as _softmax). Frees the tile's slot."""
     slot = c % STAGES
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
     fence_async_shared()
@@ -696,8 +717,13 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, ls
     s_tok = warpgroup_mma(q_smem, k_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
     dp_tok = warpgroup_mma(do_smem, v_bufs.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
-    if ALIBI:
-        rows_f, slope2 = alibi
+    if ALIBI and CAUSAL:  # split into a column and a row term, as _softmax
+        rows_f, slope2, col_bias = alibi
+        row_term = (j * KEYS - rows_f) * slope2 - lse2
+        p = gl.exp2(gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), col_bias[None, :])
+                    + row_term[:, None])
+    elif ALIBI:
+        rows_f, slope2, col_bias = alibi
         p = gl.exp2(_alibi(s, qk_scale, rows_f[:, None], (j * KEYS + offs_n).to(gl.float32)[None, :], slope2)
                     - lse2[:, None])
     else:
@@ -730,7 +756,7 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
     offs_n = gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
     zero_s = gl.zeros([ROWS, KEYS], gl.float32, s_layout)
     dq = gl.zeros([ROWS, D], gl.float32, a_layout)
-    alibi = ((rows + shift).to(gl.float32), slope2)
+    alibi = ((rows + shift).to(gl.float32), slope2, offs_n.to(gl.float32) * slope2)
     lo, full_lo, full_hi, hi = tiles
     if WINDOW:  # the tiles that cross the window's lower edge
         for j in range(lo, full_lo):
