@@ -281,6 +281,7 @@ def _check_hopper(dims, window, causal, lengths, alibi, dtype, backward_kernels)
     expected = ["fa_fwd_hopper_kernel", *backward_kernels] if _hopper() else \
         ["fa_fwd_kernel", "fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
     assert [launch.name for launch in launches] == expected
+    _RESULTS.pop(case, None)  # run now: another test (other plans) may have run this very case
     t, j, _ = _check(case)
     ran = os.environ.get("ATO_TRITON_JIT_LAUNCH") or all(launch.compiled for launch in launches)
     assert ran, "the case ran other plans"
