@@ -56,17 +56,3 @@ def portable_backward(monkeypatch):
     clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
     yield
     clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
-
-
-@pytest.fixture
-def fused_dq(monkeypatch):
-    """plans.HOPPER_FUSED_DQ on (dQ in the Gluon dK / dV kernel, off by default until it has run
-    on a GPU), no flash plan cached from before or kept after."""
-    from ato_core.ops.flash_attention import plans
-
-    from helpers import clear_plans
-
-    monkeypatch.setattr(plans, "HOPPER_FUSED_DQ", True)
-    clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
-    yield
-    clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)

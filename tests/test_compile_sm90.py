@@ -334,9 +334,8 @@ def test_float64_constants_stay_float64(name, kwargs, tmp_path, monkeypatch):
 
 def _gluon_launches(which):
     """(launch, plan, input specs) of a Gluon kernel: the Hopper forward or the backward's dK /
-    dV or dQ launch (which starting "fused": the FUSED dK / dV launch or dQ's cast; the caller
-    turns plans.HOPPER_FUSED_DQ on), GQA, Nq != Nk, causal, with a window, or (which ending in
-    "lengths") q and kv lengths, or ("alibi") [B, Hq] ALiBi slopes."""
+    dV or dQ launch, GQA, Nq != Nk, causal, with a window, or (which ending in "lengths") q and
+    kv lengths, or ("alibi") [B, Hq] ALiBi slopes."""
     from ato_core.ops.flash_attention import plans as fa
     from ato_core.testing import gpu_spec
 
@@ -354,19 +353,18 @@ def _gluon_launches(which):
         plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100, **kw)
         return plan.launches[0], plan, specs
     plan = fa.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=H100, **kw)
-    return plan.launches[1 if which.startswith(("dkdv", "fused dkdv")) else 2], plan, specs
+    return plan.launches[1 if which.startswith("dkdv") else 2], plan, specs
 
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
 @pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "dkdv lengths", "dq lengths", "forward alibi",
-                                   "dkdv alibi", "dq alibi", "fused dkdv", "fused cast", "fused dkdv lengths"])
-def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch, request):
+                                   "dkdv alibi", "dq alibi"])
+def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
     Hopper kernels into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,
     torch's path) builds, and launches them with all their partitions' warps: the precondition of
     bitwise torch == JAX on the GPU, checked here on a CPU with a stand-in for jax-triton's library.
-    Each fits an H100's shared memory; the warp-specialised ones set their partitions' registers
-    (setmaxnreg)."""
+    Each fits an H100's shared memory and sets its partitions' registers (setmaxnreg)."""
     import types
 
     import numpy as np
@@ -377,8 +375,6 @@ def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch, request):
     from ato_jax import launcher
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    if which.startswith("fused"):
-        request.getfixturevalue("fused_dq")
     launch, plan, specs = _gluon_launches(which)
     assert launch.kernel.is_gluon()
     lib = types.SimpleNamespace(
@@ -398,7 +394,6 @@ def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch, request):
         enable_fp_fusion=launch.fp_fusion, metaparams=dict(launch.constexprs), dump=False)
     name, warps, _, shared, ptx, _, cc = kernel
     torch_side = compile_sm90(launch, plan, specs)
-    specialised = which != "fused cast"  # (the cast: one plain 4-warp partition)
-    assert warps == torch_side.metadata.num_warps == (12 if specialised else 4) and cc == 90
+    assert warps == torch_side.metadata.num_warps == 12 and cc == 90
     assert shared == torch_side.metadata.shared <= 232448 and name == torch_side.metadata.name
-    assert ptx == torch_side.asm["ptx"] and ("setmaxnreg" in ptx) == specialised
+    assert ptx == torch_side.asm["ptx"] and "setmaxnreg" in ptx

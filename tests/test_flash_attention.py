@@ -8,7 +8,6 @@ so these lengths cross several blocks and every masked and unmasked range runs.
 """
 
 import dataclasses
-import math
 
 import chex
 import jax
@@ -291,35 +290,6 @@ def test_hopper_backward_chosen_where_it_applies():
         bwd(q, k, target=INTERPRETER),
     ]
     assert [names[1:] for names, _ in portable] == [["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]] * len(portable)
-
-
-@needs_gluon
-def test_hopper_fused_dq_plan(fused_dq, monkeypatch):
-    """With HOPPER_FUSED_DQ the Gluon backward is the dK / dV kernel in its FUSED form (key blocks
-    last first; dQ summed in fp32 into a zeroed [B, Hq, Nq, D] sum, in the order of zeroed
-    counters, one for each half of a tile's columns) and a cast into dq as laid out; without it
-    (the default), the dK / dV kernel's dQ sum and counters are placeholders it never touches."""
-    from ato_core.testing import gpu_spec, h100
-
-    q, k = gpu_spec((2, 1000, 8, 128)), gpu_spec((2, 700, 2, 128))
-    plan = fa_core.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=h100(),
-                                 layout="bnhd")
-    assert [launch.name for launch in plan.launches] == ["fa_bwd_delta_kernel", "fa_bwd_dkdv_hopper_kernel",
-                                                         "fa_bwd_dq_cast_hopper_kernel"]
-    _, dkdv, cast = plan.launches
-    assert dkdv.constexprs["FUSED"] and dkdv.grid == (6, 4)
-    dq_sum, turns = dkdv.outputs[2:]
-    assert (dq_sum.name, dq_sum.shape, dq_sum.dtype, dq_sum.zeroed) == ("dq_sum", (2, 8, 1000, 128), "float32", True)
-    assert (turns.name, turns.shape, turns.dtype, turns.zeroed) == ("dq_turns", (2, 8, 16, 2), "int32", True)
-    assert cast.inputs == ("dq_sum",) and cast.grid == (16, 16)
-    assert cast.scalars == (8, 1000, 1 / math.sqrt(128), 1000 * 8 * 128, 128, 8 * 128)  # (resolve_scale)
-    assert plan.buffer("dq").shape == (2, 1000, 8, 128) and plan.results == ("dq", "dk", "dv")
-    monkeypatch.setattr(fa_core, "HOPPER_FUSED_DQ", False)
-    fa_core.backward_plan.cache_clear()
-    _, dkdv, dq = fa_core.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=h100(),
-                                        layout="bnhd").launches
-    assert dq.name == "fa_bwd_dq_hopper_kernel" and not dkdv.constexprs["FUSED"]
-    assert all(b.placeholder for b in dkdv.outputs[2:])
 
 
 def test_hopper_backward_switched_off(portable_backward):

@@ -297,16 +297,6 @@ def test_flash_attention_hopper_gpu(dims, window, causal, lengths, alibi, dtype)
     _check_hopper(dims, window, causal, lengths, alibi, dtype, ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"])
 
 
-@pytest.mark.parametrize("dims,window,causal,lengths,alibi", HOPPER_CASES,
-                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
-def test_flash_attention_hopper_fused_dq_gpu(dims, window, causal, lengths, alibi, fused_dq):
-    """plans.HOPPER_FUSED_DQ (off by default; not yet run on a GPU when written): the Gluon dK /
-    dV kernel with dQ summed in a fixed order, then the cast, at the Hopper cases in bf16
-    (_check_hopper; torch == JAX bits: the sum's order does not depend on scheduling)."""
-    _check_hopper(dims, window, causal, lengths, alibi, "bfloat16",
-                  ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_cast_hopper_kernel"])
-
-
 def test_flash_attention_hopper_needs_aligned_rows_gpu():
     """q starting 2 bytes past a 16-byte boundary, or with a row stride not a multiple of 8
     elements, takes the portable forward (cp.async copies 16 bytes); its result equals that of

@@ -10,6 +10,8 @@ counters, which run_plan allocates zeroed), and the kernels' registers, spills a
 
 Run it under a timeout on the GPU: a wrong turn count waits forever (the counts against the
 tiles each block visits: ..._fused_dq_turns.py).
+
+The fused form is gone from hopper.py since session 38 (measured slower; results README); it runs at commit f7500f4.
 """
 import os
 import sys

@@ -8,6 +8,8 @@ j waiting (in each half of the tile's columns) for J(i) - j arrivals; so the tur
 Nk in [1, 1200], causal or not, windows, lengths, plus the edge sizes.
 
     python benchmarks/experiments/2026-11-27_flash_bwd_fused_dq_turns.py
+
+The fused form is gone from hopper.py since session 38 (measured slower; results README); it runs at commit f7500f4.
 """
 import random
 

@@ -6,6 +6,8 @@ operation at all (the dQ wgmmas only; masks false at run time), and the reds 16 
 (dQ converted to a row-major layout first), in turn or not. On an sm_90 GPU, under a timeout.
 
     python3 benchmarks/experiments/2026-11-28_flash_fused_dq_parts.py
+
+The fused form is gone from hopper.py since session 38 (measured slower; results README); it runs at commit f7500f4.
 """
 import importlib.util
 import os

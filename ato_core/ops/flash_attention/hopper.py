@@ -436,16 +436,14 @@ def _query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, CAUSAL: gl.constexpr, WI
 
 @gluon.jit
 def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA, lse_off, Nq,
-               kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, fuse, op_layout: gl.constexpr,
+               kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout: gl.constexpr,
                s_layout: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr,
-               MASK: gl.constexpr, ALIBI: gl.constexpr, FUSED: gl.constexpr, STAGES: gl.constexpr):
+               MASK: gl.constexpr, ALIBI: gl.constexpr, STAGES: gl.constexpr):
     """Query tile i (the ring's c-th): S^T = K Q^T and dP^T = V dO^T in flight together,
     P^T = 2^(S^T qk_scale - lse2), dS^T = P^T (dP^T - delta); dV += P^T dO, dK += dS^T Q.
     MASK: scores of keys a row does not see (_visible) are 0. ALIBI: alibi = (keys as fp32,
     shift, slope2, slope2 (keys - k0), k0), the forward's biased scores (_alibi; CAUSAL: split
-    into a key and a row term, as _softmax). FUSED: also this warpgroup's half of
-    the tile's dQ columns, dS K over both warpgroups' keys, added at its turn (_add_dq; fuse:
-    its arguments). Frees the tile's slot."""
+    into a key and a row term, as _softmax). Frees the tile's slot."""
     slot = c % STAGES
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
     fence_async_shared()
@@ -474,104 +472,22 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
         pt = gl.where(visible, pt, 0.0)
     dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt_tok, ))
     dst = (pt * (dpt - delta[None, :])).to(q_bufs.dtype)
-    if FUSED:  # dS^T where the other warpgroup's dQ wgmma reads it too
-        ds_bufs, ds_done, w = fuse[0], fuse[1], fuse[2]
-        ds_bufs.index(2 * (c % 2) + w).store(dst)
-        fence_async_shared()
-        mbarrier.arrive(ds_done.index(c % 2), count=1)
     dv_tok = warpgroup_mma(gl.convert_layout(pt.to(q_bufs.dtype), op_layout), do_s, dv, is_async=True)
     dk_tok = warpgroup_mma(gl.convert_layout(dst, op_layout), q_s, dk, is_async=True)
-    if FUSED:
-        dk, dv = _add_dq(c, i, Nq, dk_tok, dv_tok, empty.index(slot), fuse, CAUSAL, WINDOW)
-    else:
-        dv = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, ))
-        dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok, ))
-        mbarrier.arrive(empty.index(slot), count=1)
-    return dk, dv
-
-
-# ---- dQ in the dK / dV kernel (FUSED; plans.HOPPER_FUSED_DQ): 5 GEMMs a tile pair instead of
-# the 7 of the dK / dV and dQ kernels, and deterministic. Warpgroup w computes columns
-# [w D/2, (w + 1) D/2) of the tile's dQ = dS K over the program's 2 KEYS keys (both warpgroups'
-# dS^T in shared memory, two slots) and adds them to an fp32 sum in global memory (vector reds)
-# in a fixed order: key blocks from the last one that visits the tile (J(i)) down to the first.
-# A counter per (tile, half) orders them: every thread spins (ld.acquire) until it reaches the
-# contributions before its block's, adds, and after a barrier one thread adds 1 (release; as
-# CUTLASS's GenericBarrier). The halves never wait for each other. Key blocks run last first,
-# so each waits only for programs launched before it; in causal, block j + 1 reaches a tile two
-# tiles before block j. Counts against the tiles each block visits:
-# experiments/2026-11-27_flash_bwd_fused_dq_turns.py.
-
-# (labels inside { } are local to the block: the asm may be inlined many times)
-_WAIT = gl.constexpr("""{
-.reg .pred p;
-.reg .b32 v;
-WAIT_LOOP:
-ld.acquire.gpu.global.b32 v, [$1];
-setp.lt.s32 p, v, $2;
-@p bra WAIT_LOOP;
-mov.b32 $0, v;
-}""")
-
-
-@gluon.jit
-def _turn(i, hi_shift, j, nbk, CAUSAL: gl.constexpr, WINDOW: gl.constexpr):
-    """Key block j's turn at query tile i: the contributions before it, one for each block J(i)
-    down to j + 1 (J(i): the last block whose _query_tiles visit tile i; nbk: the blocks
-    before kv_len)."""
-    last = nbk - 1
-    if CAUSAL or WINDOW:
-        last = gl.minimum(gl.cdiv(ROWS * (i + 1) + hi_shift, 2 * KEYS), nbk) - 1
-    return last - j
-
-
-@gluon.jit
-def _add_dq(c, i, Nq, dk_tok, dv_tok, empty, fuse, CAUSAL: gl.constexpr, WINDOW: gl.constexpr):
-    """Once both warpgroups' dS^T of the ring's c-th tile (query tile i) are stored: this
-    warpgroup's dQ columns over both (fuse: ds_bufs, ds_done, w, k0 and k1's columns, the sum
-    DQS at dqs_off, TURNS at turn_off, j, nbk, hi_shift), added to DQS at its turn (_turn);
-    waits for dK and dV's wgmmas on the way and frees the tile's slot. Returns (dk, dv)."""
-    ds_bufs, ds_done, w, k0_h, k1_h, DQS, dqs_off, TURNS, turn_off, j, nbk, hi_shift = fuse
-    flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    HALF: gl.constexpr = k0_h.shape[1]
-    q_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HALF, 16])
-    zero_q = gl.zeros([ROWS, HALF], gl.float32, q_layout)
     dv = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, ))
     dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok, ))
-    mbarrier.arrive(empty, count=1)
-    mbarrier.wait(ds_done.index(c % 2), (c // 2) & 1)
-    dq_tok = warpgroup_mma(ds_bufs.index(2 * (c % 2)).permute((1, 0)), k0_h, zero_q, use_acc=False, is_async=True)
-    dq_tok = warpgroup_mma(ds_bufs.index(2 * (c % 2) + 1).permute((1, 0)), k1_h, dq_tok, is_async=True)
-    lane = gl.arange(0, 128, layout=flat)
-    turn = TURNS + turn_off + 2 * i + lane * 0
-    target = gl.full([128], _turn(i, hi_shift, j, nbk, CAUSAL, WINDOW), gl.int32, flat)
-    seen = gl.inline_asm_elementwise(_WAIT, "=r,l,r", [turn, target], gl.int32, is_pure=False, pack=1)
-    # row-major for 16-byte reds (8-byte ones from the accumulator's layout: 12% slower, results README)
-    v4: gl.constexpr = gl.BlockedLayout([1, 4], [32 * 4 // HALF, HALF // 4], [4, 1], [1, 0])
-    dq = gl.convert_layout(warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, )), v4)
-    rows = i * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, v4))
-    offs_d = w * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, v4))
-    gl.atomic_add(DQS + dqs_off + rows.to(gl.int64)[:, None] * (2 * HALF) + offs_d[None, :], dq,
-                  mask=(rows < Nq)[:, None], sem="relaxed", scope="gpu")
-    gl.thread_barrier()
-    gl.atomic_add(turn, gl.full([128], 1, gl.int32, flat) + seen * 0, mask=lane == 0, sem="release", scope="gpu")
+    mbarrier.arrive(empty.index(slot), count=1)
     return dk, dv
 
 
 @gluon.jit
-def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, DQS, TURNS, ds_bufs,
-                   ds_done, k0_h, k1_h, dk_off, dv_off, sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift,
-                   hi_shift, shift,
-                   qk_scale, sm_scale, k0, tiles, j, nbk, w, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
-                   KV_LENS: gl.constexpr, ALIBI: gl.constexpr, FUSED: gl.constexpr, D: gl.constexpr,
-                   STAGES: gl.constexpr):
-    """Warpgroup w of key block j: keys [k0, k0 + KEYS); over the G query heads of kv head hk,
-    query tiles [lo, full_lo) and [full_hi, hi) masked, [full_lo, full_hi) not (tiles:
-    _query_tiles'); writes the keys' dK (times sm_scale) and dV; FUSED: adds its half of dQ's
-    columns to DQS in turn (_add_dq: ds_bufs, ds_done both warpgroups' dS^T slots and their
-    barriers, k0_h, k1_h the half's columns of both warpgroups' keys, nbk the blocks before
-    kv_len)."""
+def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
+                   sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, shift, qk_scale,
+                   sm_scale, k0, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr,
+                   ALIBI: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+    """One warpgroup: keys [k0, k0 + KEYS); over the G query heads of kv head hk, query tiles
+    [lo, full_lo) and [full_hi, hi) masked, [full_lo, full_hi) not (tiles: _query_tiles');
+    writes the keys' dK (times sm_scale) and dV."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, ROWS, 16])
     a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -581,31 +497,27 @@ def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, S
     zero_s = gl.zeros([KEYS, ROWS], gl.float32, s_layout)
     dk = gl.zeros([KEYS, D], gl.float32, a_layout)
     dv = gl.zeros([KEYS, D], gl.float32, a_layout)
-    n_tiles = gl.cdiv(Nq, ROWS)
     lo, full_lo, full_hi, hi = tiles
     c = 0
     for g in range(G):
-        bhq = (b * Hq + hk * G + g).to(gl.int64)
-        lse_off = bhq * Nq
+        lse_off = (b * Hq + hk * G + g).to(gl.int64) * Nq
         slope2 = _slope2(SLOPES, b, hk * G + g, s_ab, s_ah, ALIBI)
         alibi = (keys.to(gl.float32), shift, slope2, (keys - k0).to(gl.float32) * slope2, k0)
-        fuse = (ds_bufs, ds_done, w, k0_h, k1_h, DQS, lse_off * D, TURNS, (bhq * n_tiles) * 2 + w, j, nbk,
-                hi_shift)
         for i in range(lo, full_lo):
             dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
-                                lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, fuse,
-                                op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, FUSED, STAGES)
+                                lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout,
+                                s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, STAGES)
             c += 1
         for i in range(full_lo, full_hi):
             dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
-                                lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, fuse,
-                                op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, False, ALIBI, FUSED, STAGES)
+                                lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout,
+                                s_layout, CAUSAL, WINDOW, KV_LENS, False, ALIBI, STAGES)
             c += 1
         if WINDOW or KV_LENS:  # the tiles past the window's lower edge, or those of a block past kv_len
             for i in range(full_hi, hi):
                 dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2,
                                     DELTA, lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi,
-                                    fuse, op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, FUSED, STAGES)
+                                    op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, STAGES)
                 c += 1
     offs_r = k0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
@@ -627,13 +539,13 @@ def _dkdv_producer(q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdo
               g * (hi - lo), ROWS, D, STAGES, CHUNK)
 
 
-@kernel(inputs=9, outputs=4, gluon=True)
+@kernel(inputs=9, outputs=2, gluon=True)
 def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, sm_scale, left,
                               right, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb,
-                              sdkh, sdkn, sdvb, sdvh, sdvn, DK, DV, DQS, TURNS, CAUSAL: gl.constexpr, D: gl.constexpr,
+                              sdkh, sdkn, sdvb, sdvh, sdvn, DK, DV, CAUSAL: gl.constexpr, D: gl.constexpr,
                               STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                               CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
-                              KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False, FUSED: gl.constexpr = False):
+                              KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False):
     """Grid (cdiv(Nk, 2 KEYS), B * Hkv), 4 warps (12 in all): a program's 2 KEYS keys held in
     shared memory, one consumer warpgroup for each half; a producer streams the Q and dO tiles
     of the G query heads through a ring of STAGES. The producer is the default partition (the
@@ -642,9 +554,7 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq,
     sm_90). LSE2, DELTA: [B, Hq, Nq] fp32 (with ALIBI, LSE2 the forward's). WINDOW, Q_LENS,
     KV_LENS, ALIBI, left, right, SLOPES: as fa_fwd_hopper_kernel's. Only the query tiles that see the
     program's keys are visited; those crossing the causal diagonal, a window edge or kv_len
-    masked. FUSED: dQ too, summed in DQS ([B, Hq, Nq, D] fp32) in the order that TURNS ([B, Hq,
-    cdiv(Nq, ROWS), 2] int32) keeps (_add_dq), both zeroed before; key blocks run last first.
-    Else DQS and TURNS are never touched."""
+    masked."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -656,15 +566,9 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq,
     bh = gl.program_id(1)
     b = bh // Hkv
     hk = bh % Hkv
-    j = gl.program_id(0)
-    if FUSED:
-        j = gl.num_programs(0) - 1 - j
-    k0 = j * (2 * KEYS)
+    k0 = gl.program_id(0) * (2 * KEYS)
     q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
     tiles = _query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, KV_LENS, 2 * KEYS)
-    nbk = gl.num_programs(0)
-    if KV_LENS:
-        nbk = gl.cdiv(kv_len, 2 * KEYS)
 
     k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
     v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
@@ -673,32 +577,18 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq,
     q_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
     do_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
     ready, empty = _ring(STAGES)
-    ds_bufs = q_bufs  # (not used without FUSED)
-    ds_done = empty
-    h0 = (k0_s, k1_s)
-    h1 = (k0_s, k1_s)
-    if FUSED:  # two slots of both warpgroups' dS^T; each half of dQ's columns of both K rows
-        ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, ROWS], dtype)
-        ds_bufs = gl.allocate_shared_memory(dtype, [4, KEYS, ROWS], ds_layout)
-        ds_done = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        for s in gl.static_range(2):
-            mbarrier.init(ds_done.index(s), count=2)
-        h0 = (k0_s.slice(0, D // 2, dim=1), k1_s.slice(0, D // 2, dim=1))
-        h1 = (k0_s.slice(D // 2, D // 2, dim=1), k1_s.slice(D // 2, D // 2, dim=1))
 
     dk_off = b.to(gl.int64) * sdkb + hk.to(gl.int64) * sdkh
     dv_off = b.to(gl.int64) * sdvb + hk.to(gl.int64) * sdvh
     gl.warp_specialize([
         (_dkdv_producer, (q_bufs, do_bufs, ready, empty, Q, DO, b.to(gl.int64) * sqb, b.to(gl.int64) * sdob, sqh,
                           sdoh, sqn, sdon, G, hk, q_len, tiles[0], tiles[3], D, STAGES, CHUNK)),
-        (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, DQS, TURNS, ds_bufs,
-                          ds_done, h0[0], h0[1], dk_off, dv_off, sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len,
-                          lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, k0, tiles, j, nbk, 0, CAUSAL, WINDOW,
-                          KV_LENS, ALIBI, FUSED, D, STAGES)),
-        (_dkdv_consumer, (k1_s, v1_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, DQS, TURNS, ds_bufs,
-                          ds_done, h1[0], h1[1], dk_off, dv_off, sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len,
-                          lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, k0 + KEYS, tiles, j, nbk, 1, CAUSAL,
-                          WINDOW, KV_LENS, ALIBI, FUSED, D, STAGES)),
+        (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
+                          sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, kv_len - q_len,
+                          qk_scale, sm_scale, k0, tiles, CAUSAL, WINDOW, KV_LENS, ALIBI, D, STAGES)),
+        (_dkdv_consumer, (k1_s, v1_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
+                          sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, kv_len - q_len,
+                          qk_scale, sm_scale, k0 + KEYS, tiles, CAUSAL, WINDOW, KV_LENS, ALIBI, D, STAGES)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -819,19 +709,3 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq, G
         (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], KEYS, D,
                      STAGES, CHUNK)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
-
-
-@kernel(inputs=1, outputs=1, gluon=True)
-def fa_bwd_dq_cast_hopper_kernel(DQS, Hq, Nq, sm_scale, sdqb, sdqh, sdqn, DQ, D: gl.constexpr, BLOCK: gl.constexpr):
-    """Grid (cdiv(Nq, BLOCK), B * Hq): DQ = DQS * sm_scale in DQ's dtype (DQS: the FUSED dK / dV
-    kernel's fp32 sum [B, Hq, Nq, D]; DQ at strides sdqb, sdqh, sdqn, unit d)."""
-    sdqb, sdqh, sdqn = _strides8(sdqb, sdqh, sdqn)
-    ld: gl.constexpr = gl.BlockedLayout([1, 4], [32 * 4 // D, D // 4], [4, 1], [1, 0])
-    bh = gl.program_id(1)
-    rows = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=gl.SliceLayout(1, ld))
-    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
-    keep = (rows < Nq)[:, None]
-    dqs = gl.load(DQS + (bh.to(gl.int64) * Nq + rows)[:, None] * D + offs_d[None, :], mask=keep, other=0.0)
-    dq_off = (bh // Hq).to(gl.int64) * sdqb + (bh % Hq).to(gl.int64) * sdqh
-    gl.store(DQ + dq_off + rows.to(gl.int64)[:, None] * sdqn + offs_d[None, :], (dqs * sm_scale).to(DQ.dtype.element_ty),
-             mask=keep)

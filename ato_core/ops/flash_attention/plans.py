@@ -442,11 +442,6 @@ HOPPER_BACKWARD = True
 # pass, the partitions' registers (the dK / dV producer is the default partition: PRODUCER_REGS
 # is the dQ kernel's). Not tuned yet.
 HOPPER_BWD = {"STAGES": 2, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
-# dQ in the dK / dV kernel (its FUSED form: hopper._add_dq, 5 GEMMs a tile pair instead of 7,
-# summed in a fixed order) and a cast, instead of the dQ kernel. Correct and deterministic on an
-# H100, and slower: B4 H32 N4096 causal, its dK / dV kernel 4.9 ms against 2.1 + 1.6 for the
-# dK / dV and dQ kernels; 3.8 even with no dQ memory operation (results: flash_fused_dq.txt). Off.
-HOPPER_FUSED_DQ = False
 
 
 def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D: int, Nk: int, target: Target,
@@ -461,31 +456,19 @@ def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D:
 def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, B: int, Hq: int, Hkv: int,
                               Nq: int, Nk: int, causal: bool, scale: float, layout: str, options: Options,
                               named: dict) -> Tuple[Launch, Launch]:
-    """The dK / dV and dQ launches of the Gluon backward (after the portable delta launch); with
-    HOPPER_FUSED_DQ, dK / dV with dQ summed in fp32, then dQ's cast."""
+    """The dK / dV and dQ launches of the Gluon backward (after the portable delta launch)."""
     arrays, opt_scalars, o_const = _hopper_options(options, named, causal, scale, B, Hq, Nq, Nk)
     # with ALiBi the forward's base-2 lse (the scores are not s * scale * log2(e)), else the delta launch's
     inputs = ("q", "k", "v", "do", "lse_base2" if o_const["ALIBI"] else "lse2", "delta", *arrays)
     common = (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, scale, *opt_scalars, *q.strides[:3], *k.strides[:3],
               *v.strides[:3], *do.strides[:3])
     const = {"CAUSAL": causal, "D": q.shape[3], **HOPPER_BWD, **o_const}
-    D, fused = q.shape[3], HOPPER_FUSED_DQ
-    rows = kern.hopper.ROWS.value  # a query tile's rows: a counter for each half of its columns (hopper._add_dq)
     dkdv = Launch(
         kern.hopper.fa_bwd_dkdv_hopper_kernel, (cdiv(Nk, 128), B * Hkv), inputs,
         (*common, *bhnd_strides(k.shape, layout)[:3], *bhnd_strides(v.shape, layout)[:3]),
-        (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype),
-         optional_output("dq_sum", (B, Hq, Nq, D), "float32", fused, zeroed=True),
-         optional_output("dq_turns", (B, Hq, cdiv(Nq, rows), 2), "int32", fused, zeroed=True)),
-        {**const, "FUSED": fused}, num_warps=4,
+        (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype)),
+        const, num_warps=4,
     )
-    if fused:
-        cast = Launch(
-            kern.hopper.fa_bwd_dq_cast_hopper_kernel, (cdiv(Nq, rows), B * Hq), ("dq_sum",),
-            (Hq, Nq, scale, *bhnd_strides(q.shape, layout)[:3]), (Buffer("dq", laid_out(q.shape, layout), q.dtype),),
-            {"D": D, "BLOCK": rows}, num_warps=4,
-        )
-        return dkdv, cast
     dq = Launch(
         kern.hopper.fa_bwd_dq_hopper_kernel, (cdiv(Nq, 128), B * Hq), inputs,
         (*common, *bhnd_strides(q.shape, layout)[:3]), (Buffer("dq", laid_out(q.shape, layout), q.dtype),),
