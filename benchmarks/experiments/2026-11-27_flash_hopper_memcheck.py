@@ -32,6 +32,8 @@ CASES = [
     # (session 37) ALiBi slopes [Hq], and [B, Hq] with a window and lengths
     (2, 4, 2, 77, 77, torch.bfloat16, dict(causal=True, alibi="h")),
     (3, 2, 1, 300, 500, torch.float16, dict(causal=False, window_size=(40, 70), lengths=True, alibi="bh")),
+    # (session 38) causal ALiBi, split into key and row terms, with a window and lengths
+    (3, 2, 1, 300, 500, torch.bfloat16, dict(causal=True, window_size=(100, None), lengths=True, alibi="bh")),
 ]
 
 plans.HOPPER_BACKWARD = "--backward" in sys.argv
