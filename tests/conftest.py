@@ -56,3 +56,17 @@ def portable_backward(monkeypatch):
     clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
     yield
     clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
+
+
+@pytest.fixture
+def persistent_forward(monkeypatch):
+    """plans.HOPPER_PERSISTENT on (the Gluon forward's persistent form, off by default until it
+    has run on a GPU), no flash plan cached from before or kept after."""
+    from ato_core.ops.flash_attention import plans
+
+    from helpers import clear_plans
+
+    monkeypatch.setattr(plans, "HOPPER_PERSISTENT", True)
+    clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
+    yield
+    clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
