@@ -9,7 +9,7 @@
 # rest in the other shards.
 # Usage (repository root, .whl carried): bash benchmarks/tools/gpu_tier_sharded.sh [PYTEST_K] [SHARDS]
 # SHARD_TIMEOUT (seconds, default 540) stops each shard, so the summary is still written
-# inside one device command. Logs: $OUT/gpu-tests-shard<i>.txt; the summary (every test's
+# inside one device command (a stopped shard's line says so, with the tests it reported). Logs: $OUT/gpu-tests-shard<i>.txt; the summary (every test's
 # result, each failure's one-line reason from pytest's short summary, and each shard's last
 # line) in $OUT/gpu-tests-summary.txt.
 set -uo pipefail
@@ -23,6 +23,8 @@ mapfile -t heavy < <([ -n "$heavy_k" ] && collect -k "${k:+($k) and }($heavy_k)"
 mapfile -t ids < <(printf '%s\n' "${all[@]}" | grep -vxFf <(printf '%s\n' "${heavy[@]}"))
 echo "${#all[@]} tests in $shards shards (-k '${k}'; ${#heavy[@]} heavy ones in shard 0 alone)" > "$OUT/gpu-tests-summary.txt"
 pids=()
+counts=()
+codes=()
 for ((s = 0; s < shards; s++)); do
   mine=()
   if [ ${#heavy[@]} -gt 0 ]; then
@@ -34,14 +36,20 @@ for ((s = 0; s < shards; s++)); do
   fi
   [ ${#mine[@]} -eq 0 ] && continue
   timeout "${SHARD_TIMEOUT:-540}" python3 -m pytest -v -rsfE "${mine[@]}" > "$OUT/gpu-tests-shard$s.txt" 2>&1 &
-  pids+=($!)
+  pids[s]=$!
+  counts[s]=${#mine[@]}
 done
 rc=0
-for p in "${pids[@]}"; do wait "$p" || rc=1; done
+for s in "${!pids[@]}"; do wait "${pids[s]}"; codes[s]=$?; [ "${codes[s]}" -eq 0 ] || rc=1; done
 for ((s = 0; s < shards; s++)); do
   [ -f "$OUT/gpu-tests-shard$s.txt" ] || continue
   grep -E "PASSED|FAILED|ERROR|SKIPPED" "$OUT/gpu-tests-shard$s.txt" | grep '::' >> "$OUT/gpu-tests-summary.txt"
-  tail -1 "$OUT/gpu-tests-shard$s.txt" | sed "s/^/shard $s: /" >> "$OUT/gpu-tests-summary.txt"
+  if [ "${codes[s]}" -eq 124 ]; then  # (its last line would be a test's, which a grep for PASSED hides)
+    echo "shard $s: stopped at SHARD_TIMEOUT ${SHARD_TIMEOUT:-540} s, $(grep -cE '(PASSED|FAILED|ERROR|SKIPPED) +\[' \
+      "$OUT/gpu-tests-shard$s.txt") of ${counts[s]} tests reported" >> "$OUT/gpu-tests-summary.txt"
+  else
+    tail -1 "$OUT/gpu-tests-shard$s.txt" | sed "s/^/shard $s: /" >> "$OUT/gpu-tests-summary.txt"
+  fi
 done
 cat "$OUT/gpu-tests-summary.txt"
 exit $rc
