@@ -238,16 +238,21 @@ def _copy_rows(dst, A, a_off, san, start, N, D: gl.constexpr, CHUNK: gl.constexp
 
 
 @gluon.jit
-def _item(t, n_m, Hq, G, REVERSE: gl.constexpr):
-    """(query block, batch, query head, kv head, b * Hq + head) of a persistent program's work
-    item t: heads outer, a head's query blocks inner (its keys stay in L2); REVERSE: the last
-    query blocks of a head first."""
+def _item(t, n_m, Hq, G, Nq, Nk, QLEN, KVLEN, left, right, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+          Q_LENS: gl.constexpr, KV_LENS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """A persistent program's work item t, as its producer and consumers all compute it: (batch,
+    query head, kv head, b * Hq + head, first row, _lengths', _key_tiles'). Heads outer, a head's
+    128-row query blocks inner (its keys stay in L2); causal: the last query blocks first."""
     bh = t // n_m
     pid_m = t % n_m
-    if REVERSE:
+    if CAUSAL:
         pid_m = n_m - 1 - pid_m
+    b = bh // Hq
     h = bh % Hq
-    return pid_m, bh // Hq, h, h // G, bh
+    start_m = pid_m * (2 * ROWS)
+    q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
+    tiles = _key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, 2 * ROWS, BLOCK_N)
+    return b, h, h // G, bh, start_m, (q_len, kv_len, lo_shift, hi_shift), tiles
 
 
 @gluon.jit
@@ -261,10 +266,10 @@ def _producer_items(q_bufs, q_ready, q_empty, k_bufs, v_bufs, ready, empty, Q, K
     c0 = 0
     k = 0
     for t in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        pid_m, b, h, hk, bh = _item(t, n_m, Hq, G, CAUSAL)
-        start_m = pid_m * (2 * ROWS)
-        q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
-        lo, _, _, hi = _key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, 2 * ROWS, BLOCK_N)
+        b, h, hk, bh, start_m, lengths, tiles = _item(t, n_m, Hq, G, Nq, Nk, QLEN, KVLEN, left, right, CAUSAL, WINDOW,
+                                                      Q_LENS, KV_LENS, BLOCK_N)
+        kv_len = lengths[1]
+        lo, hi = tiles[0], tiles[3]
         mbarrier.wait(q_empty, (k & 1) ^ 1)
         q_off = b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
         _copy_rows(q_bufs.index(0), Q, q_off, sqn, start_m, Nq, D, CHUNK)
@@ -286,10 +291,9 @@ def _consumer_items(q_bufs, q_ready, q_empty, w, k_bufs, v_bufs, ready, empty, Q
     c0 = 0
     k = 0
     for t in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        pid_m, b, h, hk, bh = _item(t, n_m, Hq, G, CAUSAL)
-        start_m = pid_m * (2 * ROWS)
-        q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
-        tiles = _key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, 2 * ROWS, BLOCK_N)
+        b, h, hk, bh, start_m, lengths, tiles = _item(t, n_m, Hq, G, Nq, Nk, QLEN, KVLEN, left, right, CAUSAL, WINDOW,
+                                                      Q_LENS, KV_LENS, BLOCK_N)
+        q_len, kv_len, lo_shift, hi_shift = lengths
         mbarrier.wait(q_ready, k & 1)
         fence_async_shared()
         _consumer(q_bufs.index(w), k_bufs, v_bufs, ready, empty, c0, q_empty, O, LSE, LSE2,
