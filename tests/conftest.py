@@ -44,29 +44,26 @@ def walk(monkeypatch):
     clear_plans("based_attention", *plan_fns)
 
 
-@pytest.fixture
-def portable_backward(monkeypatch):
-    """plans.HOPPER_BACKWARD off (the portable backward kernels on Hopper too), no flash plan
-    cached from before or kept after."""
+def _flash_switch(monkeypatch, name, value):
+    """plans.<name> = value for one test, no flash plan cached from before or kept after."""
     from ato_core.ops.flash_attention import plans
 
     from helpers import clear_plans
 
-    monkeypatch.setattr(plans, "HOPPER_BACKWARD", False)
+    monkeypatch.setattr(plans, name, value)
     clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
     yield
     clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
+
+
+@pytest.fixture
+def portable_backward(monkeypatch):
+    """plans.HOPPER_BACKWARD off: the portable backward kernels on Hopper too."""
+    yield from _flash_switch(monkeypatch, "HOPPER_BACKWARD", False)
 
 
 @pytest.fixture
 def persistent_forward(monkeypatch):
-    """plans.HOPPER_PERSISTENT on (the Gluon forward's persistent form, off by default until it
-    has run on a GPU), no flash plan cached from before or kept after."""
-    from ato_core.ops.flash_attention import plans
-
-    from helpers import clear_plans
-
-    monkeypatch.setattr(plans, "HOPPER_PERSISTENT", True)
-    clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
-    yield
-    clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
+    """plans.HOPPER_PERSISTENT on: the Gluon forward's persistent form, off by default until it
+    has run on a GPU."""
+    yield from _flash_switch(monkeypatch, "HOPPER_PERSISTENT", True)

@@ -282,7 +282,8 @@ def _check_hopper(dims, window, causal, lengths, alibi, dtype, backward_kernels)
     """A Hopper case through both frameworks: its forward plan's launch is the Gluon forward and its
     backward's (after the delta launch) are ``backward_kernels`` on an sm_90 GPU with Gluon (the
     portable kernels elsewhere); o, lse and every gradient against the float64 reference, torch ==
-    JAX bit for bit; ato_torch ran those very launches (it caches a binary on each)."""
+    JAX bit for bit; ato_torch ran those very launches (it caches a binary on each). Returns
+    (the case, its forward plan, torch's results)."""
     *shape, layout = dims
     case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths,
                    alibi=alibi)
@@ -296,6 +297,7 @@ def _check_hopper(dims, window, causal, lengths, alibi, dtype, backward_kernels)
     ran = os.environ.get("ATO_TRITON_JIT_LAUNCH") or all(launch.compiled for launch in launches)
     assert ran, "the case ran other plans"
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+    return case, forward, t
 
 
 @pytest.mark.parametrize("dims,window,causal,lengths,alibi", HOPPER_CASES,
@@ -309,16 +311,22 @@ def test_flash_attention_hopper_gpu(dims, window, causal, lengths, alibi, dtype)
 
 @pytest.mark.parametrize("dims,window,causal,lengths,alibi", HOPPER_PERSISTENT_CASES,
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
-def test_flash_attention_hopper_persistent_gpu(dims, window, causal, lengths, alibi, persistent_forward):
+def test_flash_attention_hopper_persistent_gpu(dims, window, causal, lengths, alibi, persistent_forward,
+                                               monkeypatch):
     """plans.HOPPER_PERSISTENT (off by default; written on a CPU machine): the Gluon forward as a
-    program per SM over the work items, in bf16 (_check_hopper), its launch persistent on sm_90."""
-    _check_hopper(dims, window, causal, lengths, alibi, "bfloat16",
-                  ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"])
-    if _hopper():
-        *shape, layout = dims
-        forward, _ = _plans(fa_case(*shape, dtype="bfloat16", causal=causal, seed=sum(shape), layout=layout,
-                                    window=window, lengths=lengths, alibi=alibi))
-        assert forward.launches[0].constexprs.get("PERSISTENT")
+    program per SM over the work items, in bf16 (_check_hopper), its launch persistent on sm_90,
+    and the same bits as the program-per-item forward (the same tiles in the same order)."""
+    from ato_core.ops.flash_attention import plans
+    from helpers import clear_plans
+
+    case, forward, t = _check_hopper(dims, window, causal, lengths, alibi, "bfloat16",
+                                     ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"])
+    assert forward.launches[0].constexprs.get("PERSISTENT", False) == _hopper()
+    monkeypatch.setattr(plans, "HOPPER_PERSISTENT", False)
+    clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
+    _RESULTS.pop(case, None)
+    per_item, _, _ = _run(case)
+    assert h.bitwise_equal(t, per_item), f"persistent and per-item differ: {h.max_rel_err(t, per_item):.3g}"
 
 
 def test_flash_attention_hopper_needs_aligned_rows_gpu():
