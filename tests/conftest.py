@@ -60,10 +60,3 @@ def _flash_switch(monkeypatch, name, value):
 def portable_backward(monkeypatch):
     """plans.HOPPER_BACKWARD off: the portable backward kernels on Hopper too."""
     yield from _flash_switch(monkeypatch, "HOPPER_BACKWARD", False)
-
-
-@pytest.fixture
-def persistent_forward(monkeypatch):
-    """plans.HOPPER_PERSISTENT on: the Gluon forward's persistent form, off by default until it
-    has run on a GPU."""
-    yield from _flash_switch(monkeypatch, "HOPPER_PERSISTENT", True)

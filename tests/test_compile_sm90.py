@@ -335,14 +335,11 @@ def test_float64_constants_stay_float64(name, kwargs, tmp_path, monkeypatch):
 def _gluon_launches(which):
     """(launch, plan, input specs) of a Gluon kernel: the Hopper forward or the backward's dK /
     dV or dQ launch, GQA, Nq != Nk, causal, with a window, or (which ending in "lengths") q and
-    kv lengths, or ("alibi") [B, Hq] ALiBi slopes; "persistent ...": the forward over more work
-    items than SMs (the caller turns plans.HOPPER_PERSISTENT on), full or with a window."""
+    kv lengths, or ("alibi") [B, Hq] ALiBi slopes."""
     from ato_core.ops.flash_attention import plans as fa
     from ato_core.testing import gpu_spec
 
     q, k = gpu_spec((2, 8, 300, 128)), gpu_spec((2, 2, 500, 128))
-    if which.startswith("persistent"):
-        q, k = gpu_spec((2, 64, 300, 128)), gpu_spec((2, 16, 500, 128))
     specs = {"q": q, "k": k, "v": k, "do": q, "q_lengths": gpu_spec((2,), "int32"),
              "kv_lengths": gpu_spec((2,), "int64"), "alibi_slopes": gpu_spec((2, 8), "float32"),
              "lse_base2": gpu_spec((2, 8, 300), "float32")}
@@ -352,10 +349,8 @@ def _gluon_launches(which):
         kw = {"arrays": (specs["alibi_slopes"],) + (None,) * 7}
     else:
         kw = {"options": fa.Options(window=(100, None))}
-    if which.startswith(("forward", "persistent")):
-        full = which == "persistent full"
-        plan = fa.forward_plan(q, k, k, causal=not full, softmax_scale=None, target=H100, **({} if full else kw))
-        assert plan.launches[0].constexprs.get("PERSISTENT", False) == which.startswith("persistent")
+    if which.startswith("forward"):
+        plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100, **kw)
         return plan.launches[0], plan, specs
     plan = fa.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=H100, **kw)
     return plan.launches[1 if which.startswith("dkdv") else 2], plan, specs
@@ -363,8 +358,8 @@ def _gluon_launches(which):
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
 @pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "dkdv lengths", "dq lengths", "forward alibi",
-                                   "dkdv alibi", "dq alibi", "persistent full", "persistent window"])
-def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch, request):
+                                   "dkdv alibi", "dq alibi"])
+def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
     Hopper kernels into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,
     torch's path) builds, and launches them with all their partitions' warps: the precondition of
@@ -380,8 +375,6 @@ def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch, request):
     from ato_jax import launcher
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    if which.startswith("persistent"):
-        request.getfixturevalue("persistent_forward")
     launch, plan, specs = _gluon_launches(which)
     assert launch.kernel.is_gluon()
     lib = types.SimpleNamespace(

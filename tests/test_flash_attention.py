@@ -302,34 +302,6 @@ def test_hopper_backward_switched_off(portable_backward):
 
 
 @needs_gluon
-def test_hopper_persistent_plan(persistent_forward, monkeypatch):
-    """With HOPPER_PERSISTENT the Gluon forward of items that cost alike (no causal mask, or a
-    window) runs one program per SM over more work items than SMs (query blocks of 128 rows
-    times B * Hq, the last scalar); causal without a window, or fewer items than SMs, keep a
-    program per item; without it (the default) every forward does."""
-    from ato_core.testing import gpu_spec, h100
-
-    target = h100()
-    q = gpu_spec((4, 1000, 32, 128))
-
-    def forward(q, causal, **kw):
-        kv = gpu_spec((q.shape[0], 700, 8, 128))
-        launch = fa_core.forward_plan(q, kv, kv, causal=causal, softmax_scale=None, target=target, layout="bnhd",
-                                      **kw).launches[0]
-        assert launch.name == "fa_fwd_hopper_kernel" and launch.scalars[-1] == q.shape[0] * q.shape[2]
-        return launch.grid, launch.constexprs.get("PERSISTENT", False)
-
-    persistent = ((target.num_sms, 1), True)
-    assert forward(q, False) == persistent  # 8 query blocks x 128 heads
-    assert forward(q, True, options=fa_core.Options(window=(300, None))) == persistent
-    assert forward(q, True) == ((8, 128), False)
-    assert forward(gpu_spec((1, 1000, 16, 128)), False) == ((8, 16), False)  # 128 items, 132 SMs
-    monkeypatch.setattr(fa_core, "HOPPER_PERSISTENT", False)
-    fa_core.forward_plan.cache_clear()
-    assert forward(q, False) == ((8, 128), False)
-
-
-@needs_gluon
 def test_jax_target_without_a_gluon_launcher(monkeypatch):
     """ato_jax plans for a Hopper GPU without Gluon kernels when its jax-triton cannot compile
     them (0.4.x), with them when it can (0.3.x, through launcher._compile_gluon)."""

@@ -268,16 +268,6 @@ HOPPER_CASES = ([(d, None, c, None, None) for d in HOPPER_DIMS for c in (False, 
                 + [(*w, None, None) for w in HOPPER_WINDOWS] + [(*c, None) for c in HOPPER_LENGTHS] + HOPPER_ALIBI)
 
 
-# The persistent forward (plans.HOPPER_PERSISTENT): more work items (128-row query blocks x B x
-# Hq) than an H100's 132 SMs, full or with a window, GQA, Nq != Nk, bnhd, lengths, ALiBi.
-HOPPER_PERSISTENT_CASES = [
-    ((4, 8, 2, 1000, 1000, 128, "bhnd"), None, False, None, None),
-    ((3, 16, 16, 700, 1500, 128, "bnhd"), (100, None), True, None, None),
-    ((4, 8, 4, 900, 800, 128, "bhnd"), (64, 32), False, "both", "bh"),
-    ((2, 40, 8, 300, 4097, 128, "bhnd"), None, False, "kv", "h"),
-]
-
-
 def _check_hopper(dims, window, causal, lengths, alibi, dtype, backward_kernels):
     """A Hopper case through both frameworks: its forward plan's launch is the Gluon forward and its
     backward's (after the delta launch) are ``backward_kernels`` on an sm_90 GPU with Gluon (the
@@ -307,26 +297,6 @@ def test_flash_attention_hopper_gpu(dims, window, causal, lengths, alibi, dtype)
     """On an sm_90 GPU the Gluon forward, dK / dV and dQ kernels run (elsewhere the portable
     ones), with windows, lengths and ALiBi (_check_hopper)."""
     _check_hopper(dims, window, causal, lengths, alibi, dtype, ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"])
-
-
-@pytest.mark.parametrize("dims,window,causal,lengths,alibi", HOPPER_PERSISTENT_CASES,
-                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
-def test_flash_attention_hopper_persistent_gpu(dims, window, causal, lengths, alibi, persistent_forward,
-                                               monkeypatch):
-    """plans.HOPPER_PERSISTENT (off by default; written on a CPU machine): the Gluon forward as a
-    program per SM over the work items, in bf16 (_check_hopper), its launch persistent on sm_90,
-    and the same bits as the program-per-item forward (the same tiles in the same order)."""
-    from ato_core.ops.flash_attention import plans
-    from helpers import clear_plans
-
-    case, forward, t = _check_hopper(dims, window, causal, lengths, alibi, "bfloat16",
-                                     ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"])
-    assert forward.launches[0].constexprs.get("PERSISTENT", False) == _hopper()
-    monkeypatch.setattr(plans, "HOPPER_PERSISTENT", False)
-    clear_plans("flash_attention", plans.forward_plan, plans.backward_plan)
-    _RESULTS.pop(case, None)
-    per_item, _, _ = _run(case)
-    assert h.bitwise_equal(t, per_item), f"persistent and per-item differ: {h.max_rel_err(t, per_item):.3g}"
 
 
 def test_flash_attention_hopper_needs_aligned_rows_gpu():

@@ -6,8 +6,7 @@ out-of-range accesses and races on its shared-memory ring.
     compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py [--backward]
 
 --backward: with plans.HOPPER_BACKWARD on (the Gluon dK / dV and dQ kernels, windows and lengths too);
---alibi: the ALiBi cases alone; --persistent: the persistent forward's cases alone (plans.HOPPER_PERSISTENT
-on; more work items than SMs).
+--alibi: the ALiBi cases alone.
 """
 import sys
 
@@ -35,17 +34,11 @@ CASES = [
     (3, 2, 1, 300, 500, torch.float16, dict(causal=False, window_size=(40, 70), lengths=True, alibi="bh")),
     # (session 38) causal ALiBi, split into key and row terms, with a window and lengths
     (3, 2, 1, 300, 500, torch.bfloat16, dict(causal=True, window_size=(100, None), lengths=True, alibi="bh")),
-    # (session 38) the persistent forward: 240 and 288 work items
-    (2, 40, 8, 300, 700, torch.bfloat16, dict(causal=False, lengths=True, alibi="h", persistent=True)),
-    (3, 16, 16, 700, 1500, torch.float16, dict(causal=True, window_size=(100, None), layout="bnhd", persistent=True)),
 ]
 
 plans.HOPPER_BACKWARD = "--backward" in sys.argv
-plans.HOPPER_PERSISTENT = "--persistent" in sys.argv
 for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     if "--alibi" in sys.argv and "alibi" not in kw:  # the ALiBi cases alone
-        continue
-    if kw.pop("persistent", False) != plans.HOPPER_PERSISTENT:  # the persistent cases with --persistent alone
         continue
     g = torch.Generator(device="cuda").manual_seed(Nq)
     shape_q, shape_k = ((B, Hq, Nq, 128), (B, Hkv, Nk, 128)) if kw.get("layout") != "bnhd" else \

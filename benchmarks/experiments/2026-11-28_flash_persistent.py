@@ -1,7 +1,8 @@
 """Issues 22 / 25: the Gluon forward's persistent form (plans.HOPPER_PERSISTENT, written on a CPU
 machine in session 38) against its program-per-item form, ato_torch, bf16 D128, one process on an
 sm_90 GPU: o and lse bit for bit alike (the same tiles in the same order), then the forward's time
-(triton do_bench medians) of each. Run it under a timeout: a wrong ring or Q phase waits forever.
+(triton do_bench medians) of each. Run it under a timeout: a wrong ring or Q phase waits forever. Runs at f458a51 (the form was
+removed after this measurement: results flash_gluon.txt, section 19).
 
     python3 benchmarks/experiments/2026-11-28_flash_persistent.py
 """

@@ -87,15 +87,15 @@ def _alibi(s, qk_scale, rows_f, keys_f, slope2):
 
 
 @gluon.jit
-def _step(q_smem, k_bufs, v_bufs, ready, empty, j, c, lo, p, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk,
+def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk,
           lo_shift, hi_shift, alibi, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
           WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
           STAGES: gl.constexpr):
-    """The item's j-th key tile (tile lo + j; the ring's c-th): QK_j in flight with PV_{j-1} (p
-    of tile j - 1), softmax of tile j under PV_{j-1}; frees tile j - 1's slot."""
-    slot = c % STAGES
-    prev = (c - 1) % STAGES
-    mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+    """The program's j-th key tile (tile lo + j): QK_j in flight with PV_{j-1} (p of tile j - 1),
+    softmax of tile j under PV_{j-1}; frees tile j - 1's slot."""
+    slot = j % STAGES
+    prev = (j - 1) % STAGES
+    mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
     fence_async_shared()
     p_op = gl.convert_layout(p.to(v_bufs.dtype), p_layout)
     s_tok = warpgroup_mma(q_smem, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -110,36 +110,32 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, c, lo, p, m_i, l_i, acc, s_ze
 
 
 @gluon.jit
-def _attend(q_smem, k_bufs, v_bufs, ready, empty, c0, q_free, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk,
-            lo_shift, hi_shift, alibi, tiles, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
-            WINDOW: gl.constexpr, ALIBI: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            FREE_Q: gl.constexpr):
-    """(m, l, acc) over key tiles [lo, hi) (at least one), the ring's c0-th tile on: masked but
-    for [full_lo, full_hi) (tiles = (lo, full_lo, full_hi, hi), _key_tiles). FREE_Q: arrives on
-    q_free once the last QK wgmma is done (Q is not read after it)."""
+def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift,
+            hi_shift, alibi, tiles, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
+            WINDOW: gl.constexpr, ALIBI: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """(m, l, acc) over key tiles [lo, hi) (at least one): masked but for [full_lo, full_hi)
+    (tiles = (lo, full_lo, full_hi, hi), _key_tiles)."""
     lo, full_lo, full_hi, hi = tiles
-    mbarrier.wait(ready.index(c0 % STAGES), (c0 // STAGES) & 1)
+    mbarrier.wait(ready.index(0), 0)
     fence_async_shared()
-    s_tok = warpgroup_mma(q_smem, k_bufs.index(c0 % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s_tok = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
     p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, lo * BLOCK_N, offs_sn, Nk, lo_shift, hi_shift, alibi,
                                   CAUSAL, WINDOW, True, ALIBI)
     if WINDOW:  # the tiles that cross the window's lower edge
         for j in range(1, full_lo - lo):
-            p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, c0 + j, lo, p, m_i, l_i, acc, s_zero,
-                                     qk_scale, offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout,
-                                     CAUSAL, WINDOW, True, ALIBI, BLOCK_N, STAGES)
+            p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
+                                     offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL,
+                                     WINDOW, True, ALIBI, BLOCK_N, STAGES)
     for j in range(gl.maximum(full_lo - lo, 1), full_hi - lo):
-        p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, c0 + j, lo, p, m_i, l_i, acc, s_zero,
-                                 qk_scale, offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL,
-                                 WINDOW, False, ALIBI, BLOCK_N, STAGES)
+        p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
+                                 offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL, WINDOW,
+                                 False, ALIBI, BLOCK_N, STAGES)
     for j in range(gl.maximum(full_hi - lo, 1), hi - lo):
-        p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, c0 + j, lo, p, m_i, l_i, acc, s_zero,
-                                 qk_scale, offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL,
-                                 WINDOW, True, ALIBI, BLOCK_N, STAGES)
-    if FREE_Q:
-        mbarrier.arrive(q_free, count=1)
-    last = (c0 + hi - lo - 1) % STAGES
+        p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
+                                 offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL, WINDOW,
+                                 True, ALIBI, BLOCK_N, STAGES)
+    last = (hi - lo - 1) % STAGES
     o_tok = warpgroup_mma(gl.convert_layout(p.to(v_bufs.dtype), p_layout), v_bufs.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
     mbarrier.arrive(empty.index(last), count=1)
@@ -147,15 +143,13 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, c0, q_free, m_i, l_i, acc, s_z
 
 
 @gluon.jit
-def _consumer(q_smem, k_bufs, v_bufs, ready, empty, c0, q_free, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, Nk,
-              lo_shift, hi_shift, qk_scale, slope2, shift, start_m, tiles, CAUSAL: gl.constexpr,
-              WINDOW: gl.constexpr, Q_LENS: gl.constexpr, ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
-              D: gl.constexpr, STAGES: gl.constexpr, FREE_Q: gl.constexpr = False):
-    """One warpgroup: query rows [start_m, start_m + ROWS) over key tiles the ring holds from its
-    c0-th on; writes their o and lse (Q_LENS: rows from q_len on get o = 0, lse = -inf), with
-    ALIBI (head slope2; shift = kv_len - q_len) also the base-2 lse LSE2 (+inf for those rows)
-    that the backward reads. Nk: the keys of this batch. FREE_Q: arrives on q_free once Q is
-    read for the last time."""
+def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, Nk, lo_shift,
+              hi_shift, qk_scale, slope2, shift, start_m, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+              Q_LENS: gl.constexpr, ALIBI: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
+              STAGES: gl.constexpr):
+    """One warpgroup: query rows [start_m, start_m + ROWS); writes their o and lse (Q_LENS: rows
+    from q_len on get o = 0, lse = -inf), with ALIBI (head slope2; shift = kv_len - q_len) also
+    the base-2 lse LSE2 (+inf for those rows) that the backward reads. Nk: the keys of this batch."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -169,11 +163,9 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, c0, q_free, O, LSE, LSE2, o_
     # ALiBi's query positions (bottom-right aligned), slope, and bias of a tile's columns (CAUSAL)
     alibi = ((offs_m + shift).to(gl.float32), slope2, offs_sn.to(gl.float32) * slope2)
     if tiles[3] > tiles[0]:
-        m_i, l_i, acc = _attend(q_smem, k_bufs, v_bufs, ready, empty, c0, q_free, m_i, l_i, acc, s_zero, qk_scale,
-                                offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, p_layout, o_layout, CAUSAL,
-                                WINDOW, ALIBI, BLOCK_N, STAGES, FREE_Q)
-    elif FREE_Q:
-        mbarrier.arrive(q_free, count=1)
+        m_i, l_i, acc = _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m,
+                                offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, p_layout, o_layout, CAUSAL, WINDOW,
+                                ALIBI, BLOCK_N, STAGES)
     if ALIBI:  # m is in base 2 already
         qk_scale = 1.0
     empty_row = l_i == 0.0
@@ -222,86 +214,6 @@ def _producer(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, lo
               D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr):
     """K/V tiles [lo, hi) into the ring."""
     _fill(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, lo, hi, 0, BLOCK_N, D, STAGES, CHUNK)
-
-
-@gluon.jit
-def _copy_rows(dst, A, a_off, san, start, N, D: gl.constexpr, CHUNK: gl.constexpr):
-    """As _load_rows, by cp.async (CHUNK rows a pass): the caller arrives on a barrier when they land."""
-    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
-    offs_r = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, ld))
-    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
-    for r in gl.static_range(dst.shape[0] // CHUNK):
-        rows = start + r * CHUNK + offs_r
-        async_copy.async_copy_global_to_shared(dst.slice(r * CHUNK, CHUNK),
-                                               A + a_off + rows.to(gl.int64)[:, None] * san + offs_d[None, :],
-                                               mask=(rows < N)[:, None])
-
-
-@gluon.jit
-def _item(t, n_m, Hq, G, Nq, Nk, QLEN, KVLEN, left, right, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
-          Q_LENS: gl.constexpr, KV_LENS: gl.constexpr, BLOCK_N: gl.constexpr):
-    """A persistent program's work item t, as its producer and consumers all compute it: (batch,
-    query head, kv head, b * Hq + head, first row, _lengths', _key_tiles'). Heads outer, a head's
-    128-row query blocks inner (its keys stay in L2); causal: the last query blocks first."""
-    bh = t // n_m
-    pid_m = t % n_m
-    if CAUSAL:
-        pid_m = n_m - 1 - pid_m
-    b = bh // Hq
-    h = bh % Hq
-    start_m = pid_m * (2 * ROWS)
-    q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
-    tiles = _key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, 2 * ROWS, BLOCK_N)
-    return b, h, h // G, bh, start_m, (q_len, kv_len, lo_shift, hi_shift), tiles
-
-
-@gluon.jit
-def _producer_items(q_bufs, q_ready, q_empty, k_bufs, v_bufs, ready, empty, Q, K, V, QLEN, KVLEN, n_items, n_m, Hq, G,
-                    Nq, Nk, left, right, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, CAUSAL: gl.constexpr,
-                    WINDOW: gl.constexpr, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr, BLOCK_N: gl.constexpr,
-                    D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr):
-    """PERSISTENT: for each of the program's work items (_item), its Q rows into the Q buffer
-    (once both consumers are past their last QK of the item before) and its K/V tiles into the
-    ring, which runs on from item to item."""
-    c0 = 0
-    k = 0
-    for t in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        b, h, hk, bh, start_m, lengths, tiles = _item(t, n_m, Hq, G, Nq, Nk, QLEN, KVLEN, left, right, CAUSAL, WINDOW,
-                                                      Q_LENS, KV_LENS, BLOCK_N)
-        kv_len = lengths[1]
-        lo, hi = tiles[0], tiles[3]
-        mbarrier.wait(q_empty, (k & 1) ^ 1)
-        q_off = b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
-        _copy_rows(q_bufs.index(0), Q, q_off, sqn, start_m, Nq, D, CHUNK)
-        _copy_rows(q_bufs.index(1), Q, q_off, sqn, start_m + ROWS, Nq, D, CHUNK)
-        async_copy.mbarrier_arrive(q_ready, increment_count=False)
-        _fill(k_bufs, v_bufs, ready, empty, K, V, b.to(gl.int64) * skb + hk.to(gl.int64) * skh,
-              b.to(gl.int64) * svb + hk.to(gl.int64) * svh, kv_len, skn, svn, lo, hi, c0, BLOCK_N, D, STAGES, CHUNK)
-        c0 += gl.maximum(hi - lo, 0)
-        k += 1
-
-
-@gluon.jit
-def _consumer_items(q_bufs, q_ready, q_empty, w, k_bufs, v_bufs, ready, empty, QLEN, KVLEN, SLOPES, O, LSE, LSE2,
-                    n_items, n_m, Hq, G, Nq, Nk, left, right, s_ab, s_ah, sob, soh, son, qk_scale,
-                    CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
-                    ALIBI: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
-    """PERSISTENT: consumer w of each of the program's work items (_item, as _producer_items):
-    its half of the item's Q rows once they land (_consumer, which frees them after the last QK)."""
-    c0 = 0
-    k = 0
-    for t in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        b, h, hk, bh, start_m, lengths, tiles = _item(t, n_m, Hq, G, Nq, Nk, QLEN, KVLEN, left, right, CAUSAL, WINDOW,
-                                                      Q_LENS, KV_LENS, BLOCK_N)
-        q_len, kv_len, lo_shift, hi_shift = lengths
-        mbarrier.wait(q_ready, k & 1)
-        fence_async_shared()
-        _consumer(q_bufs.index(w), k_bufs, v_bufs, ready, empty, c0, q_empty, O, LSE, LSE2,
-                  b.to(gl.int64) * sob + h.to(gl.int64) * soh, bh.to(gl.int64) * Nq, son, Nq, q_len, kv_len,
-                  lo_shift, hi_shift, qk_scale, _slope2(SLOPES, b, h, s_ab, s_ah, ALIBI), kv_len - q_len,
-                  start_m + w * ROWS, tiles, CAUSAL, WINDOW, Q_LENS, ALIBI, BLOCK_N, D, STAGES, True)
-        c0 += gl.maximum(tiles[3] - tiles[0], 0)
-        k += 1
 
 
 @gluon.jit
@@ -412,47 +324,12 @@ def _key_tiles(start_m, Nk, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl
     return lo, full_lo, full_hi, hi
 
 
-@gluon.jit
-def _forward_items(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, left, right, s_ab, s_ah, sqb, sqh, sqn, skb,
-                   skh, skn, svb, svh, svn, sob, soh, son, n_bh, O, LSE, LSE2, CAUSAL: gl.constexpr,
-                   BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
-                   PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr,
-                   Q_LENS: gl.constexpr, KV_LENS: gl.constexpr, ALIBI: gl.constexpr):
-    """fa_fwd_hopper_kernel's PERSISTENT form: the Q rows (q_ready completes when the producer's
-    copies land, q_empty when both consumers are past their last QK) beside the K/V ring."""
-    dtype: gl.constexpr = Q.dtype.element_ty
-    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
-    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], dtype)
-    q_bufs = gl.allocate_shared_memory(dtype, [2, ROWS, D], q_layout)  # a consumer's rows each
-    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
-    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
-    ready, empty = _ring(STAGES)
-    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_ready, count=128)
-    mbarrier.init(q_empty, count=2)
-    n_m = gl.cdiv(Nq, 2 * ROWS)
-    n_items = n_m * n_bh
-    gl.warp_specialize([
-        (_consumer_items, (q_bufs, q_ready, q_empty, 0, k_bufs, v_bufs, ready, empty, QLEN, KVLEN, SLOPES, O, LSE,
-                           LSE2, n_items, n_m, Hq, G, Nq, Nk, left, right, s_ab, s_ah, sob, soh, son, qk_scale,
-                           CAUSAL, WINDOW, Q_LENS, KV_LENS, ALIBI, BLOCK_N, D, STAGES)),
-        (_consumer_items, (q_bufs, q_ready, q_empty, 1, k_bufs, v_bufs, ready, empty, QLEN, KVLEN, SLOPES, O, LSE,
-                           LSE2, n_items, n_m, Hq, G, Nq, Nk, left, right, s_ab, s_ah, sob, soh, son, qk_scale,
-                           CAUSAL, WINDOW, Q_LENS, KV_LENS, ALIBI, BLOCK_N, D, STAGES)),
-        (_producer_items, (q_bufs, q_ready, q_empty, k_bufs, v_bufs, ready, empty, Q, K, V, QLEN, KVLEN, n_items,
-                           n_m, Hq, G, Nq, Nk, left, right, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, CAUSAL,
-                           WINDOW, Q_LENS, KV_LENS, BLOCK_N, D, STAGES, CHUNK)),
-    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
-
-
 @kernel(inputs=6, outputs=3, gluon=True)
 def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, left, right, s_ab, s_ah, sqb, sqh,
-                         sqn, skb, skh, skn, svb, svh, svn, sob, soh, son, n_bh, O, LSE, LSE2, CAUSAL: gl.constexpr,
+                         sqn, skb, skh, skn, svb, svh, svn, sob, soh, son, O, LSE, LSE2, CAUSAL: gl.constexpr,
                          BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
                          PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False,
-                         Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False,
-                         PERSISTENT: gl.constexpr = False):
+                         Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False):
     """Grid (cdiv(Nq, 128), B * Hq), 4 warps (the default partition: the first consumer; 12
     in all). qk_scale = softmax_scale * log2(e). WINDOW: query i sees key j only if
     i + shift - left <= j <= i + shift + right (kernels.fa_fwd_kernel's window; causal is
@@ -460,57 +337,49 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, 
     [0, Nq], [0, Nk]; shift = kv_len - q_len), as kernels._options. ALIBI: scores get
     -slope |i + shift - j| (SLOPES fp32 [Hq] or [B, Hq], strides s_ab, s_ah) and LSE2, the
     base-2 lse the backward reads, is written (else never). Causal: the last query blocks (the
-    most keys) run first. PERSISTENT: grid (programs, 1), each program takes work items (query
-    block, b * Hq + head; n_bh = B * Hq of them a block) t = program, + programs, ... (_item),
-    the producer loading each item's Q rows and K/V tiles while the consumers finish the item
-    before (its last PV and its stores)."""
+    most keys) run first."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
     sob, soh, son = _strides8(sob, soh, son)
     BLOCK_M: gl.constexpr = 2 * ROWS
     dtype: gl.constexpr = Q.dtype.element_ty
-    if PERSISTENT:
-        _forward_items(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, left, right, s_ab, s_ah, sqb, sqh, sqn,
-                       skb, skh, skn, svb, svh, svn, sob, soh, son, n_bh, O, LSE, LSE2, CAUSAL, BLOCK_N, D, STAGES,
-                       CHUNK, PRODUCER_REGS, CONSUMER_REGS, WINDOW, Q_LENS, KV_LENS, ALIBI)
-    else:
-        pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)
-        bh = gl.program_id(1)
-        start_m = pid_m * BLOCK_M
-        q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
-        q_off = b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
-        k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
-        v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
-        o_off = b.to(gl.int64) * sob + h.to(gl.int64) * soh
-        lse_off = bh.to(gl.int64) * Nq
+    pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)
+    bh = gl.program_id(1)
+    start_m = pid_m * BLOCK_M
+    q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
+    q_off = b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
+    k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
+    v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
+    o_off = b.to(gl.int64) * sob + h.to(gl.int64) * soh
+    lse_off = bh.to(gl.int64) * Nq
 
-        q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
-        kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], dtype)
-        q0 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
-        q1 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
-        k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
-        v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
-        ready, empty = _ring(STAGES)
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
+    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], dtype)
+    q0 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
+    q1 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
+    ready, empty = _ring(STAGES)
 
-        _load_rows(q0, Q, q_off, sqn, start_m, Nq, D)
-        _load_rows(q1, Q, q_off, sqn, start_m + ROWS, Nq, D)
-        fence_async_shared()
-        gl.thread_barrier()
+    _load_rows(q0, Q, q_off, sqn, start_m, Nq, D)
+    _load_rows(q1, Q, q_off, sqn, start_m + ROWS, Nq, D)
+    fence_async_shared()
+    gl.thread_barrier()
 
-        tiles = _key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N)
-        slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, ALIBI)
-        shift = kv_len - q_len
-        gl.warp_specialize([
-            (_consumer, (q0, k_bufs, v_bufs, ready, empty, 0, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len,
-                         kv_len, lo_shift, hi_shift, qk_scale, slope2, shift, start_m, tiles, CAUSAL, WINDOW, Q_LENS,
-                         ALIBI, BLOCK_N, D, STAGES)),
-            (_consumer, (q1, k_bufs, v_bufs, ready, empty, 0, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len,
-                         kv_len, lo_shift, hi_shift, qk_scale, slope2, shift, start_m + ROWS, tiles, CAUSAL, WINDOW,
-                         Q_LENS, ALIBI, BLOCK_N, D, STAGES)),
-            (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3],
-                         BLOCK_N, D, STAGES, CHUNK)),
-        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+    tiles = _key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N)
+    slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, ALIBI)
+    shift = kv_len - q_len
+    gl.warp_specialize([
+        (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, kv_len, lo_shift,
+                     hi_shift, qk_scale, slope2, shift, start_m, tiles, CAUSAL, WINDOW, Q_LENS, ALIBI, BLOCK_N, D,
+                     STAGES)),
+        (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, kv_len, lo_shift,
+                     hi_shift, qk_scale, slope2, shift, start_m + ROWS, tiles, CAUSAL, WINDOW, Q_LENS, ALIBI, BLOCK_N,
+                     D, STAGES)),
+        (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], BLOCK_N,
+                     D, STAGES, CHUNK)),
+    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 # ---- the backward: dK, dV (a program's keys held, query tiles streamed) and dQ (the forward's

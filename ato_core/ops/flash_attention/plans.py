@@ -364,7 +364,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     scale = resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
     if settings is None and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays):
-        return _hopper_plan(q, k, v, B, Hq, Hkv, Nq, Nk, causal, scale, layout, options, named, target)
+        return _hopper_plan(q, k, v, B, Hq, Hkv, Nq, Nk, causal, scale, layout, options, named)
     cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     launch = Launch(
@@ -420,28 +420,17 @@ def _hopper_options(options: Options, named: dict, causal: bool, scale: float, B
             {n: const[n] for n in ("WINDOW", "Q_LENS", "KV_LENS", "ALIBI")})
 
 
-# The Gluon forward's persistent form (hopper.fa_fwd_hopper_kernel's PERSISTENT: a program per SM
-# taking work items in turn, the next item's Q and K/V loaded under the last one's tail) where
-# the items cost alike (not causal without a window: those programs differ up to N-fold). Off
-# until it has run on a GPU (written on a CPU machine, session 38).
-HOPPER_PERSISTENT = False
-
-
 def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, B: int, Hq: int, Hkv: int, Nq: int, Nk: int, causal: bool,
-                 scale: float, layout: str, options: Options, named: dict, target: Target) -> Plan:
+                 scale: float, layout: str, options: Options, named: dict) -> Plan:
     o_shape = (B, Hq, Nq, q.shape[3])
     arrays, opt_scalars, const = _hopper_options(options, named, causal, scale, B, Hq, Nq, Nk)
-    items = cdiv(Nq, 128) * B * Hq
-    persistent = HOPPER_PERSISTENT and (const["WINDOW"] or not causal) and items > target.num_sms
     launch = Launch(
-        kern.hopper.fa_fwd_hopper_kernel, (target.num_sms, 1) if persistent else (cdiv(Nq, 128), B * Hq),
-        ("q", "k", "v", *arrays),
+        kern.hopper.fa_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq), ("q", "k", "v", *arrays),
         (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, *opt_scalars, *q.strides[:3], *k.strides[:3], *v.strides[:3],
-         *bhnd_strides(o_shape, layout)[:3], B * Hq),
+         *bhnd_strides(o_shape, layout)[:3]),
         (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32"),
          optional_output("lse_base2", (B, Hq, Nq), "float32", const["ALIBI"])),
-        {"CAUSAL": causal, "D": q.shape[3], **HOPPER, **const, **({"PERSISTENT": True} if persistent else {})},
-        num_warps=4,
+        {"CAUSAL": causal, "D": q.shape[3], **HOPPER, **const}, num_warps=4,
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
