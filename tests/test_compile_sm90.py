@@ -335,10 +335,24 @@ def test_float64_constants_stay_float64(name, kwargs, tmp_path, monkeypatch):
 def _gluon_launches(which):
     """(launch, plan, input specs) of a Gluon kernel: the Hopper forward or the backward's dK /
     dV or dQ launch, GQA, Nq != Nk, causal, with a window, or (which ending in "lengths") q and
-    kv lengths, or ("alibi") [B, Hq] ALiBi slopes."""
+    kv lengths, or ("alibi") [B, Hq] ALiBi slopes, or ("varlen") packed sequences with a window
+    and [B, Hq] ALiBi slopes."""
     from ato_core.ops.flash_attention import plans as fa
     from ato_core.testing import gpu_spec
 
+    if which.endswith("varlen"):
+        q, k = gpu_spec((700, 8, 128)), gpu_spec((900, 2, 128))
+        specs = {"q": q, "k": k, "v": k, "do": q, "cu_seqlens_q": gpu_spec((4,), "int32"),
+                 "cu_seqlens_k": gpu_spec((4,), "int32"), "alibi_slopes": gpu_spec((3, 8), "float32"),
+                 "lse_base2": gpu_spec((8, 700), "float32")}
+        kw = dict(max_seqlen_q=300, max_seqlen_k=500, causal=True, softmax_scale=None, target=H100,
+                  options=fa.Options(window=(100, None)), alibi=specs["alibi_slopes"])
+        cu = (specs["cu_seqlens_q"], specs["cu_seqlens_k"])
+        if which.startswith("forward"):
+            plan = fa.varlen_forward_plan(q, k, k, *cu, **kw)
+            return plan.launches[0], plan, specs
+        plan = fa.varlen_backward_plan(q, k, k, *cu, q, has_dlse=False, **kw)
+        return plan.launches[1 if which.startswith("dkdv") else 2], plan, specs
     q, k = gpu_spec((2, 8, 300, 128)), gpu_spec((2, 2, 500, 128))
     specs = {"q": q, "k": k, "v": k, "do": q, "q_lengths": gpu_spec((2,), "int32"),
              "kv_lengths": gpu_spec((2,), "int64"), "alibi_slopes": gpu_spec((2, 8), "float32"),
@@ -358,7 +372,7 @@ def _gluon_launches(which):
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
 @pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "dkdv lengths", "dq lengths", "forward alibi",
-                                   "dkdv alibi", "dq alibi"])
+                                   "dkdv alibi", "dq alibi", "forward varlen", "dkdv varlen", "dq varlen"])
 def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
     Hopper kernels into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,

@@ -265,8 +265,8 @@ def test_hopper_backward_chosen_where_it_applies():
     names, plan = bwd(gpu_spec((2, 1000, 8, 128), "float16"), gpu_spec((2, 700, 2, 128), "float16"), layout="bnhd",
                       causal=False)
     assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
-    assert plan.buffer("dq").shape == (2, 1000, 8, 128) and plan.launches[2].scalars[-3:] == (1000 * 8 * 128, 128,
-                                                                                              8 * 128)
+    assert plan.buffer("dq").shape == (2, 1000, 8, 128)
+    assert plan.launches[2].scalars[-5:] == (1000 * 8 * 128, 128, 8 * 128, 1000, 700)  # dq's strides, Tq, Tk
     names, plan = bwd(q, k, options=fa_core.Options(window=(64, None)))
     assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     assert all(launch.constexprs["WINDOW"] and launch.scalars[6:8] == (64, 0) for launch in plan.launches[1:])
@@ -290,6 +290,52 @@ def test_hopper_backward_chosen_where_it_applies():
         bwd(q, k, target=INTERPRETER),
     ]
     assert [names[1:] for names, _ in portable] == [["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]] * len(portable)
+
+
+@needs_gluon
+def test_hopper_varlen_chosen_where_it_applies():
+    """Packed sequences on an H100: the Gluon forward, dK / dV and dQ kernels with VARLEN (grid over
+    the longest sequence and a slot after the last, cu_seqlens in the lengths' places, packed
+    strides with batch stride 0, lse [Hq, Tq], Tq and Tk the last scalars) for fp16 / bf16 at D
+    128 with causal, GQA, a window and ALiBi; the portable kernels for softcap, dropout, another
+    D, no query or key rows, rows cp.async cannot copy, or the backward switched off."""
+    from ato_core.testing import gpu_spec, h100
+
+    cu = gpu_spec((4,), "int32")
+
+    def plans(q, k, do=None, target=h100(), **kw):
+        kw = {"max_seqlen_q": 300, "max_seqlen_k": 500, "causal": True, "softmax_scale": None, "target": target, **kw}
+        fwd = fa_core.varlen_forward_plan(q, k, k, cu, cu, **kw)
+        bwd = fa_core.varlen_backward_plan(q, k, k, cu, cu, q if do is None else do, has_dlse=False, **kw)
+        return fwd, bwd, [launch.name for launch in fwd.launches + bwd.launches[1:]]
+
+    q, k = gpu_spec((700, 8, 128)), gpu_spec((900, 2, 128))
+    gluon = ["fa_fwd_hopper_kernel", "fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
+    fwd, bwd, names = plans(q, k, options=fa_core.Options(window=(64, None)), alibi=gpu_spec((3, 8), "float32"))
+    assert names == gluon
+    (f,), (_, dkdv, dq) = fwd.launches, bwd.launches
+    assert (f.grid, dkdv.grid, dq.grid) == ((3, 32), (4, 8), (3, 32))
+    assert f.inputs == ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes")
+    assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse_base2", "delta", "cu_seqlens_q", "cu_seqlens_k",
+                                        "alibi_slopes")
+    assert all(launch.constexprs["VARLEN"] and launch.constexprs["WINDOW"] and launch.constexprs["ALIBI"]
+               and not launch.constexprs["Q_LENS"] and not launch.constexprs["KV_LENS"]
+               and launch.scalars[-2:] == (700, 900) for launch in (f, dkdv, dq))
+    assert f.scalars[:4] == dkdv.scalars[:4] == (8, 4, 300, 500) and f.scalars[9:12] == (0, 128, 8 * 128)
+    assert fwd.buffer("o").shape == (700, 8, 128) and fwd.buffer("lse").shape == (8, 700)
+    assert fwd.buffer("lse_base2").shape == (8, 700)
+    assert bwd.buffer("dk").shape == (900, 2, 128) and dkdv.scalars[-8:-2] == (0, 128, 256) * 2
+    assert plans(gpu_spec((700, 8, 128), "float16"), gpu_spec((900, 8, 128), "float16"), causal=False)[2] == gluon
+    portable = [
+        plans(q, k, options=fa_core.Options(softcap=30.0)),
+        plans(q, k, options=fa_core.Options(dropout_p=0.1), seed=gpu_spec((), "int64")),
+        plans(gpu_spec((700, 8, 64)), gpu_spec((900, 2, 64))),
+        plans(q, gpu_spec((0, 2, 128))),
+        plans(q._replace(aligned=False), k),
+        plans(q, k, target=dataclasses.replace(h100(), gluon=False)),
+    ]
+    assert [names for _, _, names in portable] == [["fa_fwd_kernel", "fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]] * 6
+    assert plans(q, k, do=q._replace(aligned=False))[2] == gluon[:1] + ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
 
 
 def test_hopper_backward_switched_off(portable_backward):

@@ -219,13 +219,17 @@ def _plans(case):
     from ato_core.target import cuda_target
     from ato_core.testing import gpu_spec
 
-    op, target = OPS["flash_attention"], cuda_target(0)
+    op, target = OPS[case.op], cuda_target(0)
     shapes = dict(case.shapes, **{n: s for n, s, *_ in case.int_inputs})
-    args = [gpu_spec(shapes[n], case.dtype) for n in ("q", "k", "v")]
-    # (the harness makes integer inputs int64: ato_core.testing.make_inputs; fp32_inputs float32)
-    kwargs = {n: gpu_spec(shapes[v.name], "float32" if v.name in case.fp32_inputs else "int64")
-              if isinstance(v, In) else v for n, v in case.kwargs}
-    arrays, static = op.signature(*args, **kwargs)
+    ints = {n for n, *_ in case.int_inputs}
+
+    def spec(v):  # (the harness makes integer inputs int64: ato_core.testing.make_inputs; fp32_inputs float32)
+        if not isinstance(v, In):
+            return v
+        return gpu_spec(shapes[v.name], "int64" if v.name in ints else "float32" if v.name in case.fp32_inputs
+                        else case.dtype)
+
+    arrays, static = op.signature(*map(spec, case.args), **{n: spec(v) for n, v in case.kwargs})
     forward = op.forward_plan(arrays, static, target, True)
     cotangents = tuple(op.result_spec(forward, name, "cuda:0") for name in op.returned(static))
     return forward, op.backward_plan(forward, arrays, static, cotangents, target)
@@ -277,6 +281,11 @@ def _check_hopper(dims, window, causal, lengths, alibi, dtype, backward_kernels)
     *shape, layout = dims
     case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths,
                    alibi=alibi)
+    return _check_hopper_case(case, backward_kernels)
+
+
+def _check_hopper_case(case, backward_kernels):
+    """_check_hopper of a built case (flash_attention or flash_attention_varlen)."""
     forward, backward = _plans(case)
     launches = forward.launches + backward.launches[1:]
     expected = ["fa_fwd_hopper_kernel", *backward_kernels] if _hopper() else \
@@ -410,6 +419,28 @@ def test_flash_attention_varlen_gpu(name, dtype):
     seqs, Hq, Hkv, D, kw = FA_VARLEN_GPU[name]
     t, j, _ = _check(fa_varlen_case(*seqs, Hq, Hkv, D, dtype=dtype, seed=D, **kw))
     assert h.bitwise_equal(t, j), f"torch and jax differ: {h.max_rel_err(j, t):.3g}"
+
+
+# Packed sequences on the Gluon kernels (D 128, fp16 / bf16, no softcap or dropout): rows before
+# the first and after the last sequence, empty and one-token sequences, sequences longer than
+# max_seqlen (cut there), windows, ALiBi per sequence, GQA, Nq != Nk per sequence.
+HOPPER_VARLEN = {
+    "causal_window_alibi": (((1000, 777, 129, 0, 1), (1000, 1200, 128, 300, 1)), 8, 2,
+                            dict(causal=True, window=(300, None), alibi="bh", start=(5, 8), pad=(9, 3))),
+    "full_cut": (((513, 1024, 1, 260), (600, 100, 700, 0)), 4, 4, dict(max_seqlen=(800, 650), pad=(130, 0))),
+    "causal_mqa": (((1500, 37, 300), (1600, 2500, 64)), 4, 1, dict(causal=True, alibi="h", start=(0, 3))),
+}
+
+
+@pytest.mark.parametrize("name", list(HOPPER_VARLEN))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_flash_attention_varlen_hopper_gpu(name, dtype):
+    """On an sm_90 GPU packed sequences run the Gluon forward, dK / dV and dQ kernels (VARLEN;
+    elsewhere the portable ones): o, lse and the gradients against the float64 reference (rows
+    outside every sequence zero, lse -inf), torch == JAX bit for bit (_check_hopper)."""
+    seqs, Hq, Hkv, kw = HOPPER_VARLEN[name]
+    _check_hopper_case(fa_varlen_case(*seqs, Hq, Hkv, 128, dtype=dtype, seed=len(name), **kw),
+                       ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"])
 
 
 def test_flash_attention_dropout_mask_and_cuda_graph_gpu():

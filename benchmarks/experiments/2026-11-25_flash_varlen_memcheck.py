@@ -24,6 +24,10 @@ CASES = [
     ((3, 130, 207), (5, 82, 300), 210, 301, 2, 1, 80, 127, 218, torch.float32,
      dict(window_size=(5, 9), softcap=3.0, alibi=True)),
     ((0, 1, 200), (0, 300, 301), 200, 301, 4, 4, 128, 199, 300, torch.bfloat16, dict(causal=True)),
+    # (session 39) the Gluon kernels' packed form (D 128, fp16 / bf16): rows before and after the sequences
+    ((5, 300, 301, 650), (0, 1, 400, 900), 700, 905, 4, 2, 128, 400, 500, torch.float16,
+     dict(causal=True, window_size=(100, None), alibi=True)),
+    ((0, 513, 1537), (0, 600, 700), 1600, 700, 2, 2, 128, 800, 650, torch.bfloat16, dict()),
 ]
 BROKEN = [  # cu_q, cu_k (Tq = Tk = 100), max_q, max_k
     ((0, 60, 100), (0, 60, 100), 30, 30),      # sequences longer than max_seqlen
@@ -43,11 +47,11 @@ for cu_q, cu_k, Tq, Tk, Hq, Hkv, D, mq, mk, dtype, kw in CASES:
                                mq, mk, **opts)
     print(f"cu_q {cu_q} cu_k {cu_k} H{Hq}/{Hkv} D{D} {dtype} {sorted(kw)}: " + result, flush=True)
 
-for cu_q, cu_k, mq, mk in BROKEN:
-    q, k, v = (torch.randn(100, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+for (cu_q, cu_k, mq, mk), D in [(c, d) for c in BROKEN for d in (64, 128)]:  # D 128: the Gluon kernels
+    q, k, v = (torch.randn(100, 2, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     cq, ck = (torch.tensor(c, device="cuda", dtype=torch.int32) for c in (cu_q, cu_k))
     o = ato_torch.flash_attention_varlen(q, k, v, cq, ck, mq, mk, causal=True)
     grads = torch.autograd.grad(o.float().sum(), (q, k, v))
     torch.cuda.synchronize()
     finite = all(bool(torch.isfinite(t).all()) for t in (o, *grads))
-    print(f"broken cu_q {cu_q} cu_k {cu_k} max {mq}/{mk}: ran, all finite: {finite}", flush=True)
+    print(f"broken cu_q {cu_q} cu_k {cu_k} max {mq}/{mk} D{D}: ran, all finite: {finite}", flush=True)

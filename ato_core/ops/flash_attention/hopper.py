@@ -7,7 +7,8 @@ a 4-warp producer fills a ring of STAGES K/V tiles by cp.async (pointers, no TMA
 descriptors: jax-triton launches it as any kernel), synchronised by mbarriers; two consumer
 warpgroups take 64 query rows each, at CONSUMER_REGS registers a thread (setmaxnreg).
 
-The math is kernels.fa_fwd_kernel's with no option but a window, padding lengths and ALiBi:
+The math is kernels.fa_fwd_kernel's with no option but a window, padding lengths, ALiBi and
+packed sequences (VARLEN: flash_attention_varlen):
 GQA (kv head hq // G), causal aligned to the bottom right (query i sees key j iff j <= i + Nk -
 Nq), a window (WINDOW: tiles below it never visited), q / kv lengths, ALiBi slopes (ALIBI: the
 biased scores in base 2 before the maximum), any Nq, Nk >= 1, o and the natural-log lse
@@ -19,7 +20,8 @@ plan checks: plans._hopper_forward). Benchmarks: results README, "flash_attentio
 
 The backward's dK / dV and dQ kernels (fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel) take
 the same form, after the portable delta kernel, with the forward's options (causal, GQA, a
-window, q / kv lengths, ALiBi); plans.HOPPER_BACKWARD = False runs the portable ones instead.
+window, q / kv lengths, ALiBi, packed sequences); plans.HOPPER_BACKWARD = False runs the portable
+ones instead.
 """
 
 from triton.experimental import gluon
@@ -280,25 +282,98 @@ def _ring(STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr):
-    """(q_len, kv_len, lo_shift, hi_shift) of batch b: its lengths (Q_LENS, KV_LENS: clamped to
-    [0, Nq], [0, Nk]; else Nq, Nk) and the band of keys a query row i sees, [i + lo_shift,
-    i + hi_shift] (shift = kv_len - q_len; causal: right = 0)."""
-    q_len = Nq
-    kv_len = Nk
-    if Q_LENS:
-        q_len = gl.minimum(gl.maximum(gl.load(QLEN + b).to(gl.int32), 0), Nq)
-    if KV_LENS:
-        kv_len = gl.minimum(gl.maximum(gl.load(KVLEN + b).to(gl.int32), 0), Nk)
-    return q_len, kv_len, kv_len - q_len - left, kv_len - q_len + right
+def _clamp(x, lo, hi):
+    return gl.minimum(gl.maximum(x, lo), hi)
 
 
 @gluon.jit
-def _slope2(SLOPES, b, h, s_ab, s_ah, ALIBI: gl.constexpr):
-    """Query head h's ALiBi slope times log2(e) (0.0 without ALIBI), as kernels._slope."""
+def _sequence(CU, b, nseq, N, T):
+    """kernels._sequence: sequence b of a packed batch, rows [CU[b], CU[b + 1]) of T: (its first
+    row, its rows (at most N), the row after its last), clamped into [0, T]; slot nseq has none."""
+    row0 = _clamp(gl.load(CU + b).to(gl.int32), 0, T)
+    end = _clamp(gl.load(CU + b + 1, mask=b < nseq, other=0).to(gl.int32), row0, T)
+    return row0, gl.minimum(end - row0, N), end
+
+
+@gluon.jit
+def _lengths(QLEN, KVLEN, b, nseq, Nq, Nk, Tq, Tk, left, right, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
+             VARLEN: gl.constexpr):
+    """(q_row0, q_len, k_row0, kv_len, lo_shift, hi_shift) of batch b: its first query and key
+    rows (0; VARLEN: QLEN, KVLEN are cu_seqlens_q, cu_seqlens_k, Nq, Nk the max_seqlen, Tq, Tk
+    the packed rows, nseq the sequences), its lengths (Q_LENS, KV_LENS: clamped to [0, Nq],
+    [0, Nk]; else Nq, Nk) and the band of keys a query row i sees, [i + lo_shift, i +
+    hi_shift] (shift = kv_len - q_len; causal: right = 0)."""
+    q_row0 = 0
+    k_row0 = 0
+    q_len = Nq
+    kv_len = Nk
+    if VARLEN:
+        q_row0, q_len, _ = _sequence(QLEN, b, nseq, Nq, Tq)
+        k_row0, kv_len, _ = _sequence(KVLEN, b, nseq, Nk, Tk)
+    if Q_LENS:
+        q_len = _clamp(gl.load(QLEN + b).to(gl.int32), 0, Nq)
+    if KV_LENS:
+        kv_len = _clamp(gl.load(KVLEN + b).to(gl.int32), 0, Nk)
+    return q_row0, q_len, k_row0, kv_len, kv_len - q_len - left, kv_len - q_len + right
+
+
+@gluon.jit
+def _head(b, h, row0, sb, sh, sn, VARLEN: gl.constexpr):
+    """The offset of head h of batch b (VARLEN: of the packed sequence's first row, row0)."""
+    off = b.to(gl.int64) * sb + h.to(gl.int64) * sh
+    if VARLEN:
+        off += row0.to(gl.int64) * sn
+    return off
+
+
+@gluon.jit
+def _fill_unwritten(X, x_head, sxn, CU, b, nseq, row0, n, T, LSE, lse_head, D: gl.constexpr, LSE_TOO: gl.constexpr):
+    """kernels._fill_unwritten: zeros into the rows of a packed head of X (at x_head, rows sxn
+    apart) that no program's tiles cover (and -inf into LSE's, at lse_head, with LSE_TOO): slot
+    nseq's programs, the rows before CU[0] and from CU[nseq] on, every num_programs(0)-th block;
+    a sequence's last program, its rows past its first n (cut at max_seqlen)."""
+    R: gl.constexpr = 64
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    extra = b == nseq
+    _, _, end = _sequence(CU, b, nseq, T, T)
+    lo1 = gl.where(extra, 0, row0 + n)
+    hi1 = gl.where(extra, _clamp(gl.load(CU).to(gl.int32), 0, T), gl.where(pid == nprog - 1, end, 0))
+    lo2 = gl.where(extra, row0, 0)
+    hi2 = gl.where(extra, T, 0)
+    first = gl.where(extra, pid * R, 0)
+    step = gl.where(extra, nprog * R, R)
+    _zero_rows(X, x_head, sxn, LSE, lse_head, lo1 + first, hi1, step, R, D, LSE_TOO)
+    _zero_rows(X, x_head, sxn, LSE, lse_head, lo2 + first, hi2, step, R, D, LSE_TOO)
+
+
+@gluon.jit
+def _zero_rows(X, x_head, sxn, LSE, lse_head, start, hi, step, R: gl.constexpr, D: gl.constexpr,
+               LSE_TOO: gl.constexpr):
+    """Zeros into rows [start, hi) of X's head (and -inf into LSE's), R rows every step."""
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
+    offs_r = gl.arange(0, R, layout=gl.SliceLayout(1, ld))
+    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
+    zero = gl.zeros([R, D], X.dtype.element_ty, ld)
+    for r0 in range(start, hi, step):
+        rows = r0 + offs_r
+        gl.store(X + x_head + rows.to(gl.int64)[:, None] * sxn + offs_d[None, :], zero, mask=(rows < hi)[:, None])
+        if LSE_TOO:
+            gl.store(LSE + lse_head + rows, gl.full([R], float("-inf"), gl.float32, gl.SliceLayout(1, ld)),
+                     mask=rows < hi)
+
+
+@gluon.jit
+def _slope2(SLOPES, b, h, s_ab, s_ah, nseq, ALIBI: gl.constexpr, VARLEN: gl.constexpr):
+    """Query head h's ALiBi slope times log2(e) (0.0 without ALIBI, and in a varlen grid's slot
+    nseq), as kernels._slope."""
     slope2 = 0.0
     if ALIBI:
-        slope2 = gl.load(SLOPES + b.to(gl.int64) * s_ab + h * s_ah).to(gl.float32) * LOG2E
+        if VARLEN:
+            slope2 = gl.load(SLOPES + b.to(gl.int64) * s_ab + h * s_ah, mask=b < nseq, other=0.0).to(gl.float32)
+            slope2 = slope2 * LOG2E
+        else:
+            slope2 = gl.load(SLOPES + b.to(gl.int64) * s_ab + h * s_ah).to(gl.float32) * LOG2E
     return slope2
 
 
@@ -326,10 +401,11 @@ def _key_tiles(start_m, Nk, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl
 
 @kernel(inputs=6, outputs=3, gluon=True)
 def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, left, right, s_ab, s_ah, sqb, sqh,
-                         sqn, skb, skh, skn, svb, svh, svn, sob, soh, son, O, LSE, LSE2, CAUSAL: gl.constexpr,
+                         sqn, skb, skh, skn, svb, svh, svn, sob, soh, son, Tq, Tk, O, LSE, LSE2, CAUSAL: gl.constexpr,
                          BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
                          PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False,
-                         Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False):
+                         Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False,
+                         VARLEN: gl.constexpr = False):
     """Grid (cdiv(Nq, 128), B * Hq), 4 warps (the default partition: the first consumer; 12
     in all). qk_scale = softmax_scale * log2(e). WINDOW: query i sees key j only if
     i + shift - left <= j <= i + shift + right (kernels.fa_fwd_kernel's window; causal is
@@ -337,7 +413,9 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, 
     [0, Nq], [0, Nk]; shift = kv_len - q_len), as kernels._options. ALIBI: scores get
     -slope |i + shift - j| (SLOPES fp32 [Hq] or [B, Hq], strides s_ab, s_ah) and LSE2, the
     base-2 lse the backward reads, is written (else never). Causal: the last query blocks (the
-    most keys) run first."""
+    most keys) run first. VARLEN: as kernels.fa_fwd_kernel's, grid (cdiv(Nq, 128), (B + 1) *
+    Hq), q, k, v, o packed (batch strides 0, Tq and Tk rows), lse [Hq, Tq]; slot B fills the
+    rows outside every sequence (_fill_unwritten)."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -347,12 +425,21 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, 
     pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)
     bh = gl.program_id(1)
     start_m = pid_m * BLOCK_M
-    q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
-    q_off = b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
-    k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
-    v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
-    o_off = b.to(gl.int64) * sob + h.to(gl.int64) * soh
-    lse_off = bh.to(gl.int64) * Nq
+    nseq = gl.num_programs(1) // Hq - 1  # VARLEN's sequences
+    q_row0, q_len, k_row0, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, nseq, Nq, Nk, Tq, Tk, left, right,
+                                                                 Q_LENS, KV_LENS, VARLEN)
+    q_off = _head(b, h, q_row0, sqb, sqh, sqn, VARLEN)
+    k_off = _head(b, hk, k_row0, skb, skh, skn, VARLEN)
+    v_off = _head(b, hk, k_row0, svb, svh, svn, VARLEN)
+    o_off = _head(b, h, q_row0, sob, soh, son, VARLEN)
+    n_q = Nq  # the rows this program may write: with VARLEN its sequence's (the next are another's)
+    if VARLEN:
+        n_q = q_len
+        lse_off = h.to(gl.int64) * Tq + q_row0
+        _fill_unwritten(O, h.to(gl.int64) * soh, son, QLEN, b, nseq, q_row0, q_len, Tq, LSE, h.to(gl.int64) * Tq, D,
+                        True)
+    else:
+        lse_off = bh.to(gl.int64) * Nq
 
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], dtype)
@@ -362,24 +449,38 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, 
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
     ready, empty = _ring(STAGES)
 
-    _load_rows(q0, Q, q_off, sqn, start_m, Nq, D)
-    _load_rows(q1, Q, q_off, sqn, start_m + ROWS, Nq, D)
+    _load_rows(q0, Q, q_off, sqn, start_m, n_q, D)
+    _load_rows(q1, Q, q_off, sqn, start_m + ROWS, n_q, D)
     fence_async_shared()
     gl.thread_barrier()
 
-    tiles = _key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N)
-    slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, ALIBI)
+    tiles = _live(_key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N), start_m, q_len,
+                  Q_LENS or VARLEN)
+    slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, nseq, ALIBI, VARLEN)
     shift = kv_len - q_len
     gl.warp_specialize([
-        (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, kv_len, lo_shift,
-                     hi_shift, qk_scale, slope2, shift, start_m, tiles, CAUSAL, WINDOW, Q_LENS, ALIBI, BLOCK_N, D,
-                     STAGES)),
-        (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, kv_len, lo_shift,
-                     hi_shift, qk_scale, slope2, shift, start_m + ROWS, tiles, CAUSAL, WINDOW, Q_LENS, ALIBI, BLOCK_N,
-                     D, STAGES)),
+        (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
+                     lo_shift, hi_shift, qk_scale, slope2, shift, start_m, tiles, CAUSAL, WINDOW, Q_LENS, ALIBI,
+                     BLOCK_N, D, STAGES)),
+        (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
+                     lo_shift, hi_shift, qk_scale, slope2, shift, start_m + ROWS, tiles, CAUSAL, WINDOW, Q_LENS, ALIBI,
+                     BLOCK_N, D, STAGES)),
         (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], BLOCK_N,
                      D, STAGES, CHUNK)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+@gluon.jit
+def _live(tiles, start, q_len, LIVE: gl.constexpr):
+    """tiles (lo, full_lo, full_hi, hi), or none (all lo) for query rows from start on past q_len
+    (LIVE: lengths or packed sequences, whose grid covers the longest)."""
+    lo, full_lo, full_hi, hi = tiles
+    if LIVE:
+        past = start >= q_len
+        full_lo = gl.where(past, lo, full_lo)
+        full_hi = gl.where(past, lo, full_hi)
+        hi = gl.where(past, lo, hi)
+    return lo, full_lo, full_hi, hi
 
 
 # ---- the backward: dK, dV (a program's keys held, query tiles streamed) and dQ (the forward's
@@ -482,12 +583,14 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
 
 @gluon.jit
 def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
-                   sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, shift, qk_scale,
-                   sm_scale, k0, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr,
-                   ALIBI: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+                   sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
+                   hi_shift, shift, qk_scale, sm_scale, k0, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+                   KV_LENS: gl.constexpr, ALIBI: gl.constexpr, VARLEN: gl.constexpr, D: gl.constexpr,
+                   STAGES: gl.constexpr):
     """One warpgroup: keys [k0, k0 + KEYS); over the G query heads of kv head hk, query tiles
     [lo, full_lo) and [full_hi, hi) masked, [full_lo, full_hi) not (tiles: _query_tiles');
-    writes the keys' dK (times sm_scale) and dV."""
+    writes the keys' dK (times sm_scale) and dV (rows below n_k). Head hq's lse2 and delta
+    rows start at (lse_h0 + hq) lse_sh + lse_row0; n_q rows of them are read."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, ROWS, 16])
     a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -500,28 +603,28 @@ def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, S
     lo, full_lo, full_hi, hi = tiles
     c = 0
     for g in range(G):
-        lse_off = (b * Hq + hk * G + g).to(gl.int64) * Nq
-        slope2 = _slope2(SLOPES, b, hk * G + g, s_ab, s_ah, ALIBI)
+        lse_off = (lse_h0 + hk * G + g).to(gl.int64) * lse_sh + lse_row0
+        slope2 = _slope2(SLOPES, b, hk * G + g, s_ab, s_ah, nseq, ALIBI, VARLEN)
         alibi = (keys.to(gl.float32), shift, slope2, (keys - k0).to(gl.float32) * slope2, k0)
         for i in range(lo, full_lo):
             dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
-                                lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout,
+                                lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout,
                                 s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, STAGES)
             c += 1
         for i in range(full_lo, full_hi):
             dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
-                                lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout,
+                                lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout,
                                 s_layout, CAUSAL, WINDOW, KV_LENS, False, ALIBI, STAGES)
             c += 1
         if WINDOW or KV_LENS:  # the tiles past the window's lower edge, or those of a block past kv_len
             for i in range(full_hi, hi):
                 dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2,
-                                    DELTA, lse_off, Nq, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi,
+                                    DELTA, lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi,
                                     op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, STAGES)
                 c += 1
     offs_r = k0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
-    keep = (offs_r < Nk)[:, None]
+    keep = (offs_r < n_k)[:, None]
     gl.store(DK + dk_off + offs_r.to(gl.int64)[:, None] * sdkn + offs_d[None, :],
              (dk * sm_scale).to(DK.dtype.element_ty), mask=keep)
     gl.store(DV + dv_off + offs_r.to(gl.int64)[:, None] * sdvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
@@ -542,10 +645,11 @@ def _dkdv_producer(q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdo
 @kernel(inputs=9, outputs=2, gluon=True)
 def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, sm_scale, left,
                               right, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb,
-                              sdkh, sdkn, sdvb, sdvh, sdvn, DK, DV, CAUSAL: gl.constexpr, D: gl.constexpr,
+                              sdkh, sdkn, sdvb, sdvh, sdvn, Tq, Tk, DK, DV, CAUSAL: gl.constexpr, D: gl.constexpr,
                               STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                               CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
-                              KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False):
+                              KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False,
+                              VARLEN: gl.constexpr = False):
     """Grid (cdiv(Nk, 2 KEYS), B * Hkv), 4 warps (12 in all): a program's 2 KEYS keys held in
     shared memory, one consumer warpgroup for each half; a producer streams the Q and dO tiles
     of the G query heads through a ring of STAGES. The producer is the default partition (the
@@ -554,7 +658,8 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq,
     sm_90). LSE2, DELTA: [B, Hq, Nq] fp32 (with ALIBI, LSE2 the forward's). WINDOW, Q_LENS,
     KV_LENS, ALIBI, left, right, SLOPES: as fa_fwd_hopper_kernel's. Only the query tiles that see the
     program's keys are visited; those crossing the causal diagonal, a window edge or kv_len
-    masked."""
+    masked. VARLEN: as fa_fwd_hopper_kernel's, grid (cdiv(Nk, 2 KEYS), (B + 1) * Hkv), LSE2 and
+    DELTA [Hq, Tq]; slot B zero-fills the dK, dV rows outside every sequence."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -567,28 +672,50 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq,
     b = bh // Hkv
     hk = bh % Hkv
     k0 = gl.program_id(0) * (2 * KEYS)
-    q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
-    tiles = _query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, KV_LENS, 2 * KEYS)
+    nseq = gl.num_programs(1) // Hkv - 1  # VARLEN's sequences
+    q_row0, q_len, k_row0, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, nseq, Nq, Nk, Tq, Tk, left, right,
+                                                                 Q_LENS, KV_LENS, VARLEN)
+    tiles = _query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, KV_LENS or VARLEN, 2 * KEYS)
 
-    k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
-    v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
+    k_off = _head(b, hk, k_row0, skb, skh, skn, VARLEN)
+    v_off = _head(b, hk, k_row0, svb, svh, svn, VARLEN)
     k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, kv_len, KEYS, D)
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
     q_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
     do_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
     ready, empty = _ring(STAGES)
 
-    dk_off = b.to(gl.int64) * sdkb + hk.to(gl.int64) * sdkh
-    dv_off = b.to(gl.int64) * sdvb + hk.to(gl.int64) * sdvh
+    dk_off = _head(b, hk, k_row0, sdkb, sdkh, sdkn, VARLEN)
+    dv_off = _head(b, hk, k_row0, sdvb, sdvh, sdvn, VARLEN)
+    q_off = b.to(gl.int64) * sqb  # the query heads' at _dkdv_producer
+    do_off = b.to(gl.int64) * sdob
+    if VARLEN:  # the rows written: the sequence's (the next are another's)
+        q_off += q_row0.to(gl.int64) * sqn
+        do_off += q_row0.to(gl.int64) * sdon
+        n_q = q_len
+        n_k = kv_len
+        lse_h0 = 0
+        lse_sh = Tq
+        lse_row0 = q_row0.to(gl.int64)
+        _fill_unwritten(DK, hk.to(gl.int64) * sdkh, sdkn, KVLEN, b, nseq, k_row0, kv_len, Tk, DK, 0, D, False)
+        _fill_unwritten(DV, hk.to(gl.int64) * sdvh, sdvn, KVLEN, b, nseq, k_row0, kv_len, Tk, DV, 0, D, False)
+    else:
+        n_q = Nq
+        n_k = Nk
+        lse_h0 = b * Hq
+        lse_sh = Nq
+        lse_row0 = 0
     gl.warp_specialize([
-        (_dkdv_producer, (q_bufs, do_bufs, ready, empty, Q, DO, b.to(gl.int64) * sqb, b.to(gl.int64) * sdob, sqh,
-                          sdoh, sqn, sdon, G, hk, q_len, tiles[0], tiles[3], D, STAGES, CHUNK)),
+        (_dkdv_producer, (q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdoh, sqn, sdon, G, hk, q_len,
+                          tiles[0], tiles[3], D, STAGES, CHUNK)),
         (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
-                          sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, kv_len - q_len,
-                          qk_scale, sm_scale, k0, tiles, CAUSAL, WINDOW, KV_LENS, ALIBI, D, STAGES)),
+                          sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
+                          hi_shift, kv_len - q_len, qk_scale, sm_scale, k0, tiles, CAUSAL, WINDOW, KV_LENS or VARLEN,
+                          ALIBI, VARLEN, D, STAGES)),
         (_dkdv_consumer, (k1_s, v1_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
-                          sdkn, sdvn, s_ab, s_ah, Hq, G, hk, b, Nq, Nk, kv_len, lo_shift, hi_shift, kv_len - q_len,
-                          qk_scale, sm_scale, k0 + KEYS, tiles, CAUSAL, WINDOW, KV_LENS, ALIBI, D, STAGES)),
+                          sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
+                          hi_shift, kv_len - q_len, qk_scale, sm_scale, k0 + KEYS, tiles, CAUSAL, WINDOW,
+                          KV_LENS or VARLEN, ALIBI, VARLEN, D, STAGES)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -634,7 +761,8 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
                  lo_shift, hi_shift, shift, qk_scale, sm_scale, slope2, m0, tiles, CAUSAL: gl.constexpr,
                  WINDOW: gl.constexpr, ALIBI: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
     """One warpgroup: query rows [m0, m0 + ROWS); key tiles [lo, full_lo) and [full_hi, hi)
-    masked, [full_lo, full_hi) not (tiles: _key_tiles'); writes their dQ (times sm_scale)."""
+    masked, [full_lo, full_hi) not (tiles: _key_tiles'); writes their dQ (times sm_scale),
+    rows below Nq."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, KEYS, 16])
     a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -666,14 +794,16 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
 
 @kernel(inputs=9, outputs=1, gluon=True)
 def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, sm_scale, left,
-                            right, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh,
-                            sdqn, DQ, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
-                            PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False,
-                            Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False):
+                            right, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb,
+                            sdqh, sdqn, Tq, Tk, DQ, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+                            CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                            WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False,
+                            ALIBI: gl.constexpr = False, VARLEN: gl.constexpr = False):
     """Grid (cdiv(Nq, 2 ROWS), B * Hq), 4 warps (12 in all): the forward's form, Q and dO rows
     held, two consumer warpgroups of ROWS rows, K and V tiles of KEYS rows streamed by the
     producer (only those the rows see). Options as fa_bwd_dkdv_hopper_kernel's. Causal: the
-    last query blocks (the most keys) run first."""
+    last query blocks (the most keys) run first. VARLEN: grid (cdiv(Nq, 2 ROWS), (B + 1) * Hq);
+    slot B zero-fills the dQ rows outside every sequence."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -684,26 +814,35 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq, G
     pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)
     bh = gl.program_id(1)
     m0 = pid_m * BLOCK_M
-    q_len, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, Nq, Nk, left, right, Q_LENS, KV_LENS)
-    q_off = b.to(gl.int64) * sqb + h.to(gl.int64) * sqh
-    do_off = b.to(gl.int64) * sdob + h.to(gl.int64) * sdoh
+    nseq = gl.num_programs(1) // Hq - 1  # VARLEN's sequences
+    q_row0, q_len, k_row0, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, nseq, Nq, Nk, Tq, Tk, left, right,
+                                                                 Q_LENS, KV_LENS, VARLEN)
+    q_off = _head(b, h, q_row0, sqb, sqh, sqn, VARLEN)
+    do_off = _head(b, h, q_row0, sdob, sdoh, sdon, VARLEN)
     q0_s, q1_s, do0_s, do1_s = _held(Q, DO, q_off, do_off, sqn, sdon, m0, q_len, ROWS, D)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, D], dtype)
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
     ready, empty = _ring(STAGES)
 
-    tiles = _key_tiles(m0, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, KEYS)
-    lse_off = bh.to(gl.int64) * Nq
-    dq_off = b.to(gl.int64) * sdqb + h.to(gl.int64) * sdqh
-    k_off = b.to(gl.int64) * skb + hk.to(gl.int64) * skh
-    v_off = b.to(gl.int64) * svb + hk.to(gl.int64) * svh
-    slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, ALIBI)
+    tiles = _live(_key_tiles(m0, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, KEYS), m0, q_len,
+                  Q_LENS or VARLEN)
+    dq_off = _head(b, h, q_row0, sdqb, sdqh, sdqn, VARLEN)
+    k_off = _head(b, hk, k_row0, skb, skh, skn, VARLEN)
+    v_off = _head(b, hk, k_row0, svb, svh, svn, VARLEN)
+    if VARLEN:  # the rows written: the sequence's (the next are another's)
+        n_q = q_len
+        lse_off = h.to(gl.int64) * Tq + q_row0
+        _fill_unwritten(DQ, h.to(gl.int64) * sdqh, sdqn, QLEN, b, nseq, q_row0, q_len, Tq, DQ, 0, D, False)
+    else:
+        n_q = Nq
+        lse_off = bh.to(gl.int64) * Nq
+    slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, nseq, ALIBI, VARLEN)
     gl.warp_specialize([
-        (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, kv_len,
+        (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, n_q, kv_len,
                         lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, m0, tiles, CAUSAL, WINDOW,
                         ALIBI, D, STAGES)),
-        (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, kv_len,
+        (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, n_q, kv_len,
                         lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, m0 + ROWS, tiles, CAUSAL,
                         WINDOW, ALIBI, D, STAGES)),
         (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], KEYS, D,

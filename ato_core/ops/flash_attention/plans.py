@@ -364,7 +364,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     scale = resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
     if settings is None and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays):
-        return _hopper_plan(q, k, v, B, Hq, Hkv, Nq, Nk, causal, scale, layout, options, named)
+        return _hopper_plan(q, k, v, _Gluon(B, Hq, Hkv, Nq, Nk, D, layout), causal, scale, options, named)
     cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     launch = Launch(
@@ -387,27 +387,32 @@ HOPPER_HEAD_DIMS = (128,)
 HOPPER_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes")  # the option arrays the Gluon kernels take
 
 
-def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, target: Target, layout: str,
-                    options: Options, arrays) -> bool:
-    """Whether the forward runs the Gluon kernel (hopper.fa_fwd_hopper_kernel): a Hopper GPU
-    (Target.gluon), fp16 / bf16, D 128, no option but causal, GQA, a window, q / kv lengths and
-    ALiBi slopes, at least one key, and q, k, v 16-byte aligned, rows of unit stride and the other strides
-    multiples of 8 elements (cp.async copies 16 bytes). Anything else: the portable kernel."""
+def _gluon_applies(q: ArraySpec, D: int, Nk: int, target: Target, options: Options, others) -> bool:
+    """The Gluon kernels' common conditions: a Hopper GPU (Target.gluon), fp16 / bf16, D 128, at
+    least one key, no option but a window (and causal), none of ``others`` (option arrays they
+    do not take) given."""
     if not target.gluon or kern.hopper is None:
         return False
     if q.dtype not in ("float16", "bfloat16") or D not in HOPPER_HEAD_DIMS or Nk == 0:
         return False
-    if options != Options(window=options.window) or any(a is not None for n, a in zip(OPTION_ARRAYS, arrays)
-                                                        if n not in HOPPER_ARRAYS):
-        return False
-    return _cp_async_rows(q, k, v)
+    return options == Options(window=options.window) and all(a is None for a in others)
+
+
+def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, target: Target, layout: str,
+                    options: Options, arrays) -> bool:
+    """Whether the forward runs the Gluon kernel (hopper.fa_fwd_hopper_kernel): _gluon_applies
+    (causal, GQA, a window, q / kv lengths and ALiBi slopes the options it takes), and q, k, v
+    rows cp.async can copy (_cp_async_rows). Anything else: the portable kernel."""
+    others = [a for n, a in zip(OPTION_ARRAYS, arrays) if n not in HOPPER_ARRAYS]
+    return _gluon_applies(q, D, Nk, target, options, others) and _cp_async_rows(q, k, v)
 
 
 def _cp_async_rows(*specs: ArraySpec) -> bool:
-    """Whether the Gluon kernels' cp.async can copy these [B, H, N, D] arrays' rows (16 bytes a
-    copy): 16-byte aligned, unit d stride, the other strides multiples of 8 elements."""
-    rows = all(s.strides[3] == 1 and s.aligned for s in specs)
-    return rows and alignment(*(st for s in specs for st in s.strides[:3])) >= 8
+    """Whether the Gluon kernels' cp.async can copy these arrays' rows ([B, H, N, D], or packed
+    [T, H, D]; 16 bytes a copy): 16-byte aligned, unit d stride, the other strides multiples of
+    8 elements."""
+    rows = all(s.strides[-1] == 1 and s.aligned for s in specs)
+    return rows and alignment(*(st for s in specs for st in s.strides[:-1])) >= 8
 
 
 def _hopper_options(options: Options, named: dict, causal: bool, scale: float, B: int, Hq: int, Nq: int, Nk: int):
@@ -420,17 +425,65 @@ def _hopper_options(options: Options, named: dict, causal: bool, scale: float, B
             {n: const[n] for n in ("WINDOW", "Q_LENS", "KV_LENS", "ALIBI")})
 
 
-def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, B: int, Hq: int, Hkv: int, Nq: int, Nk: int, causal: bool,
-                 scale: float, layout: str, options: Options, named: dict) -> Plan:
-    o_shape = (B, Hq, Nq, q.shape[3])
-    arrays, opt_scalars, const = _hopper_options(options, named, causal, scale, B, Hq, Nq, Nk)
+class _Gluon(NamedTuple):
+    """How the Gluon kernels see one attention call: dense [B, H, N, D] in ``layout``, or packed
+    ([T, H, D] sequences through cu_seqlens, ``packed`` = (Tq, Tk); Nq, Nk the max_seqlen)."""
+    B: int
+    Hq: int
+    Hkv: int
+    Nq: int
+    Nk: int
+    D: int
+    layout: str = "bhnd"
+    packed: Optional[Tuple[int, int]] = None
+
+    def strides(self, spec: ArraySpec) -> Tuple[int, int, int]:
+        """An input's (b, h, n) strides as the kernels take them (packed: batch stride 0)."""
+        return _packed(spec.strides)[:3] if self.packed else spec.strides[:3]
+
+    def output(self, name: str, queries: bool, dtype: str) -> Tuple[Buffer, Tuple[int, int, int]]:
+        """An output of q's shape (queries) or k's and its (b, h, n) strides."""
+        heads = self.Hq if queries else self.Hkv
+        if self.packed:
+            shape = (self.packed[0 if queries else 1], heads, self.D)
+            return Buffer(name, shape, dtype), _packed(row_major_strides(shape))[:3]
+        shape = (self.B, heads, self.Nq if queries else self.Nk, self.D)
+        return Buffer(name, laid_out(shape, self.layout), dtype), bhnd_strides(shape, self.layout)[:3]
+
+    def rows(self) -> Tuple[int, ...]:
+        """lse's shape: [B, Hq, Nq], packed [Hq, Tq]."""
+        return (self.Hq, self.packed[0]) if self.packed else (self.B, self.Hq, self.Nq)
+
+    def grid(self, queries: bool) -> Tuple[int, int]:
+        """Blocks of 128 query rows (queries) or keys for each (batch, head); packed: of the
+        longest sequence, and a slot after the last sequence (it fills the rows outside them)."""
+        n, heads = (self.Nq, self.Hq) if queries else (self.Nk, self.Hkv)
+        if self.packed:
+            return _varlen_blocks(self.packed[0 if queries else 1], n, 128), (self.B + 1) * heads
+        return cdiv(n, 128), self.B * heads
+
+    def tail(self) -> Tuple[int, int]:
+        """The kernels' last scalars, Tq and Tk (Nq and Nk dense: unused)."""
+        return self.packed or (self.Nq, self.Nk)
+
+    def options(self, options: Options, named: dict, causal: bool, scale: float):
+        """_hopper_options; packed, cu_seqlens_q and cu_seqlens_k in the lengths' places and VARLEN."""
+        arrays, scalars, const = _hopper_options(options, named, causal, scale, self.B, self.Hq, self.Nq, self.Nk)
+        if self.packed:
+            return ("cu_seqlens_q", "cu_seqlens_k", arrays[2]), scalars, {**const, "VARLEN": True}
+        return arrays, scalars, const
+
+
+def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: bool, scale: float, options: Options,
+                 named: dict) -> Plan:
+    arrays, opt_scalars, const = geo.options(options, named, causal, scale)
+    o, o_strides = geo.output("o", True, q.dtype)
     launch = Launch(
-        kern.hopper.fa_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq), ("q", "k", "v", *arrays),
-        (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, *opt_scalars, *q.strides[:3], *k.strides[:3], *v.strides[:3],
-         *bhnd_strides(o_shape, layout)[:3]),
-        (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32"),
-         optional_output("lse_base2", (B, Hq, Nq), "float32", const["ALIBI"])),
-        {"CAUSAL": causal, "D": q.shape[3], **HOPPER, **const}, num_warps=4,
+        kern.hopper.fa_fwd_hopper_kernel, geo.grid(True), ("q", "k", "v", *arrays),
+        (geo.Hq, geo.Hq // geo.Hkv, geo.Nq, geo.Nk, scale * LOG2E, *opt_scalars, *geo.strides(q), *geo.strides(k),
+         *geo.strides(v), *o_strides, *geo.tail()),
+        (o, Buffer("lse", geo.rows(), "float32"), optional_output("lse_base2", geo.rows(), "float32", const["ALIBI"])),
+        {"CAUSAL": causal, "D": geo.D, **HOPPER, **const}, num_warps=4,
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
@@ -453,27 +506,21 @@ def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D:
         _cp_async_rows(do)
 
 
-def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, B: int, Hq: int, Hkv: int,
-                              Nq: int, Nk: int, causal: bool, scale: float, layout: str, options: Options,
-                              named: dict) -> Tuple[Launch, Launch]:
+def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, geo: _Gluon, causal: bool,
+                              scale: float, options: Options, named: dict) -> Tuple[Launch, Launch]:
     """The dK / dV and dQ launches of the Gluon backward (after the portable delta launch)."""
-    arrays, opt_scalars, o_const = _hopper_options(options, named, causal, scale, B, Hq, Nq, Nk)
+    arrays, opt_scalars, o_const = geo.options(options, named, causal, scale)
     # with ALiBi the forward's base-2 lse (the scores are not s * scale * log2(e)), else the delta launch's
     inputs = ("q", "k", "v", "do", "lse_base2" if o_const["ALIBI"] else "lse2", "delta", *arrays)
-    common = (Hq, Hq // Hkv, Nq, Nk, scale * LOG2E, scale, *opt_scalars, *q.strides[:3], *k.strides[:3],
-              *v.strides[:3], *do.strides[:3])
-    const = {"CAUSAL": causal, "D": q.shape[3], **HOPPER_BWD, **o_const}
-    dkdv = Launch(
-        kern.hopper.fa_bwd_dkdv_hopper_kernel, (cdiv(Nk, 128), B * Hkv), inputs,
-        (*common, *bhnd_strides(k.shape, layout)[:3], *bhnd_strides(v.shape, layout)[:3]),
-        (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype)),
-        const, num_warps=4,
-    )
-    dq = Launch(
-        kern.hopper.fa_bwd_dq_hopper_kernel, (cdiv(Nq, 128), B * Hq), inputs,
-        (*common, *bhnd_strides(q.shape, layout)[:3]), (Buffer("dq", laid_out(q.shape, layout), q.dtype),),
-        const, num_warps=4,
-    )
+    common = (geo.Hq, geo.Hq // geo.Hkv, geo.Nq, geo.Nk, scale * LOG2E, scale, *opt_scalars, *geo.strides(q),
+              *geo.strides(k), *geo.strides(v), *geo.strides(do))
+    const = {"CAUSAL": causal, "D": geo.D, **HOPPER_BWD, **o_const}
+    (dk, dk_strides), (dv, dv_strides) = geo.output("dk", False, k.dtype), geo.output("dv", False, v.dtype)
+    dq, dq_strides = geo.output("dq", True, q.dtype)
+    dkdv = Launch(kern.hopper.fa_bwd_dkdv_hopper_kernel, geo.grid(False), inputs,
+                  (*common, *dk_strides, *dv_strides, *geo.tail()), (dk, dv), const, num_warps=4)
+    dq = Launch(kern.hopper.fa_bwd_dq_hopper_kernel, geo.grid(True), inputs,
+                (*common, *dq_strides, *geo.tail()), (dq,), const, num_warps=4)
     return dkdv, dq
 
 
@@ -502,7 +549,8 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
         {"BLOCK_M": cfg.delta_rows, "BD": cfg.BD, "HAS_DLSE": has_dlse, "ALIGN": _align(D, do)}, num_warps=4,
     )
     if settings is None and _hopper_backward(q, k, v, do, D, Nk, target, layout, options, arrays):
-        dkdv, dq = _hopper_backward_launches(q, k, v, do, B, Hq, Hkv, Nq, Nk, causal, scale, layout, options, named)
+        dkdv, dq = _hopper_backward_launches(q, k, v, do, _Gluon(B, Hq, Hkv, Nq, Nk, D, layout), causal, scale, options,
+                                             named)
         return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "lse_base2"))
     align = _align(D, q, k, v, do)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
@@ -547,6 +595,14 @@ def _varlen_options(options: Options, alibi: Optional[ArraySpec], seed: Optional
     return (inputs[0], "cu_seqlens_q", "cu_seqlens_k", *inputs[3:]), scalars, strides, {**const, "VARLEN": True}
 
 
+def _hopper_varlen(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Hkv: int, Tq: int, Tk: int, target: Target,
+                   options: Options, seed: Optional[ArraySpec], *more: ArraySpec) -> bool:
+    """Whether packed sequences run the Gluon kernels (VARLEN): _gluon_applies (causal, GQA, a
+    window and ALiBi the options they take), query and key rows, and q, k, v (and ``more``:
+    the backward's do) rows cp.async can copy."""
+    return Hkv > 0 and Tq > 0 and _gluon_applies(q, D, Tk, target, options, [seed]) and _cp_async_rows(q, k, v, *more)
+
+
 def _varlen_blocks(rows: int, max_seqlen: int, block: int) -> int:
     """Grid axis 0 of a varlen launch: blocks of the longest sequence, at least one (slot B's
     programs fill the rows outside every sequence), none without rows."""
@@ -565,6 +621,9 @@ def varlen_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySpe
     check_option_arrays({"alibi_slopes": alibi, "seed": seed}, q, B, Hq, max_seqlen_q, max_seqlen_k)
     cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     scale = resolve_scale(softmax_scale, D)
+    if settings is None and _hopper_varlen(q, k, v, D, Hkv, Tq, Tk, target, options, seed):
+        geo = _Gluon(B, Hq, Hkv, max_seqlen_q, max_seqlen_k, D, packed=(Tq, Tk))
+        return _hopper_plan(q, k, v, geo, causal, scale, options, {"alibi_slopes": alibi})
     o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, seed, causal, scale, B, Hq, max_seqlen_q,
                                                               max_seqlen_k)
     launch = Launch(
@@ -602,6 +661,10 @@ def varlen_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySp
         (Buffer("delta", (Hq, Tq), "float32"), Buffer("lse2", (Hq, Tq), "float32")),
         {"BLOCK_M": cfg.delta_rows, "BD": cfg.BD, "HAS_DLSE": has_dlse, "ALIGN": _align(D, do)}, num_warps=4,
     )
+    if settings is None and HOPPER_BACKWARD and _hopper_varlen(q, k, v, D, Hkv, Tq, Tk, target, options, seed, do):
+        geo = _Gluon(B, Hq, Hkv, max_seqlen_q, max_seqlen_k, D, packed=(Tq, Tk))
+        dkdv, dq = _hopper_backward_launches(q, k, v, do, geo, causal, scale, options, {"alibi_slopes": alibi})
+        return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "lse_base2"))
     align = _align(D, q, k, v, do)
     o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, seed, causal, scale, B, Hq, max_seqlen_q,
                                                               max_seqlen_k)
