@@ -195,7 +195,7 @@ def test_gluon_only_with_the_triton_it_was_written_for(monkeypatch):
 @needs_gluon
 def test_hopper_forward_chosen_where_it_applies():
     """On an H100 (Target.gluon) the forward plan launches the Gluon kernel for fp16 / bf16 at
-    D 128 with causal, GQA, Nq != Nk, a window, q / kv lengths, ALiBi and either layout; the portable kernel for anything
+    D 128 with causal, GQA, Nq != Nk, a window, softcap, q / kv lengths, ALiBi and either layout; the portable kernel for anything
     it does not cover (fp32, another D, another option, no key, tuned settings, rows that cp.async cannot copy:
     a storage offset or a stride off 16 bytes); never under the interpreter or with gluon off."""
     from ato_core.testing import gpu_spec, h100
@@ -222,13 +222,18 @@ def test_hopper_forward_chosen_where_it_applies():
                                     arrays=(slopes,) + (None,) * 7)
         alibi, = plan.launches
         assert alibi.name == "fa_fwd_hopper_kernel" and alibi.constexprs["ALIBI"]
-        assert alibi.inputs[-1] == "alibi_slopes" and alibi.scalars[7:9] == strides
+        assert alibi.inputs[-1] == "alibi_slopes" and alibi.scalars[9:11] == strides
         assert plan.buffer("lse_base2").shape == (2, 8, 1000)  # the backward's base-2 lse
+    capped = fa_core.forward_plan(q, k, k, causal=True, softmax_scale=0.1, target=h100(),
+                                  options=fa_core.Options(window=(64, None), softcap=30.0))
+    assert capped.launches[0].name == "fa_fwd_hopper_kernel" and capped.launches[0].constexprs["SOFTCAP"]
+    assert capped.launches[0].scalars[7:9] == (0.1 / 30.0, 30.0 * fa_core.LOG2E)  # cap_in, cap_out
+    assert capped.buffer("lse_base2").shape == (2, 8, 1000) and not launch.constexprs["SOFTCAP"]
     segments = (None,) * 3 + (gpu_spec((2, 1000), "int32"), gpu_spec((2, 700), "int32"), None, None, None)
     portable = [
         fwd(gpu_spec((2, 8, 1000, 128), "float32"), gpu_spec((2, 2, 700, 128), "float32")),
         fwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64))),
-        fwd(q, k, options=fa_core.Options(window=(64, None), softcap=30.0)),
+        fwd(q, k, options=fa_core.Options(dropout_p=0.1, seed=3)),
         fwd(q, k, arrays=segments),
         fwd(q, gpu_spec((2, 2, 0, 128))),
         fwd(q, k, settings=fa_core.Settings(*fa_core._GPU_TILES[128])),
@@ -245,7 +250,7 @@ def test_hopper_backward_chosen_where_it_applies():
     """The backward plan on an H100 launches the Gluon dK / dV and dQ
     kernels after the portable delta kernel where the Gluon forward applies (GQA, Nq != Nk,
     causal or not, either layout, a window, q / kv lengths, ALiBi: reading the forward's base-2
-    lse), do laid out as cp.async needs; the portable kernels otherwise."""
+    lse; softcap too), do laid out as cp.async needs; the portable kernels otherwise."""
     from ato_core.testing import gpu_spec, h100
 
     def bwd(q, k, do=None, target=h100(), **kw):
@@ -277,10 +282,13 @@ def test_hopper_backward_chosen_where_it_applies():
     names, plan = bwd(q, k, arrays=(gpu_spec((2, 8), "float32"),) + (None,) * 7)
     assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     assert all(launch.inputs[4] == "lse_base2" and launch.inputs[-1] == "alibi_slopes"
-               and launch.constexprs["ALIBI"] and launch.scalars[8:10] == (8, 1) for launch in plan.launches[1:])
+               and launch.constexprs["ALIBI"] and launch.scalars[10:12] == (8, 1) for launch in plan.launches[1:])
+    names, plan = bwd(q, k, options=fa_core.Options(window=(64, None), softcap=30.0))
+    assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
+    assert all(launch.inputs[4] == "lse_base2" and launch.constexprs["SOFTCAP"] for launch in plan.launches[1:])
     segments = (None,) * 3 + (gpu_spec((2, 1000), "int32"), gpu_spec((2, 700), "int32"), None, None, None)
     portable = [
-        bwd(q, k, options=fa_core.Options(window=(64, None), softcap=30.0)),
+        bwd(q, k, options=fa_core.Options(dropout_p=0.1, seed=3)),
         bwd(q, k, arrays=segments),
         bwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64))),
         bwd(q, k, do=q._replace(aligned=False)),
@@ -297,7 +305,7 @@ def test_hopper_varlen_chosen_where_it_applies():
     """Packed sequences on an H100: the Gluon forward, dK / dV and dQ kernels with VARLEN (grid over
     the longest sequence and a slot after the last, cu_seqlens in the lengths' places, packed
     strides with batch stride 0, lse [Hq, Tq], Tq and Tk the last scalars) for fp16 / bf16 at D
-    128 with causal, GQA, a window and ALiBi; the portable kernels for softcap, dropout, another
+    128 with causal, GQA, a window, softcap and ALiBi; the portable kernels for dropout, another
     D, no query or key rows, rows cp.async cannot copy, or the backward switched off."""
     from ato_core.testing import gpu_spec, h100
 
@@ -321,20 +329,20 @@ def test_hopper_varlen_chosen_where_it_applies():
     assert all(launch.constexprs["VARLEN"] and launch.constexprs["WINDOW"] and launch.constexprs["ALIBI"]
                and not launch.constexprs["Q_LENS"] and not launch.constexprs["KV_LENS"]
                and launch.scalars[-2:] == (700, 900) for launch in (f, dkdv, dq))
-    assert f.scalars[:4] == dkdv.scalars[:4] == (8, 4, 300, 500) and f.scalars[9:12] == (0, 128, 8 * 128)
+    assert f.scalars[:4] == dkdv.scalars[:4] == (8, 4, 300, 500) and f.scalars[11:14] == (0, 128, 8 * 128)
     assert fwd.buffer("o").shape == (700, 8, 128) and fwd.buffer("lse").shape == (8, 700)
     assert fwd.buffer("lse_base2").shape == (8, 700)
     assert bwd.buffer("dk").shape == (900, 2, 128) and dkdv.scalars[-8:-2] == (0, 128, 256) * 2
     assert plans(gpu_spec((700, 8, 128), "float16"), gpu_spec((900, 8, 128), "float16"), causal=False)[2] == gluon
+    assert plans(q, k, options=fa_core.Options(softcap=30.0))[2] == gluon
     portable = [
-        plans(q, k, options=fa_core.Options(softcap=30.0)),
         plans(q, k, options=fa_core.Options(dropout_p=0.1), seed=gpu_spec((), "int64")),
         plans(gpu_spec((700, 8, 64)), gpu_spec((900, 2, 64))),
         plans(q, gpu_spec((0, 2, 128))),
         plans(q._replace(aligned=False), k),
         plans(q, k, target=dataclasses.replace(h100(), gluon=False)),
     ]
-    assert [names for _, _, names in portable] == [["fa_fwd_kernel", "fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]] * 6
+    assert [names for _, _, names in portable] == [["fa_fwd_kernel", "fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]] * 5
     assert plans(q, k, do=q._replace(aligned=False))[2] == gluon[:1] + ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
 
 

@@ -272,7 +272,7 @@ HOPPER_CASES = ([(d, None, c, None, None) for d in HOPPER_DIMS for c in (False, 
                 + [(*w, None, None) for w in HOPPER_WINDOWS] + [(*c, None) for c in HOPPER_LENGTHS] + HOPPER_ALIBI)
 
 
-def _check_hopper(dims, window, causal, lengths, alibi, dtype, backward_kernels):
+def _check_hopper(dims, window, causal, lengths, alibi, dtype, backward_kernels, softcap=None):
     """A Hopper case through both frameworks: its forward plan's launch is the Gluon forward and its
     backward's (after the delta launch) are ``backward_kernels`` on an sm_90 GPU with Gluon (the
     portable kernels elsewhere); o, lse and every gradient against the float64 reference, torch ==
@@ -280,7 +280,7 @@ def _check_hopper(dims, window, causal, lengths, alibi, dtype, backward_kernels)
     (the case, its forward plan, torch's results)."""
     *shape, layout = dims
     case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths,
-                   alibi=alibi)
+                   alibi=alibi, softcap=softcap)
     return _check_hopper_case(case, backward_kernels)
 
 
@@ -306,6 +306,24 @@ def test_flash_attention_hopper_gpu(dims, window, causal, lengths, alibi, dtype)
     """On an sm_90 GPU the Gluon forward, dK / dV and dQ kernels run (elsewhere the portable
     ones), with windows, lengths and ALiBi (_check_hopper)."""
     _check_hopper(dims, window, causal, lengths, alibi, dtype, ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"])
+
+
+# Softcap (Gemma 2's 50; 5, where most scores saturate), alone and with a window, lengths, ALiBi, GQA, bnhd.
+HOPPER_SOFTCAP = [
+    ((2, 8, 2, 1000, 1000, 128, "bhnd"), None, True, None, None, 50.0),
+    ((1, 4, 4, 777, 300, 128, "bnhd"), None, False, None, None, 5.0),
+    ((2, 2, 1, 300, 4500, 128, "bnhd"), (700, None), True, "both", "bh", 30.0),
+    ((3, 2, 2, 777, 300, 128, "bhnd"), (64, 32), False, "kv", "h", 20.0),
+]
+
+
+@pytest.mark.parametrize("dims,window,causal,lengths,alibi,softcap", HOPPER_SOFTCAP,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_flash_attention_hopper_softcap_gpu(dims, window, causal, lengths, alibi, softcap, dtype):
+    """softcap on the Gluon forward, dK / dV and dQ kernels (_check_hopper)."""
+    _check_hopper(dims, window, causal, lengths, alibi, dtype, ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"],
+                  softcap)
 
 
 def test_flash_attention_hopper_needs_aligned_rows_gpu():
@@ -429,6 +447,8 @@ HOPPER_VARLEN = {
                             dict(causal=True, window=(300, None), alibi="bh", start=(5, 8), pad=(9, 3))),
     "full_cut": (((513, 1024, 1, 260), (600, 100, 700, 0)), 4, 4, dict(max_seqlen=(800, 650), pad=(130, 0))),
     "causal_mqa": (((1500, 37, 300), (1600, 2500, 64)), 4, 1, dict(causal=True, alibi="h", start=(0, 3))),
+    "softcap_window": (((700, 0, 1, 1500, 333), (900, 5, 1, 1500, 40)), 8, 2,
+                       dict(causal=True, window=(500, None), softcap=20.0, pad=(3, 7))),
 }
 
 

@@ -6,7 +6,7 @@ out-of-range accesses and races on its shared-memory ring.
     compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py [--backward]
 
 --backward: with plans.HOPPER_BACKWARD on (the Gluon dK / dV and dQ kernels, windows and lengths too);
---alibi: the ALiBi cases alone.
+--alibi: the ALiBi cases alone; --softcap: the softcap cases alone.
 """
 import sys
 
@@ -34,11 +34,17 @@ CASES = [
     (3, 2, 1, 300, 500, torch.float16, dict(causal=False, window_size=(40, 70), lengths=True, alibi="bh")),
     # (session 38) causal ALiBi, split into key and row terms, with a window and lengths
     (3, 2, 1, 300, 500, torch.bfloat16, dict(causal=True, window_size=(100, None), lengths=True, alibi="bh")),
+    # (session 39) softcap, alone and with a window, lengths and ALiBi
+    (2, 4, 2, 300, 700, torch.bfloat16, dict(causal=False, softcap=5.0)),
+    (3, 2, 1, 300, 500, torch.float16, dict(causal=True, window_size=(100, None), lengths=True, alibi="bh",
+                                            softcap=30.0)),
 ]
 
 plans.HOPPER_BACKWARD = "--backward" in sys.argv
 for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     if "--alibi" in sys.argv and "alibi" not in kw:  # the ALiBi cases alone
+        continue
+    if "--softcap" in sys.argv and "softcap" not in kw:  # the softcap cases alone
         continue
     g = torch.Generator(device="cuda").manual_seed(Nq)
     shape_q, shape_k = ((B, Hq, Nq, 128), (B, Hkv, Nk, 128)) if kw.get("layout") != "bnhd" else \

@@ -28,18 +28,20 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier,
                                                              warpgroup_mma, warpgroup_mma_wait)
+from triton.language.extra.cuda import libdevice
 
 from ato_core.launch import kernel
 from ato_core.triton_helpers import aligned
 
 LN2 = gl.constexpr(0.6931471805599453)
 LOG2E = gl.constexpr(1.4426950408889634)
+TWO_LOG2E = gl.constexpr(2.8853900817779268)
 ROWS = gl.constexpr(64)  # query rows of a consumer warpgroup (two a program)
 
 
 @gluon.jit
 def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_shift, alibi, CAUSAL: gl.constexpr,
-             WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr):
+             WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr):
     """The online-softmax update of a raw score tile: (p, m, l, alpha). MASK: keys past Nk,
     past i + hi_shift (CAUSAL, WINDOW) or before i + lo_shift (WINDOW) score -inf, and a row
     with no visible key so far gets p = 0 and alpha = 0 rather than NaN (its m stays -inf).
@@ -47,7 +49,12 @@ def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_s
     become s qk_scale - slope2 |i + shift - j| before the maximum, and qk_scale 1 from there on
     (m in base 2). CAUSAL: a row sees no key right of i + shift, so the bias is slope2 (j -
     start_n) (the same for every tile) plus the row's slope2 (start_n - i - shift), which is
-    added to the row maximum and subtracted from m in the exponent, not added to each score."""
+    added to the row maximum and subtracted from m in the exponent, not added to each score.
+    SOFTCAP: alibi[3] = (cap_in, cap_out) (_capped); the capped scores, in base 2, are those the
+    bias is added to (qk_scale 1 from there on)."""
+    if SOFTCAP:
+        s = _capped(s, alibi[3])
+        qk_scale = 1.0
     if ALIBI:
         if CAUSAL:
             s = gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), alibi[2][None, :])
@@ -82,6 +89,22 @@ def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_s
 
 
 @gluon.jit
+def _capped(s, cap):
+    """cap_out tanh(s cap_in) (cap = (cap_in, cap_out): softmax_scale / softcap, softcap log2(e)), a
+    raw score softcapped in base 2, as kernels._scores (triton_helpers.tanh_rcp: one exp2 and one
+    approximate division; NaN for NaN)."""
+    cap_in, cap_out = cap
+    return cap_out - libdevice.fast_dividef(2.0 * cap_out, 1.0 + gl.exp2(s * (cap_in * TWO_LOG2E)))
+
+
+@gluon.jit
+def _cap_slope(capped, cap):
+    """1 - tanh^2 of a _capped score, the softcap's slope, as the portable backward has it."""
+    t = capped * (1.0 / cap[1])
+    return 1.0 - t * t
+
+
+@gluon.jit
 def _alibi(s, qk_scale, rows_f, keys_f, slope2):
     """s qk_scale - slope2 |rows_f - keys_f| (rows_f: query rows + shift, keys_f: keys, as fp32
     broadcast against s; exact below 2^24), rounded once after the product."""
@@ -91,8 +114,8 @@ def _alibi(s, qk_scale, rows_f, keys_f, slope2):
 @gluon.jit
 def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk,
           lo_shift, hi_shift, alibi, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
-          WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr, BLOCK_N: gl.constexpr,
-          STAGES: gl.constexpr):
+          WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
+          BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """The program's j-th key tile (tile lo + j): QK_j in flight with PV_{j-1} (p of tile j - 1),
     softmax of tile j under PV_{j-1}; frees tile j - 1's slot."""
     slot = j % STAGES
@@ -104,7 +127,7 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero,
     o_tok = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
     p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, (lo + j) * BLOCK_N, offs_sn, Nk, lo_shift, hi_shift,
-                                  alibi, CAUSAL, WINDOW, MASK, ALIBI)
+                                  alibi, CAUSAL, WINDOW, MASK, ALIBI, SOFTCAP)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
     mbarrier.arrive(empty.index(prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
@@ -114,7 +137,8 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero,
 @gluon.jit
 def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift,
             hi_shift, alibi, tiles, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
-            WINDOW: gl.constexpr, ALIBI: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+            WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, BLOCK_N: gl.constexpr,
+            STAGES: gl.constexpr):
     """(m, l, acc) over key tiles [lo, hi) (at least one): masked but for [full_lo, full_hi)
     (tiles = (lo, full_lo, full_hi, hi), _key_tiles)."""
     lo, full_lo, full_hi, hi = tiles
@@ -123,20 +147,20 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
     s_tok = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
     p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, lo * BLOCK_N, offs_sn, Nk, lo_shift, hi_shift, alibi,
-                                  CAUSAL, WINDOW, True, ALIBI)
+                                  CAUSAL, WINDOW, True, ALIBI, SOFTCAP)
     if WINDOW:  # the tiles that cross the window's lower edge
         for j in range(1, full_lo - lo):
             p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
                                      offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL,
-                                     WINDOW, True, ALIBI, BLOCK_N, STAGES)
+                                     WINDOW, True, ALIBI, SOFTCAP, BLOCK_N, STAGES)
     for j in range(gl.maximum(full_lo - lo, 1), full_hi - lo):
         p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
                                  offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL, WINDOW,
-                                 False, ALIBI, BLOCK_N, STAGES)
+                                 False, ALIBI, SOFTCAP, BLOCK_N, STAGES)
     for j in range(gl.maximum(full_hi - lo, 1), hi - lo):
         p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
                                  offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL, WINDOW,
-                                 True, ALIBI, BLOCK_N, STAGES)
+                                 True, ALIBI, SOFTCAP, BLOCK_N, STAGES)
     last = (hi - lo - 1) % STAGES
     o_tok = warpgroup_mma(gl.convert_layout(p.to(v_bufs.dtype), p_layout), v_bufs.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
@@ -146,12 +170,13 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
 
 @gluon.jit
 def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, Nk, lo_shift,
-              hi_shift, qk_scale, slope2, shift, start_m, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
-              Q_LENS: gl.constexpr, ALIBI: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
-              STAGES: gl.constexpr):
+              hi_shift, qk_scale, slope2, cap, shift, start_m, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+              Q_LENS: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, BLOCK_N: gl.constexpr,
+              D: gl.constexpr, STAGES: gl.constexpr):
     """One warpgroup: query rows [start_m, start_m + ROWS); writes their o and lse (Q_LENS: rows
-    from q_len on get o = 0, lse = -inf), with ALIBI (head slope2; shift = kv_len - q_len) also
-    the base-2 lse LSE2 (+inf for those rows) that the backward reads. Nk: the keys of this batch."""
+    from q_len on get o = 0, lse = -inf), with ALIBI (head slope2; shift = kv_len - q_len) or
+    SOFTCAP (cap: _capped's) also the base-2 lse LSE2 (+inf for those rows) that the backward
+    reads. Nk: the keys of this batch."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -162,13 +187,13 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
     l_i = gl.full([ROWS], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([ROWS, D], gl.float32, o_layout)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)  # the QK wgmma's ignored accumulator
-    # ALiBi's query positions (bottom-right aligned), slope, and bias of a tile's columns (CAUSAL)
-    alibi = ((offs_m + shift).to(gl.float32), slope2, offs_sn.to(gl.float32) * slope2)
+    # ALiBi's query positions (bottom-right aligned), slope, and bias of a tile's columns (CAUSAL); the softcap's
+    alibi = ((offs_m + shift).to(gl.float32), slope2, offs_sn.to(gl.float32) * slope2, cap)
     if tiles[3] > tiles[0]:
         m_i, l_i, acc = _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m,
                                 offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, p_layout, o_layout, CAUSAL, WINDOW,
-                                ALIBI, BLOCK_N, STAGES)
-    if ALIBI:  # m is in base 2 already
+                                ALIBI, SOFTCAP, BLOCK_N, STAGES)
+    if ALIBI or SOFTCAP:  # m is in base 2 already
         qk_scale = 1.0
     empty_row = l_i == 0.0
     if Q_LENS:
@@ -183,7 +208,7 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
     gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(offs_om < Nq)[:, None])
     lse2 = m_i * qk_scale + gl.log2(l_safe)
     gl.store(LSE + lse_off + offs_m, gl.where(empty_row, float("-inf"), lse2 * LN2), mask=offs_m < Nq)
-    if ALIBI:
+    if ALIBI or SOFTCAP:
         gl.store(LSE2 + lse_off + offs_m, gl.where(empty_row, float("inf"), lse2), mask=offs_m < Nq)
 
 
@@ -400,20 +425,22 @@ def _key_tiles(start_m, Nk, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl
 
 
 @kernel(inputs=6, outputs=3, gluon=True)
-def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, left, right, s_ab, s_ah, sqb, sqh,
-                         sqn, skb, skh, skn, svb, svh, svn, sob, soh, son, Tq, Tk, O, LSE, LSE2, CAUSAL: gl.constexpr,
-                         BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
-                         PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False,
-                         Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False,
-                         VARLEN: gl.constexpr = False):
+def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, left, right, cap_in, cap_out, s_ab,
+                         s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son, Tq, Tk, O, LSE, LSE2,
+                         CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+                         CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                         WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False,
+                         ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False, VARLEN: gl.constexpr = False):
     """Grid (cdiv(Nq, 128), B * Hq), 4 warps (the default partition: the first consumer; 12
     in all). qk_scale = softmax_scale * log2(e). WINDOW: query i sees key j only if
     i + shift - left <= j <= i + shift + right (kernels.fa_fwd_kernel's window; causal is
     right = 0). Q_LENS, KV_LENS: batch b has QLEN[b] queries and KVLEN[b] keys (clamped to
     [0, Nq], [0, Nk]; shift = kv_len - q_len), as kernels._options. ALIBI: scores get
     -slope |i + shift - j| (SLOPES fp32 [Hq] or [B, Hq], strides s_ab, s_ah) and LSE2, the
-    base-2 lse the backward reads, is written (else never). Causal: the last query blocks (the
-    most keys) run first. VARLEN: as kernels.fa_fwd_kernel's, grid (cdiv(Nq, 128), (B + 1) *
+    base-2 lse the backward reads, is written (else never). SOFTCAP: scores become softcap
+    tanh(s softmax_scale / softcap) (cap_in = softmax_scale / softcap, cap_out = softcap log2(e);
+    the bias added after), LSE2 written. Causal: the last query blocks (the most keys) run
+    first. VARLEN: as kernels.fa_fwd_kernel's, grid (cdiv(Nq, 128), (B + 1) *
     Hq), q, k, v, o packed (batch strides 0, Tq and Tk rows), lse [Hq, Tq]; slot B fills the
     rows outside every sequence (_fill_unwritten)."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
@@ -460,11 +487,11 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, 
     shift = kv_len - q_len
     gl.warp_specialize([
         (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
-                     lo_shift, hi_shift, qk_scale, slope2, shift, start_m, tiles, CAUSAL, WINDOW, Q_LENS, ALIBI,
-                     BLOCK_N, D, STAGES)),
+                     lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), shift, start_m, tiles, CAUSAL, WINDOW,
+                     Q_LENS, ALIBI, SOFTCAP, BLOCK_N, D, STAGES)),
         (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
-                     lo_shift, hi_shift, qk_scale, slope2, shift, start_m + ROWS, tiles, CAUSAL, WINDOW, Q_LENS, ALIBI,
-                     BLOCK_N, D, STAGES)),
+                     lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), shift, start_m + ROWS, tiles, CAUSAL,
+                     WINDOW, Q_LENS, ALIBI, SOFTCAP, BLOCK_N, D, STAGES)),
         (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], BLOCK_N,
                      D, STAGES, CHUNK)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
@@ -539,12 +566,13 @@ def _query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, CAUSAL: gl.constexpr, WI
 def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA, lse_off, Nq,
                kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout: gl.constexpr,
                s_layout: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr,
-               MASK: gl.constexpr, ALIBI: gl.constexpr, STAGES: gl.constexpr):
+               MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr):
     """Query tile i (the ring's c-th): S^T = K Q^T and dP^T = V dO^T in flight together,
     P^T = 2^(S^T qk_scale - lse2), dS^T = P^T (dP^T - delta); dV += P^T dO, dK += dS^T Q.
     MASK: scores of keys a row does not see (_visible) are 0. ALIBI: alibi = (keys as fp32,
-    shift, slope2, slope2 (keys - k0), k0), the forward's biased scores (_alibi; CAUSAL: split
-    into a key and a row term, as _softmax). Frees the tile's slot."""
+    shift, slope2, slope2 (keys - k0), k0, cap), the forward's biased scores (_alibi; CAUSAL:
+    split into a key and a row term, as _softmax). SOFTCAP: the scores _capped (by alibi[5])
+    before the bias, dS^T times the cap's slope 1 - tanh^2. Frees the tile's slot."""
     slot = c % STAGES
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
     fence_async_shared()
@@ -557,13 +585,15 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
     lse2 = gl.load(LSE2 + lse_off + rows, mask=inside, other=float("inf"))
     delta = gl.load(DELTA + lse_off + rows, mask=inside, other=0.0)
     st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok, ))
+    keys_f, shift, slope2, key_bias, k0, cap = alibi
+    if SOFTCAP:
+        st = _capped(st, cap)
+        qk_scale = 1.0
     if ALIBI and CAUSAL:  # -slope2 (i + shift - j) = slope2 (j - k0) + slope2 (k0 - i - shift), as _softmax
-        keys_f, shift, slope2, key_bias, k0 = alibi
         row_term = (k0 - (rows + shift).to(gl.float32)) * slope2 - lse2
         pt = gl.exp2(gl.fma(st, gl.full(st.shape, qk_scale, gl.float32, s_layout), key_bias[:, None])
                      + row_term[None, :])
     elif ALIBI:
-        keys_f, shift, slope2, key_bias, k0 = alibi
         pt = gl.exp2(_alibi(st, qk_scale, (rows + shift).to(gl.float32)[None, :], keys_f[:, None], slope2)
                      - lse2[None, :])
     else:
@@ -572,7 +602,10 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
         visible = _visible(keys[:, None], rows[None, :], kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, KV_LENS)
         pt = gl.where(visible, pt, 0.0)
     dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt_tok, ))
-    dst = (pt * (dpt - delta[None, :])).to(q_bufs.dtype)
+    dst = pt * (dpt - delta[None, :])
+    if SOFTCAP:
+        dst = dst * _cap_slope(st, cap)
+    dst = dst.to(q_bufs.dtype)
     dv_tok = warpgroup_mma(gl.convert_layout(pt.to(q_bufs.dtype), op_layout), do_s, dv, is_async=True)
     dk_tok = warpgroup_mma(gl.convert_layout(dst, op_layout), q_s, dk, is_async=True)
     dv = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, ))
@@ -584,9 +617,9 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
 @gluon.jit
 def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
                    sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
-                   hi_shift, shift, qk_scale, sm_scale, k0, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
-                   KV_LENS: gl.constexpr, ALIBI: gl.constexpr, VARLEN: gl.constexpr, D: gl.constexpr,
-                   STAGES: gl.constexpr):
+                   hi_shift, shift, qk_scale, sm_scale, cap, k0, tiles, CAUSAL: gl.constexpr,
+                   WINDOW: gl.constexpr, KV_LENS: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
+                   VARLEN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
     """One warpgroup: keys [k0, k0 + KEYS); over the G query heads of kv head hk, query tiles
     [lo, full_lo) and [full_hi, hi) masked, [full_lo, full_hi) not (tiles: _query_tiles');
     writes the keys' dK (times sm_scale) and dV (rows below n_k). Head hq's lse2 and delta
@@ -605,22 +638,22 @@ def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, S
     for g in range(G):
         lse_off = (lse_h0 + hk * G + g).to(gl.int64) * lse_sh + lse_row0
         slope2 = _slope2(SLOPES, b, hk * G + g, s_ab, s_ah, nseq, ALIBI, VARLEN)
-        alibi = (keys.to(gl.float32), shift, slope2, (keys - k0).to(gl.float32) * slope2, k0)
+        alibi = (keys.to(gl.float32), shift, slope2, (keys - k0).to(gl.float32) * slope2, k0, cap)
         for i in range(lo, full_lo):
             dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
                                 lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout,
-                                s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, STAGES)
+                                s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, SOFTCAP, STAGES)
             c += 1
         for i in range(full_lo, full_hi):
             dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
                                 lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout,
-                                s_layout, CAUSAL, WINDOW, KV_LENS, False, ALIBI, STAGES)
+                                s_layout, CAUSAL, WINDOW, KV_LENS, False, ALIBI, SOFTCAP, STAGES)
             c += 1
         if WINDOW or KV_LENS:  # the tiles past the window's lower edge, or those of a block past kv_len
             for i in range(full_hi, hi):
                 dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2,
                                     DELTA, lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi,
-                                    op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, STAGES)
+                                    op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, SOFTCAP, STAGES)
                 c += 1
     offs_r = k0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
@@ -644,22 +677,23 @@ def _dkdv_producer(q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdo
 
 @kernel(inputs=9, outputs=2, gluon=True)
 def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, sm_scale, left,
-                              right, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb,
-                              sdkh, sdkn, sdvb, sdvh, sdvn, Tq, Tk, DK, DV, CAUSAL: gl.constexpr, D: gl.constexpr,
-                              STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                              right, cap_in, cap_out, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob,
+                              sdoh, sdon, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, Tq, Tk, DK, DV, CAUSAL: gl.constexpr,
+                              D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                               CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
                               KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False,
-                              VARLEN: gl.constexpr = False):
+                              SOFTCAP: gl.constexpr = False, VARLEN: gl.constexpr = False):
     """Grid (cdiv(Nk, 2 KEYS), B * Hkv), 4 warps (12 in all): a program's 2 KEYS keys held in
     shared memory, one consumer warpgroup for each half; a producer streams the Q and dO tiles
     of the G query heads through a ring of STAGES. The producer is the default partition (the
     registers the consumers leave; PRODUCER_REGS unused): as a default partition, a consumer
     spilled 848 bytes a thread where the same code as a worker spilled about 100 (causal,
-    sm_90). LSE2, DELTA: [B, Hq, Nq] fp32 (with ALIBI, LSE2 the forward's). WINDOW, Q_LENS,
-    KV_LENS, ALIBI, left, right, SLOPES: as fa_fwd_hopper_kernel's. Only the query tiles that see the
-    program's keys are visited; those crossing the causal diagonal, a window edge or kv_len
-    masked. VARLEN: as fa_fwd_hopper_kernel's, grid (cdiv(Nk, 2 KEYS), (B + 1) * Hkv), LSE2 and
-    DELTA [Hq, Tq]; slot B zero-fills the dK, dV rows outside every sequence."""
+    sm_90). LSE2, DELTA: [B, Hq, Nq] fp32 (with ALIBI or SOFTCAP, LSE2 the forward's). WINDOW,
+    Q_LENS, KV_LENS, ALIBI, SOFTCAP, left, right, cap_in, cap_out, SLOPES: as fa_fwd_hopper_kernel's.
+    Only the query tiles that see the program's keys are visited; those crossing the causal
+    diagonal, a window edge or kv_len masked. VARLEN: as fa_fwd_hopper_kernel's, grid (cdiv(Nk,
+    2 KEYS), (B + 1) * Hkv), LSE2 and DELTA [Hq, Tq]; slot B zero-fills the dK, dV rows outside
+    every sequence."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -710,23 +744,24 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq,
                           tiles[0], tiles[3], D, STAGES, CHUNK)),
         (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
                           sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
-                          hi_shift, kv_len - q_len, qk_scale, sm_scale, k0, tiles, CAUSAL, WINDOW, KV_LENS or VARLEN,
-                          ALIBI, VARLEN, D, STAGES)),
+                          hi_shift, kv_len - q_len, qk_scale, sm_scale, (cap_in, cap_out), k0, tiles, CAUSAL, WINDOW,
+                          KV_LENS or VARLEN, ALIBI, SOFTCAP, VARLEN, D, STAGES)),
         (_dkdv_consumer, (k1_s, v1_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
                           sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
-                          hi_shift, kv_len - q_len, qk_scale, sm_scale, k0 + KEYS, tiles, CAUSAL, WINDOW,
-                          KV_LENS or VARLEN, ALIBI, VARLEN, D, STAGES)),
+                          hi_shift, kv_len - q_len, qk_scale, sm_scale, (cap_in, cap_out), k0 + KEYS, tiles, CAUSAL,
+                          WINDOW, KV_LENS or VARLEN, ALIBI, SOFTCAP, VARLEN, D, STAGES)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
 @gluon.jit
 def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, lse2, delta, qk_scale, rows, offs_n,
              kv_len, lo_shift, hi_shift, alibi, dq_op: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
-             MASK: gl.constexpr, ALIBI: gl.constexpr, STAGES: gl.constexpr):
+             MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr):
     """Key tile j (the ring's c-th): S = Q K^T and dP = dO V^T in flight together, dS = P (dP -
     delta), dQ += dS K. MASK: scores of keys a row does not see (_visible) are 0. ALIBI: alibi =
-    (rows + shift as fp32, slope2, slope2 x the tile's columns), the forward's biased scores
-    (_alibi; CAUSAL: split into a column and a row term, as _softmax). Frees the tile's slot."""
+    (rows + shift as fp32, slope2, slope2 x the tile's columns, cap), the forward's biased scores
+    (_alibi; CAUSAL: split into a column and a row term, as _softmax). SOFTCAP: as _dkdv_tile's.
+    Frees the tile's slot."""
     slot = c % STAGES
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
     fence_async_shared()
@@ -734,13 +769,15 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, ls
     s_tok = warpgroup_mma(q_smem, k_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
     dp_tok = warpgroup_mma(do_smem, v_bufs.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
+    rows_f, slope2, col_bias, cap = alibi
+    if SOFTCAP:
+        s = _capped(s, cap)
+        qk_scale = 1.0
     if ALIBI and CAUSAL:  # split into a column and a row term, as _softmax
-        rows_f, slope2, col_bias = alibi
         row_term = (j * KEYS - rows_f) * slope2 - lse2
         p = gl.exp2(gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), col_bias[None, :])
                     + row_term[:, None])
     elif ALIBI:
-        rows_f, slope2, col_bias = alibi
         p = gl.exp2(_alibi(s, qk_scale, rows_f[:, None], (j * KEYS + offs_n).to(gl.float32)[None, :], slope2)
                     - lse2[:, None])
     else:
@@ -750,6 +787,8 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, ls
         p = gl.where(_visible(keys[None, :], rows[:, None], kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, True), p, 0.0)
     dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
     ds = p * (dp - delta[:, None])
+    if SOFTCAP:
+        ds = ds * _cap_slope(s, cap)
     dq_tok = warpgroup_mma(gl.convert_layout(ds.to(k_bufs.dtype), dq_op), k_s, dq, is_async=True)
     dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok, ))
     mbarrier.arrive(empty.index(slot), count=1)
@@ -758,8 +797,9 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, ls
 
 @gluon.jit
 def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, kv_len,
-                 lo_shift, hi_shift, shift, qk_scale, sm_scale, slope2, m0, tiles, CAUSAL: gl.constexpr,
-                 WINDOW: gl.constexpr, ALIBI: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+                 lo_shift, hi_shift, shift, qk_scale, sm_scale, slope2, cap, m0, tiles, CAUSAL: gl.constexpr,
+                 WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, D: gl.constexpr,
+                 STAGES: gl.constexpr):
     """One warpgroup: query rows [m0, m0 + ROWS); key tiles [lo, full_lo) and [full_hi, hi)
     masked, [full_lo, full_hi) not (tiles: _key_tiles'); writes their dQ (times sm_scale),
     rows below Nq."""
@@ -774,18 +814,21 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
     offs_n = gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
     zero_s = gl.zeros([ROWS, KEYS], gl.float32, s_layout)
     dq = gl.zeros([ROWS, D], gl.float32, a_layout)
-    alibi = ((rows + shift).to(gl.float32), slope2, offs_n.to(gl.float32) * slope2)
+    alibi = ((rows + shift).to(gl.float32), slope2, offs_n.to(gl.float32) * slope2, cap)
     lo, full_lo, full_hi, hi = tiles
     if WINDOW:  # the tiles that cross the window's lower edge
         for j in range(lo, full_lo):
             dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, j, dq, zero_s, lse2, delta, qk_scale,
-                          rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL, WINDOW, True, ALIBI, STAGES)
+                          rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL, WINDOW, True, ALIBI, SOFTCAP,
+                          STAGES)
     for j in range(full_lo, full_hi):
         dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, j, dq, zero_s, lse2, delta, qk_scale,
-                      rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL, WINDOW, False, ALIBI, STAGES)
+                      rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL, WINDOW, False, ALIBI, SOFTCAP,
+                      STAGES)
     for j in range(full_hi, hi):
         dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, j, dq, zero_s, lse2, delta, qk_scale,
-                      rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL, WINDOW, True, ALIBI, STAGES)
+                      rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL, WINDOW, True, ALIBI, SOFTCAP,
+                      STAGES)
     offs_r = m0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
     gl.store(DQ + dq_off + offs_r.to(gl.int64)[:, None] * sdqn + offs_d[None, :],
@@ -794,11 +837,12 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
 
 @kernel(inputs=9, outputs=1, gluon=True)
 def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, sm_scale, left,
-                            right, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb,
-                            sdqh, sdqn, Tq, Tk, DQ, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-                            CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                            WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False,
-                            ALIBI: gl.constexpr = False, VARLEN: gl.constexpr = False):
+                            right, cap_in, cap_out, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob,
+                            sdoh, sdon, sdqb, sdqh, sdqn, Tq, Tk, DQ, CAUSAL: gl.constexpr, D: gl.constexpr,
+                            STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                            CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
+                            KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False,
+                            VARLEN: gl.constexpr = False):
     """Grid (cdiv(Nq, 2 ROWS), B * Hq), 4 warps (12 in all): the forward's form, Q and dO rows
     held, two consumer warpgroups of ROWS rows, K and V tiles of KEYS rows streamed by the
     producer (only those the rows see). Options as fa_bwd_dkdv_hopper_kernel's. Causal: the
@@ -840,11 +884,11 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq, G
     slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, nseq, ALIBI, VARLEN)
     gl.warp_specialize([
         (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, n_q, kv_len,
-                        lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, m0, tiles, CAUSAL, WINDOW,
-                        ALIBI, D, STAGES)),
+                        lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, (cap_in, cap_out), m0, tiles,
+                        CAUSAL, WINDOW, ALIBI, SOFTCAP, D, STAGES)),
         (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, n_q, kv_len,
-                        lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, m0 + ROWS, tiles, CAUSAL,
-                        WINDOW, ALIBI, D, STAGES)),
+                        lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, (cap_in, cap_out), m0 + ROWS,
+                        tiles, CAUSAL, WINDOW, ALIBI, SOFTCAP, D, STAGES)),
         (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], KEYS, D,
                      STAGES, CHUNK)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])

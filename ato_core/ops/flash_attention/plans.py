@@ -389,19 +389,19 @@ HOPPER_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes")  # the option arrays
 
 def _gluon_applies(q: ArraySpec, D: int, Nk: int, target: Target, options: Options, others) -> bool:
     """The Gluon kernels' common conditions: a Hopper GPU (Target.gluon), fp16 / bf16, D 128, at
-    least one key, no option but a window (and causal), none of ``others`` (option arrays they
-    do not take) given."""
+    least one key, no option but a window and softcap (and causal), none of ``others`` (option
+    arrays they do not take) given."""
     if not target.gluon or kern.hopper is None:
         return False
     if q.dtype not in ("float16", "bfloat16") or D not in HOPPER_HEAD_DIMS or Nk == 0:
         return False
-    return options == Options(window=options.window) and all(a is None for a in others)
+    return options == Options(window=options.window, softcap=options.softcap) and all(a is None for a in others)
 
 
 def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, target: Target, layout: str,
                     options: Options, arrays) -> bool:
     """Whether the forward runs the Gluon kernel (hopper.fa_fwd_hopper_kernel): _gluon_applies
-    (causal, GQA, a window, q / kv lengths and ALiBi slopes the options it takes), and q, k, v
+    (causal, GQA, a window, softcap, q / kv lengths and ALiBi slopes the options it takes), and q, k, v
     rows cp.async can copy (_cp_async_rows). Anything else: the portable kernel."""
     others = [a for n, a in zip(OPTION_ARRAYS, arrays) if n not in HOPPER_ARRAYS]
     return _gluon_applies(q, D, Nk, target, options, others) and _cp_async_rows(q, k, v)
@@ -416,13 +416,13 @@ def _cp_async_rows(*specs: ArraySpec) -> bool:
 
 
 def _hopper_options(options: Options, named: dict, causal: bool, scale: float, B: int, Hq: int, Nq: int, Nk: int):
-    """What the Gluon kernels take of the options (a window, q / kv lengths, ALiBi): the input
-    names of HOPPER_ARRAYS (q for an absent one: never read), the scalars (left, right and the
-    slopes' b and h strides), the constexprs."""
-    inputs, (left, right, _, _), tail, const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
+    """What the Gluon kernels take of the options (a window, softcap, q / kv lengths, ALiBi): the
+    input names of HOPPER_ARRAYS (q for an absent one: never read), the scalars (left, right,
+    cap_in, cap_out and the slopes' b and h strides), the constexprs."""
+    inputs, scalars, tail, const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     names = dict(zip(OPTION_ARRAYS, inputs))
-    return (tuple(names[n] for n in HOPPER_ARRAYS), (left, right, *tail[:2]),
-            {n: const[n] for n in ("WINDOW", "Q_LENS", "KV_LENS", "ALIBI")})
+    return (tuple(names[n] for n in HOPPER_ARRAYS), (*scalars, *tail[:2]),
+            {n: const[n] for n in ("WINDOW", "Q_LENS", "KV_LENS", "ALIBI", "SOFTCAP")})
 
 
 class _Gluon(NamedTuple):
@@ -482,7 +482,8 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: 
         kern.hopper.fa_fwd_hopper_kernel, geo.grid(True), ("q", "k", "v", *arrays),
         (geo.Hq, geo.Hq // geo.Hkv, geo.Nq, geo.Nk, scale * LOG2E, *opt_scalars, *geo.strides(q), *geo.strides(k),
          *geo.strides(v), *o_strides, *geo.tail()),
-        (o, Buffer("lse", geo.rows(), "float32"), optional_output("lse_base2", geo.rows(), "float32", const["ALIBI"])),
+        (o, Buffer("lse", geo.rows(), "float32"),
+         optional_output("lse_base2", geo.rows(), "float32", const["ALIBI"] or const["SOFTCAP"])),
         {"CAUSAL": causal, "D": geo.D, **HOPPER, **const}, num_warps=4,
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
@@ -500,8 +501,8 @@ HOPPER_BWD = {"STAGES": 2, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 24
 def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D: int, Nk: int, target: Target,
                      layout: str, options: Options, arrays) -> bool:
     """Whether dK, dV and dQ run the Gluon kernels: where the forward runs its Gluon kernel
-    (_hopper_forward: a window, q / kv lengths and ALiBi the only options), do laid out as q must
-    be."""
+    (_hopper_forward: a window, softcap, q / kv lengths and ALiBi the only options), do laid out
+    as q must be."""
     return HOPPER_BACKWARD and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays) and \
         _cp_async_rows(do)
 
@@ -510,8 +511,8 @@ def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: Arra
                               scale: float, options: Options, named: dict) -> Tuple[Launch, Launch]:
     """The dK / dV and dQ launches of the Gluon backward (after the portable delta launch)."""
     arrays, opt_scalars, o_const = geo.options(options, named, causal, scale)
-    # with ALiBi the forward's base-2 lse (the scores are not s * scale * log2(e)), else the delta launch's
-    inputs = ("q", "k", "v", "do", "lse_base2" if o_const["ALIBI"] else "lse2", "delta", *arrays)
+    # with ALiBi or softcap the forward's base-2 lse (the scores are not s * scale * log2(e)), else the delta launch's
+    inputs = ("q", "k", "v", "do", "lse_base2" if o_const["ALIBI"] or o_const["SOFTCAP"] else "lse2", "delta", *arrays)
     common = (geo.Hq, geo.Hq // geo.Hkv, geo.Nq, geo.Nk, scale * LOG2E, scale, *opt_scalars, *geo.strides(q),
               *geo.strides(k), *geo.strides(v), *geo.strides(do))
     const = {"CAUSAL": causal, "D": geo.D, **HOPPER_BWD, **o_const}
@@ -598,7 +599,7 @@ def _varlen_options(options: Options, alibi: Optional[ArraySpec], seed: Optional
 def _hopper_varlen(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Hkv: int, Tq: int, Tk: int, target: Target,
                    options: Options, seed: Optional[ArraySpec], *more: ArraySpec) -> bool:
     """Whether packed sequences run the Gluon kernels (VARLEN): _gluon_applies (causal, GQA, a
-    window and ALiBi the options they take), query and key rows, and q, k, v (and ``more``:
+    window, softcap and ALiBi the options they take), query and key rows, and q, k, v (and ``more``:
     the backward's do) rows cp.async can copy."""
     return Hkv > 0 and Tq > 0 and _gluon_applies(q, D, Tk, target, options, [seed]) and _cp_async_rows(q, k, v, *more)
 
