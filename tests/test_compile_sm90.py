@@ -336,7 +336,8 @@ def _gluon_launches(which):
     """(launch, plan, input specs) of a Gluon kernel: the Hopper forward or the backward's dK /
     dV or dQ launch, GQA, Nq != Nk, causal, with a window, or (which ending in "lengths") q and
     kv lengths, or ("alibi") [B, Hq] ALiBi slopes, or ("softcap") softcap with a window, ALiBi and
-    lengths, or ("varlen") packed sequences with a window and [B, Hq] ALiBi slopes."""
+    lengths, or ("segments") segment ids with a window, or ("varlen") packed sequences with a
+    window and [B, Hq] ALiBi slopes."""
     from ato_core.ops.flash_attention import plans as fa
     from ato_core.testing import gpu_spec
 
@@ -361,6 +362,10 @@ def _gluon_launches(which):
         kw = {"arrays": (None, specs["q_lengths"], specs["kv_lengths"]) + (None,) * 5}
     elif which.endswith("alibi"):
         kw = {"arrays": (specs["alibi_slopes"],) + (None,) * 7}
+    elif which.endswith("segments"):  # with a window
+        specs.update(q_segment_ids=gpu_spec((2, 300), "int32"), kv_segment_ids=gpu_spec((2, 500), "int32"))
+        kw = {"options": fa.Options(window=(100, None)),
+              "arrays": (None,) * 3 + (specs["q_segment_ids"], specs["kv_segment_ids"]) + (None,) * 3}
     elif which.endswith("softcap"):  # with a window, ALiBi and lengths
         kw = {"options": fa.Options(window=(100, None), softcap=30.0),
               "arrays": (specs["alibi_slopes"], specs["q_lengths"], specs["kv_lengths"]) + (None,) * 5}
@@ -376,7 +381,7 @@ def _gluon_launches(which):
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
 @pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "dkdv lengths", "dq lengths", "forward alibi",
                                    "dkdv alibi", "dq alibi", "forward varlen", "dkdv varlen", "dq varlen",
-                                   "forward softcap", "dkdv softcap", "dq softcap"])
+                                   "forward softcap", "dkdv softcap", "dq softcap", "forward segments"])
 def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
     Hopper kernels into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,

@@ -195,9 +195,10 @@ def test_gluon_only_with_the_triton_it_was_written_for(monkeypatch):
 @needs_gluon
 def test_hopper_forward_chosen_where_it_applies():
     """On an H100 (Target.gluon) the forward plan launches the Gluon kernel for fp16 / bf16 at
-    D 128 with causal, GQA, Nq != Nk, a window, softcap, q / kv lengths, ALiBi and either layout; the portable kernel for anything
-    it does not cover (fp32, another D, another option, no key, tuned settings, rows that cp.async cannot copy:
-    a storage offset or a stride off 16 bytes); never under the interpreter or with gluon off."""
+    D 128 with causal, GQA, Nq != Nk, a window, softcap, q / kv lengths, ALiBi, segment ids and
+    either layout; the portable kernel for anything it does not cover (fp32, another D, another
+    option, no key, tuned settings, rows that cp.async cannot copy: a storage offset or a stride
+    off 16 bytes); never under the interpreter or with gluon off."""
     from ato_core.testing import gpu_spec, h100
 
     def fwd(q, k, target=h100(), **kw):
@@ -215,26 +216,30 @@ def test_hopper_forward_chosen_where_it_applies():
     assert window.name == "fa_fwd_hopper_kernel" and window.constexprs["WINDOW"]
     assert window.scalars[5:7] == (64, 0) and launch.scalars[5:7] == (1000 + 700 + 1, 0)
     lengths = fwd(q, k, arrays=(None, None, gpu_spec((2,), "int64")) + (None,) * 5)
-    assert lengths.name == "fa_fwd_hopper_kernel" and lengths.inputs == ("q", "k", "v", "q", "kv_lengths", "q")
+    assert lengths.name == "fa_fwd_hopper_kernel"
+    assert lengths.inputs == ("q", "k", "v", "q", "kv_lengths", "q", "q", "q")
     assert lengths.constexprs["KV_LENS"] and not lengths.constexprs["Q_LENS"] and not lengths.constexprs["ALIBI"]
     for slopes, strides in ((gpu_spec((8,), "float32"), (0, 1)), (gpu_spec((2, 8), "float32"), (8, 1))):
         plan = fa_core.forward_plan(q, k, k, causal=True, softmax_scale=None, target=h100(),
                                     arrays=(slopes,) + (None,) * 7)
         alibi, = plan.launches
         assert alibi.name == "fa_fwd_hopper_kernel" and alibi.constexprs["ALIBI"]
-        assert alibi.inputs[-1] == "alibi_slopes" and alibi.scalars[9:11] == strides
+        assert alibi.inputs[5] == "alibi_slopes" and alibi.scalars[9:11] == strides
         assert plan.buffer("lse_base2").shape == (2, 8, 1000)  # the backward's base-2 lse
     capped = fa_core.forward_plan(q, k, k, causal=True, softmax_scale=0.1, target=h100(),
                                   options=fa_core.Options(window=(64, None), softcap=30.0))
     assert capped.launches[0].name == "fa_fwd_hopper_kernel" and capped.launches[0].constexprs["SOFTCAP"]
     assert capped.launches[0].scalars[7:9] == (0.1 / 30.0, 30.0 * fa_core.LOG2E)  # cap_in, cap_out
     assert capped.buffer("lse_base2").shape == (2, 8, 1000) and not launch.constexprs["SOFTCAP"]
-    segments = (None,) * 3 + (gpu_spec((2, 1000), "int32"), gpu_spec((2, 700), "int32"), None, None, None)
+    segments = (None,) * 3 + (gpu_spec((2, 1000), "int32"), gpu_spec((2, 700), "int64"), None, None, None)
+    seg = fwd(q, k, arrays=segments)
+    assert seg.name == "fa_fwd_hopper_kernel" and seg.constexprs["SEGMENTS"] and not launch.constexprs["SEGMENTS"]
+    assert seg.inputs[6:] == ("q_segment_ids", "kv_segment_ids") and seg.scalars[11:15] == (1000, 1, 700, 1)
     portable = [
         fwd(gpu_spec((2, 8, 1000, 128), "float32"), gpu_spec((2, 2, 700, 128), "float32")),
         fwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64))),
         fwd(q, k, options=fa_core.Options(dropout_p=0.1, seed=3)),
-        fwd(q, k, arrays=segments),
+        fwd(q, k, arrays=(None,) * 5 + (gpu_spec((2, 8, 1000, 700), "float32"), None, None)),
         fwd(q, gpu_spec((2, 2, 0, 128))),
         fwd(q, k, settings=fa_core.Settings(*fa_core._GPU_TILES[128])),
         fwd(q._replace(aligned=False), k),
@@ -264,7 +269,7 @@ def test_hopper_backward_chosen_where_it_applies():
     assert names == ["fa_bwd_delta_kernel", "fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     _, dkdv, dq = plan.launches
     assert dkdv.grid == (6, 4) and dq.grid == (8, 16) and dkdv.scalars[:4] == dq.scalars[:4] == (8, 4, 1000, 700)
-    assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse2", "delta", "q", "q", "q")
+    assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse2", "delta", "q", "q", "q", "q", "q")
     assert dkdv.scalars[6:8] == dq.scalars[6:8] == (1000 + 700 + 1, 0) and not dkdv.constexprs["WINDOW"]
     assert plan.results == ("dq", "dk", "dv")
     names, plan = bwd(gpu_spec((2, 1000, 8, 128), "float16"), gpu_spec((2, 700, 2, 128), "float16"), layout="bnhd",
@@ -277,11 +282,11 @@ def test_hopper_backward_chosen_where_it_applies():
     assert all(launch.constexprs["WINDOW"] and launch.scalars[6:8] == (64, 0) for launch in plan.launches[1:])
     names, plan = bwd(q, k, arrays=(None, None, gpu_spec((2,), "int64")) + (None,) * 5)
     assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
-    assert all(launch.inputs[-3:] == ("q", "kv_lengths", "q") and launch.constexprs["KV_LENS"]
+    assert all(launch.inputs[6:9] == ("q", "kv_lengths", "q") and launch.constexprs["KV_LENS"]
                and not launch.constexprs["Q_LENS"] for launch in plan.launches[1:])
     names, plan = bwd(q, k, arrays=(gpu_spec((2, 8), "float32"),) + (None,) * 7)
     assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
-    assert all(launch.inputs[4] == "lse_base2" and launch.inputs[-1] == "alibi_slopes"
+    assert all(launch.inputs[4] == "lse_base2" and launch.inputs[8] == "alibi_slopes"
                and launch.constexprs["ALIBI"] and launch.scalars[10:12] == (8, 1) for launch in plan.launches[1:])
     names, plan = bwd(q, k, options=fa_core.Options(window=(64, None), softcap=30.0))
     assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
@@ -323,13 +328,13 @@ def test_hopper_varlen_chosen_where_it_applies():
     assert names == gluon
     (f,), (_, dkdv, dq) = fwd.launches, bwd.launches
     assert (f.grid, dkdv.grid, dq.grid) == ((3, 32), (4, 8), (3, 32))
-    assert f.inputs == ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes")
+    assert f.inputs == ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes", "q", "q")
     assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse_base2", "delta", "cu_seqlens_q", "cu_seqlens_k",
-                                        "alibi_slopes")
+                                        "alibi_slopes", "q", "q")
     assert all(launch.constexprs["VARLEN"] and launch.constexprs["WINDOW"] and launch.constexprs["ALIBI"]
                and not launch.constexprs["Q_LENS"] and not launch.constexprs["KV_LENS"]
                and launch.scalars[-2:] == (700, 900) for launch in (f, dkdv, dq))
-    assert f.scalars[:4] == dkdv.scalars[:4] == (8, 4, 300, 500) and f.scalars[11:14] == (0, 128, 8 * 128)
+    assert f.scalars[:4] == dkdv.scalars[:4] == (8, 4, 300, 500) and f.scalars[15:18] == (0, 128, 8 * 128)
     assert fwd.buffer("o").shape == (700, 8, 128) and fwd.buffer("lse").shape == (8, 700)
     assert fwd.buffer("lse_base2").shape == (8, 700)
     assert bwd.buffer("dk").shape == (900, 2, 128) and dkdv.scalars[-8:-2] == (0, 128, 256) * 2

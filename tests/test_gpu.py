@@ -396,6 +396,7 @@ FA_OPTION_GPU = {
     # query segment in two runs of whole tiles with another between
     "segments_long_runs": ((1, 8, 2, 4096, 4096, 128), dict(segments=2, causal=True)),
     "segments_unsorted": ((2, 4, 2, 1000, 1100, 64), dict(segments=3, segments_sorted=False)),
+    "segments_unsorted_d128": ((2, 4, 2, 1000, 1100, 128), dict(segments=4, segments_sorted=False, causal=True)),
     "segments_split_runs": ((1, 4, 2, 768, 768, 128), dict(segments=2, segment_values=(
         [0] * 768, [0] * 256 + [1] * 256 + [0] * 256))),
     "all_bnhd": ((2, 8, 2, 900, 1100, 128), dict(window=(250, None), causal=True, softcap=20.0, alibi="h",

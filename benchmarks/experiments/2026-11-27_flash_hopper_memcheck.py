@@ -6,7 +6,7 @@ out-of-range accesses and races on its shared-memory ring.
     compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py [--backward]
 
 --backward: with plans.HOPPER_BACKWARD on (the Gluon dK / dV and dQ kernels, windows and lengths too);
---alibi: the ALiBi cases alone; --softcap: the softcap cases alone.
+--alibi: the ALiBi cases alone; --softcap: the softcap cases alone; --segments: the segment-id ones.
 """
 import sys
 
@@ -38,6 +38,8 @@ CASES = [
     (2, 4, 2, 300, 700, torch.bfloat16, dict(causal=False, softcap=5.0)),
     (3, 2, 1, 300, 500, torch.float16, dict(causal=True, window_size=(100, None), lengths=True, alibi="bh",
                                             softcap=30.0)),
+    # segment ids (forward on the Gluon kernel), out of order, with a window and lengths
+    (3, 2, 1, 300, 700, torch.bfloat16, dict(causal=True, window_size=(200, None), lengths=True, segments=True)),
 ]
 
 plans.HOPPER_BACKWARD = "--backward" in sys.argv
@@ -45,6 +47,8 @@ for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     if "--alibi" in sys.argv and "alibi" not in kw:  # the ALiBi cases alone
         continue
     if "--softcap" in sys.argv and "softcap" not in kw:  # the softcap cases alone
+        continue
+    if "--segments" in sys.argv and "segments" not in kw:  # the segment-id cases alone
         continue
     g = torch.Generator(device="cuda").manual_seed(Nq)
     shape_q, shape_k = ((B, Hq, Nq, 128), (B, Hkv, Nk, 128)) if kw.get("layout") != "bnhd" else \
@@ -54,6 +58,9 @@ for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     if kw.pop("lengths", False):
         kw["q_lengths"] = torch.tensor([Nq - 1, 0, Nq // 2][:B], device="cuda", dtype=torch.int32)
         kw["kv_lengths"] = torch.tensor([Nk, Nk // 3, 0][:B], device="cuda", dtype=torch.int64)
+    if kw.pop("segments", False):  # 3 ids in random order
+        kw["segment_ids"] = tuple(torch.randint(0, 3, (B, n), device="cuda", generator=g, dtype=torch.int32)
+                                  for n in (Nq, Nk))
     alibi = kw.pop("alibi", None)
     if alibi:
         kw["alibi_slopes"] = torch.rand((Hq,) if alibi == "h" else (B, Hq), device="cuda", generator=g)

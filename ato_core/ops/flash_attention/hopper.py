@@ -40,8 +40,9 @@ ROWS = gl.constexpr(64)  # query rows of a consumer warpgroup (two a program)
 
 
 @gluon.jit
-def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_shift, alibi, CAUSAL: gl.constexpr,
-             WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr):
+def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_shift, alibi, kseg, CAUSAL: gl.constexpr,
+             WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
+             SEGMENTS: gl.constexpr):
     """The online-softmax update of a raw score tile: (p, m, l, alpha). MASK: keys past Nk,
     past i + hi_shift (CAUSAL, WINDOW) or before i + lo_shift (WINDOW) score -inf, and a row
     with no visible key so far gets p = 0 and alpha = 0 rather than NaN (its m stays -inf).
@@ -51,7 +52,8 @@ def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_s
     start_n) (the same for every tile) plus the row's slope2 (start_n - i - shift), which is
     added to the row maximum and subtracted from m in the exponent, not added to each score.
     SOFTCAP: alibi[3] = (cap_in, cap_out) (_capped); the capped scores, in base 2, are those the
-    bias is added to (qk_scale 1 from there on)."""
+    bias is added to (qk_scale 1 from there on). SEGMENTS (with MASK): a row sees only keys of
+    its segment (alibi[4], the rows' ids; kseg, the tile's keys')."""
     if SOFTCAP:
         s = _capped(s, alibi[3])
         qk_scale = 1.0
@@ -72,6 +74,8 @@ def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_s
             s = gl.where(keys[None, :] <= offs_m[:, None] + hi_shift, s, float("-inf"))
         else:
             s = gl.where((keys < Nk)[None, :], s, float("-inf"))
+        if SEGMENTS:
+            s = gl.where(alibi[4][:, None] == kseg[None, :], s, float("-inf"))
     row_max = gl.max(s, 1)
     if ALIBI and CAUSAL:
         row_max = row_max + row_bias
@@ -86,6 +90,17 @@ def _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_s
     p = gl.exp2(gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), -m_s[:, None]))
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def _tile_segments(alibi, start_n, offs_sn, Nk, LOAD: gl.constexpr):
+    """The segment ids of keys start_n + offs_sn (alibi[5]: the batch's first, alibi[6]: their
+    stride; -1 past Nk), or 0 without LOAD."""
+    if LOAD:
+        keys = start_n + offs_sn
+        return gl.load(alibi[5] + keys.to(gl.int64) * alibi[6], mask=keys < Nk, other=-1)
+    else:
+        return 0
 
 
 @gluon.jit
@@ -115,9 +130,11 @@ def _alibi(s, qk_scale, rows_f, keys_f, slope2):
 def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk,
           lo_shift, hi_shift, alibi, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
           WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
-          BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+          SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """The program's j-th key tile (tile lo + j): QK_j in flight with PV_{j-1} (p of tile j - 1),
-    softmax of tile j under PV_{j-1}; frees tile j - 1's slot."""
+    softmax of tile j under PV_{j-1}; frees tile j - 1's slot. SEGMENTS (with MASK): the tile's
+    key segment ids loaded before the wait (_tile_segments)."""
+    kseg = _tile_segments(alibi, (lo + j) * BLOCK_N, offs_sn, Nk, MASK and SEGMENTS)
     slot = j % STAGES
     prev = (j - 1) % STAGES
     mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
@@ -127,7 +144,7 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero,
     o_tok = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
     p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, (lo + j) * BLOCK_N, offs_sn, Nk, lo_shift, hi_shift,
-                                  alibi, CAUSAL, WINDOW, MASK, ALIBI, SOFTCAP)
+                                  alibi, kseg, CAUSAL, WINDOW, MASK, ALIBI, SOFTCAP, SEGMENTS)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
     mbarrier.arrive(empty.index(prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
@@ -137,30 +154,31 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero,
 @gluon.jit
 def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift,
             hi_shift, alibi, tiles, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
-            WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, BLOCK_N: gl.constexpr,
-            STAGES: gl.constexpr):
+            WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr,
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """(m, l, acc) over key tiles [lo, hi) (at least one): masked but for [full_lo, full_hi)
-    (tiles = (lo, full_lo, full_hi, hi), _key_tiles)."""
+    (tiles = (lo, full_lo, full_hi, hi), _key_tiles, _segment_tiles)."""
     lo, full_lo, full_hi, hi = tiles
+    kseg = _tile_segments(alibi, lo * BLOCK_N, offs_sn, Nk, SEGMENTS)
     mbarrier.wait(ready.index(0), 0)
     fence_async_shared()
     s_tok = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
     p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, lo * BLOCK_N, offs_sn, Nk, lo_shift, hi_shift, alibi,
-                                  CAUSAL, WINDOW, True, ALIBI, SOFTCAP)
-    if WINDOW:  # the tiles that cross the window's lower edge
+                                  kseg, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS)
+    if WINDOW or SEGMENTS:  # the tiles that cross the window's lower edge, or not one segment's
         for j in range(1, full_lo - lo):
             p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
                                      offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL,
-                                     WINDOW, True, ALIBI, SOFTCAP, BLOCK_N, STAGES)
+                                     WINDOW, True, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES)
     for j in range(gl.maximum(full_lo - lo, 1), full_hi - lo):
         p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
                                  offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL, WINDOW,
-                                 False, ALIBI, SOFTCAP, BLOCK_N, STAGES)
+                                 False, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES)
     for j in range(gl.maximum(full_hi - lo, 1), hi - lo):
         p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
                                  offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL, WINDOW,
-                                 True, ALIBI, SOFTCAP, BLOCK_N, STAGES)
+                                 True, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES)
     last = (hi - lo - 1) % STAGES
     o_tok = warpgroup_mma(gl.convert_layout(p.to(v_bufs.dtype), p_layout), v_bufs.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
@@ -170,13 +188,14 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
 
 @gluon.jit
 def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, Nk, lo_shift,
-              hi_shift, qk_scale, slope2, cap, shift, start_m, tiles, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
-              Q_LENS: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, BLOCK_N: gl.constexpr,
-              D: gl.constexpr, STAGES: gl.constexpr):
+              hi_shift, qk_scale, slope2, cap, seg, shift, start_m, tiles, CAUSAL: gl.constexpr,
+              WINDOW: gl.constexpr, Q_LENS: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
+              SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
     """One warpgroup: query rows [start_m, start_m + ROWS); writes their o and lse (Q_LENS: rows
     from q_len on get o = 0, lse = -inf), with ALIBI (head slope2; shift = kv_len - q_len) or
     SOFTCAP (cap: _capped's) also the base-2 lse LSE2 (+inf for those rows) that the backward
-    reads. Nk: the keys of this batch."""
+    reads. Nk: the keys of this batch. SEGMENTS: seg = (the batch's query segment ids, their
+    stride, its key segment ids, their stride)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -188,11 +207,15 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
     acc = gl.zeros([ROWS, D], gl.float32, o_layout)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)  # the QK wgmma's ignored accumulator
     # ALiBi's query positions (bottom-right aligned), slope, and bias of a tile's columns (CAUSAL); the softcap's
-    alibi = ((offs_m + shift).to(gl.float32), slope2, offs_sn.to(gl.float32) * slope2, cap)
+    # and the rows' segment ids (-2 past Nq: no key's), the keys' and their stride
+    qseg = 0
+    if SEGMENTS:
+        qseg = gl.load(seg[0] + offs_m.to(gl.int64) * seg[1], mask=offs_m < Nq, other=-2)
+    alibi = ((offs_m + shift).to(gl.float32), slope2, offs_sn.to(gl.float32) * slope2, cap, qseg, seg[2], seg[3])
     if tiles[3] > tiles[0]:
         m_i, l_i, acc = _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m,
                                 offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, p_layout, o_layout, CAUSAL, WINDOW,
-                                ALIBI, SOFTCAP, BLOCK_N, STAGES)
+                                ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES)
     if ALIBI or SOFTCAP:  # m is in base 2 already
         qk_scale = 1.0
     empty_row = l_i == 0.0
@@ -424,13 +447,14 @@ def _key_tiles(start_m, Nk, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl
     return lo, full_lo, full_hi, hi
 
 
-@kernel(inputs=6, outputs=3, gluon=True)
-def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, left, right, cap_in, cap_out, s_ab,
-                         s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob, soh, son, Tq, Tk, O, LSE, LSE2,
-                         CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-                         CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                         WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False,
-                         ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False, VARLEN: gl.constexpr = False):
+@kernel(inputs=8, outputs=3, gluon=True)
+def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, qk_scale, left, right, cap_in,
+                         cap_out, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob,
+                         soh, son, Tq, Tk, O, LSE, LSE2, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
+                         STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                         CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
+                         KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False,
+                         SEGMENTS: gl.constexpr = False, VARLEN: gl.constexpr = False):
     """Grid (cdiv(Nq, 128), B * Hq), 4 warps (the default partition: the first consumer; 12
     in all). qk_scale = softmax_scale * log2(e). WINDOW: query i sees key j only if
     i + shift - left <= j <= i + shift + right (kernels.fa_fwd_kernel's window; causal is
@@ -439,8 +463,9 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, 
     -slope |i + shift - j| (SLOPES fp32 [Hq] or [B, Hq], strides s_ab, s_ah) and LSE2, the
     base-2 lse the backward reads, is written (else never). SOFTCAP: scores become softcap
     tanh(s softmax_scale / softcap) (cap_in = softmax_scale / softcap, cap_out = softcap log2(e);
-    the bias added after), LSE2 written. Causal: the last query blocks (the most keys) run
-    first. VARLEN: as kernels.fa_fwd_kernel's, grid (cdiv(Nq, 128), (B + 1) *
+    the bias added after), LSE2 written. SEGMENTS: query i sees key j only if QSEG[b, i] ==
+    KSEG[b, j] (strides sqsb, sqsn, sksb, sksn; the key tiles narrowed, _segment_tiles). Causal:
+    the last query blocks (the most keys) run first. VARLEN: as kernels.fa_fwd_kernel's, grid (cdiv(Nq, 128), (B + 1) *
     Hq), q, k, v, o packed (batch strides 0, Tq and Tk rows), lse [Hq, Tq]; slot B fills the
     rows outside every sequence (_fill_unwritten)."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
@@ -483,18 +508,69 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, 
 
     tiles = _live(_key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N), start_m, q_len,
                   Q_LENS or VARLEN)
+    seg = (QSEG + b.to(gl.int64) * sqsb, sqsn, KSEG + b.to(gl.int64) * sksb, sksn)
+    if SEGMENTS:
+        tiles = _segment_tiles(tiles, seg[0], sqsn, seg[2], sksn, start_m, n_q, kv_len, BLOCK_M, BLOCK_N)
     slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, nseq, ALIBI, VARLEN)
     shift = kv_len - q_len
     gl.warp_specialize([
         (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
-                     lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), shift, start_m, tiles, CAUSAL, WINDOW,
-                     Q_LENS, ALIBI, SOFTCAP, BLOCK_N, D, STAGES)),
+                     lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m, tiles, CAUSAL,
+                     WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
         (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
-                     lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), shift, start_m + ROWS, tiles, CAUSAL,
-                     WINDOW, Q_LENS, ALIBI, SOFTCAP, BLOCK_N, D, STAGES)),
+                     lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m + ROWS, tiles,
+                     CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
         (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], BLOCK_N,
                      D, STAGES, CHUNK)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+SCAN = gl.constexpr(16)  # tiles of segment ids a step of _segment_tiles reads
+
+
+@gluon.jit
+def _segment_tiles(tiles, OWN, sown, OTHER, sother, start, n_own, n_other, BLOCK: gl.constexpr, TILE: gl.constexpr):
+    """kernels._segment_ranges in tiles: the tiles (lo, full_lo, full_hi, hi) of TILE positions of
+    the other side that rows [start, start + BLOCK) of this side visit, narrowed by segment ids
+    (OWN: this side's ids, rows below n_own counting; OTHER: the other side's, positions below
+    n_other counting; strides sown, sother). Visited: the tiles from the first to the last that
+    hold an id between the rows' least and greatest. Unmasked: where the rows are one segment,
+    the tiles whose ids all equal it, if they form one run, within [full_lo, full_hi); else
+    every visited tile masked."""
+    lo, full_lo, full_hi, hi = tiles
+    own_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    rows = start + gl.arange(0, BLOCK, layout=own_layout)
+    valid = rows < n_own
+    own = gl.load(OWN + rows.to(gl.int64) * sown, mask=valid, other=0)
+    first = gl.load(OWN + start.to(gl.int64) * sown, mask=start < n_own, other=0)
+    lo_id = gl.min(gl.where(valid, own, first), 0)
+    hi_id = gl.max(gl.where(valid, own, first), 0)
+    scan: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
+    offs_t = gl.arange(0, SCAN, layout=gl.SliceLayout(1, scan))
+    offs_c = gl.arange(0, TILE, layout=gl.SliceLayout(0, scan))
+    first_hit = hi
+    last_hit = lo
+    first_full = hi
+    last_full = lo
+    n_full = 0
+    for t0 in range(lo, hi, SCAN):
+        t = t0 + offs_t
+        pos = t[:, None] * TILE + offs_c[None, :]
+        inside = (t < hi)[:, None] & (pos < n_other)
+        ids = gl.load(OTHER + pos.to(gl.int64) * sother, mask=inside, other=0)
+        hit = gl.max((inside & (ids >= lo_id) & (ids <= hi_id)).to(gl.int32), 1) > 0
+        first_hit = gl.minimum(first_hit, gl.min(gl.where(hit, t, hi), 0))
+        last_hit = gl.maximum(last_hit, gl.max(gl.where(hit, t + 1, lo), 0))
+        full = gl.min((inside & (ids == lo_id)).to(gl.int32), 1) > 0
+        first_full = gl.minimum(first_full, gl.min(gl.where(full, t, hi), 0))
+        last_full = gl.maximum(last_full, gl.max(gl.where(full, t + 1, lo), 0))
+        n_full += gl.sum(full.to(gl.int32), 0)
+    new_lo = gl.minimum(first_hit, hi)
+    new_hi = gl.maximum(gl.minimum(last_hit, hi), new_lo)
+    run_lo = gl.maximum(first_full, full_lo)
+    run_hi = gl.minimum(last_full, full_hi)
+    run = (lo_id == hi_id) & (n_full > 0) & (n_full == last_full - first_full) & (run_lo < run_hi)
+    return new_lo, gl.where(run, run_lo, new_hi), gl.where(run, run_hi, new_hi), new_hi
 
 
 @gluon.jit
@@ -675,14 +751,15 @@ def _dkdv_producer(q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdo
               g * (hi - lo), ROWS, D, STAGES, CHUNK)
 
 
-@kernel(inputs=9, outputs=2, gluon=True)
-def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, sm_scale, left,
-                              right, cap_in, cap_out, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob,
-                              sdoh, sdon, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, Tq, Tk, DK, DV, CAUSAL: gl.constexpr,
-                              D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                              CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
-                              KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False,
-                              SOFTCAP: gl.constexpr = False, VARLEN: gl.constexpr = False):
+@kernel(inputs=11, outputs=2, gluon=True)
+def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, qk_scale,
+                              sm_scale, left, right, cap_in, cap_out, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sqb, sqh, sqn,
+                              skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, Tq,
+                              Tk, DK, DV, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+                              CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                              WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False,
+                              ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False,
+                              SEGMENTS: gl.constexpr = False, VARLEN: gl.constexpr = False):
     """Grid (cdiv(Nk, 2 KEYS), B * Hkv), 4 warps (12 in all): a program's 2 KEYS keys held in
     shared memory, one consumer warpgroup for each half; a producer streams the Q and dO tiles
     of the G query heads through a ring of STAGES. The producer is the default partition (the
@@ -835,13 +912,14 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
              (dq * sm_scale).to(DQ.dtype.element_ty), mask=(offs_r < Nq)[:, None])
 
 
-@kernel(inputs=9, outputs=1, gluon=True)
-def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, Hq, G, Nq, Nk, qk_scale, sm_scale, left,
-                            right, cap_in, cap_out, s_ab, s_ah, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob,
-                            sdoh, sdon, sdqb, sdqh, sdqn, Tq, Tk, DQ, CAUSAL: gl.constexpr, D: gl.constexpr,
-                            STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                            CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
-                            KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False,
+@kernel(inputs=11, outputs=1, gluon=True)
+def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, qk_scale,
+                            sm_scale, left, right, cap_in, cap_out, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sqb, sqh, sqn,
+                            skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh, sdqn, Tq, Tk, DQ,
+                            CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
+                            PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False,
+                            Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False,
+                            SOFTCAP: gl.constexpr = False, SEGMENTS: gl.constexpr = False,
                             VARLEN: gl.constexpr = False):
     """Grid (cdiv(Nq, 2 ROWS), B * Hq), 4 warps (12 in all): the forward's form, Q and dO rows
     held, two consumer warpgroups of ROWS rows, K and V tiles of KEYS rows streamed by the

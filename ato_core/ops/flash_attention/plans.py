@@ -384,7 +384,8 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
 # may hold). The fastest on an H100 (results flash_gluon.txt): 240 spare the consumers' spills.
 HOPPER = {"BLOCK_N": 128, "STAGES": 3, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
 HOPPER_HEAD_DIMS = (128,)
-HOPPER_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes")  # the option arrays the Gluon kernels take
+# the option arrays the Gluon kernels take (segment ids: the forward's alone)
+HOPPER_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes", "q_segment_ids", "kv_segment_ids")
 
 
 def _gluon_applies(q: ArraySpec, D: int, Nk: int, target: Target, options: Options, others) -> bool:
@@ -401,7 +402,8 @@ def _gluon_applies(q: ArraySpec, D: int, Nk: int, target: Target, options: Optio
 def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, target: Target, layout: str,
                     options: Options, arrays) -> bool:
     """Whether the forward runs the Gluon kernel (hopper.fa_fwd_hopper_kernel): _gluon_applies
-    (causal, GQA, a window, softcap, q / kv lengths and ALiBi slopes the options it takes), and q, k, v
+    (causal, GQA, a window, softcap, q / kv lengths, ALiBi slopes and segment ids the options it
+    takes), and q, k, v
     rows cp.async can copy (_cp_async_rows). Anything else: the portable kernel."""
     others = [a for n, a in zip(OPTION_ARRAYS, arrays) if n not in HOPPER_ARRAYS]
     return _gluon_applies(q, D, Nk, target, options, others) and _cp_async_rows(q, k, v)
@@ -416,13 +418,14 @@ def _cp_async_rows(*specs: ArraySpec) -> bool:
 
 
 def _hopper_options(options: Options, named: dict, causal: bool, scale: float, B: int, Hq: int, Nq: int, Nk: int):
-    """What the Gluon kernels take of the options (a window, softcap, q / kv lengths, ALiBi): the
-    input names of HOPPER_ARRAYS (q for an absent one: never read), the scalars (left, right,
-    cap_in, cap_out and the slopes' b and h strides), the constexprs."""
+    """What the Gluon kernels take of the options (a window, softcap, q / kv lengths, ALiBi,
+    segment ids): the input names of HOPPER_ARRAYS (q for an absent one: never read), the
+    scalars (left, right, cap_in, cap_out, the slopes' b and h strides, the q and kv segment
+    ids' b and n strides), the constexprs."""
     inputs, scalars, tail, const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     names = dict(zip(OPTION_ARRAYS, inputs))
-    return (tuple(names[n] for n in HOPPER_ARRAYS), (*scalars, *tail[:2]),
-            {n: const[n] for n in ("WINDOW", "Q_LENS", "KV_LENS", "ALIBI", "SOFTCAP")})
+    return (tuple(names[n] for n in HOPPER_ARRAYS), (*scalars, *tail[:6]),
+            {n: const[n] for n in ("WINDOW", "Q_LENS", "KV_LENS", "ALIBI", "SOFTCAP", "SEGMENTS")})
 
 
 class _Gluon(NamedTuple):
@@ -470,7 +473,7 @@ class _Gluon(NamedTuple):
         """_hopper_options; packed, cu_seqlens_q and cu_seqlens_k in the lengths' places and VARLEN."""
         arrays, scalars, const = _hopper_options(options, named, causal, scale, self.B, self.Hq, self.Nq, self.Nk)
         if self.packed:
-            return ("cu_seqlens_q", "cu_seqlens_k", arrays[2]), scalars, {**const, "VARLEN": True}
+            return ("cu_seqlens_q", "cu_seqlens_k", *arrays[2:]), scalars, {**const, "VARLEN": True}
         return arrays, scalars, const
 
 
@@ -501,9 +504,10 @@ HOPPER_BWD = {"STAGES": 2, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 24
 def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D: int, Nk: int, target: Target,
                      layout: str, options: Options, arrays) -> bool:
     """Whether dK, dV and dQ run the Gluon kernels: where the forward runs its Gluon kernel
-    (_hopper_forward: a window, softcap, q / kv lengths and ALiBi the only options), do laid out
-    as q must be."""
-    return HOPPER_BACKWARD and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays) and \
+    (_hopper_forward: a window, softcap, q / kv lengths and ALiBi the only options; segment ids
+    not yet), do laid out as q must be."""
+    segments = arrays[OPTION_ARRAYS.index("q_segment_ids")] is not None
+    return HOPPER_BACKWARD and not segments and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays) and \
         _cp_async_rows(do)
 
 
