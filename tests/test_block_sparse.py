@@ -279,8 +279,6 @@ def test_cab_attention(causal, dtype):
     o, lse, dq, dk, dv; GQA, 150 tokens in blocks of 16 (the last partial), keep 0.3 and
     softmax_scale 0.2. The same mask as curvature_block_mask's (o equal to block_sparse_attention
     on it, bitwise)."""
-    import torch
-
     import ato_torch
     from ato_core.ops.block_sparse.cases import cab_attention_case
 

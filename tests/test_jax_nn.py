@@ -178,7 +178,7 @@ def test_dot_product_attention_mask_and_bias_match_flax():
 
 
 def test_dot_product_attention_refuses_what_it_lacks():
-    m, x = ann.MultiHeadAttention(2, 16, decode=False, rngs=nnx.Rngs(0)), _x(1, 5, 16)
+    x = _x(1, 5, 16)
     with pytest.raises(ValueError, match="broadcast_dropout: ato draws one dropout mask per batch element"):
         ann.MultiHeadAttention(2, 16, dropout_rate=0.1, decode=False, rngs=nnx.Rngs(0))(x, deterministic=False)
 
