@@ -272,15 +272,15 @@ HOPPER_CASES = ([(d, None, c, None, None) for d in HOPPER_DIMS for c in (False, 
                 + [(*w, None, None) for w in HOPPER_WINDOWS] + [(*c, None) for c in HOPPER_LENGTHS] + HOPPER_ALIBI)
 
 
-def _check_hopper(dims, window, causal, lengths, alibi, dtype, backward_kernels, softcap=None):
+def _check_hopper(dims, window, causal, lengths, alibi, dtype, backward_kernels, **options):
     """A Hopper case through both frameworks: its forward plan's launch is the Gluon forward and its
     backward's (after the delta launch) are ``backward_kernels`` on an sm_90 GPU with Gluon (the
     portable kernels elsewhere); o, lse and every gradient against the float64 reference, torch ==
-    JAX bit for bit; ato_torch ran those very launches (it caches a binary on each). Returns
-    (the case, its forward plan, torch's results)."""
+    JAX bit for bit; ato_torch ran those very launches (it caches a binary on each). ``options``:
+    fa_case's others (softcap, segments). Returns (the case, its forward plan, torch's results)."""
     *shape, layout = dims
     case = fa_case(*shape, dtype=dtype, causal=causal, seed=sum(shape), layout=layout, window=window, lengths=lengths,
-                   alibi=alibi, softcap=softcap)
+                   alibi=alibi, **options)
     return _check_hopper_case(case, backward_kernels)
 
 
@@ -323,7 +323,25 @@ HOPPER_SOFTCAP = [
 def test_flash_attention_hopper_softcap_gpu(dims, window, causal, lengths, alibi, softcap, dtype):
     """softcap on the Gluon forward, dK / dV and dQ kernels (_check_hopper)."""
     _check_hopper(dims, window, causal, lengths, alibi, dtype, ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"],
-                  softcap)
+                  softcap=softcap)
+
+
+# Segment ids (the Gluon forward; the backward portable), (ids, sorted): ids out of order, runs of
+# whole tiles, with a window, lengths, ALiBi, GQA, bnhd.
+HOPPER_SEGMENTS = [
+    ((2, 4, 2, 1000, 1100, 128, "bhnd"), None, True, None, None, (4, False)),
+    ((1, 8, 2, 4096, 4096, 128, "bhnd"), None, True, None, None, (2, True)),
+    ((2, 4, 2, 900, 1100, 128, "bnhd"), (250, None), True, "both", "h", (3, True)),
+]
+
+
+@pytest.mark.parametrize("dims,window,causal,lengths,alibi,segments", HOPPER_SEGMENTS,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_flash_attention_hopper_segments_gpu(dims, window, causal, lengths, alibi, segments, dtype):
+    """Segment ids on the Gluon forward, the portable dK / dV and dQ after it (_check_hopper)."""
+    _check_hopper(dims, window, causal, lengths, alibi, dtype, ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"],
+                  segments=segments[0], segments_sorted=segments[1])
 
 
 def test_flash_attention_hopper_needs_aligned_rows_gpu():

@@ -28,14 +28,13 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier,
                                                              warpgroup_mma, warpgroup_mma_wait)
-from triton.language.extra.cuda import libdevice
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned
+from ato_core.triton_helpers import aligned, tanh_rcp
+from .packed import _clamp, _sequence, _unwritten
 
 LN2 = gl.constexpr(0.6931471805599453)
 LOG2E = gl.constexpr(1.4426950408889634)
-TWO_LOG2E = gl.constexpr(2.8853900817779268)
 ROWS = gl.constexpr(64)  # query rows of a consumer warpgroup (two a program)
 
 
@@ -109,7 +108,7 @@ def _capped(s, cap):
     raw score softcapped in base 2, as kernels._scores (triton_helpers.tanh_rcp: one exp2 and one
     approximate division; NaN for NaN)."""
     cap_in, cap_out = cap
-    return cap_out - libdevice.fast_dividef(2.0 * cap_out, 1.0 + gl.exp2(s * (cap_in * TWO_LOG2E)))
+    return cap_out - tanh_rcp(s, cap_in, 2.0 * cap_out)
 
 
 @gluon.jit
@@ -330,20 +329,6 @@ def _ring(STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _clamp(x, lo, hi):
-    return gl.minimum(gl.maximum(x, lo), hi)
-
-
-@gluon.jit
-def _sequence(CU, b, nseq, N, T):
-    """kernels._sequence: sequence b of a packed batch, rows [CU[b], CU[b + 1]) of T: (its first
-    row, its rows (at most N), the row after its last), clamped into [0, T]; slot nseq has none."""
-    row0 = _clamp(gl.load(CU + b).to(gl.int32), 0, T)
-    end = _clamp(gl.load(CU + b + 1, mask=b < nseq, other=0).to(gl.int32), row0, T)
-    return row0, gl.minimum(end - row0, N), end
-
-
-@gluon.jit
 def _lengths(QLEN, KVLEN, b, nseq, Nq, Nk, Tq, Tk, left, right, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
              VARLEN: gl.constexpr):
     """(q_row0, q_len, k_row0, kv_len, lo_shift, hi_shift) of batch b: its first query and key
@@ -377,20 +362,10 @@ def _head(b, h, row0, sb, sh, sn, VARLEN: gl.constexpr):
 @gluon.jit
 def _fill_unwritten(X, x_head, sxn, CU, b, nseq, row0, n, T, LSE, lse_head, D: gl.constexpr, LSE_TOO: gl.constexpr):
     """kernels._fill_unwritten: zeros into the rows of a packed head of X (at x_head, rows sxn
-    apart) that no program's tiles cover (and -inf into LSE's, at lse_head, with LSE_TOO): slot
-    nseq's programs, the rows before CU[0] and from CU[nseq] on, every num_programs(0)-th block;
-    a sequence's last program, its rows past its first n (cut at max_seqlen)."""
+    apart) that no program's tiles cover (packed._unwritten), and -inf into LSE's (at lse_head)
+    with LSE_TOO."""
     R: gl.constexpr = 64
-    pid = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    extra = b == nseq
-    _, _, end = _sequence(CU, b, nseq, T, T)
-    lo1 = gl.where(extra, 0, row0 + n)
-    hi1 = gl.where(extra, _clamp(gl.load(CU).to(gl.int32), 0, T), gl.where(pid == nprog - 1, end, 0))
-    lo2 = gl.where(extra, row0, 0)
-    hi2 = gl.where(extra, T, 0)
-    first = gl.where(extra, pid * R, 0)
-    step = gl.where(extra, nprog * R, R)
+    lo1, hi1, lo2, hi2, first, step = _unwritten(CU, b, nseq, row0, n, T, R)
     _zero_rows(X, x_head, sxn, LSE, lse_head, lo1 + first, hi1, step, R, D, LSE_TOO)
     _zero_rows(X, x_head, sxn, LSE, lse_head, lo2 + first, hi2, step, R, D, LSE_TOO)
 

@@ -48,6 +48,7 @@ import triton.language as tl
 
 from ato_core.launch import kernel
 from ato_core.triton_helpers import aligned, dropout_seed, tanh_rcp
+from .packed import _clamp, _sequence, _unwritten
 
 try:  # the Hopper forward, in Gluon (Triton >= 3.6)
     from . import hopper
@@ -300,11 +301,6 @@ def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len
 
 
 @triton.jit
-def _clamp(x, lo, hi):
-    return tl.minimum(tl.maximum(x, lo), hi)
-
-
-@triton.jit
 def _key_ranges(first_row, n_rows_block, kv_len, lo_shift, hi_shift, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                 WINDOW: tl.constexpr, DENSE: tl.constexpr):
     """For queries [first_row, first_row + n_rows_block): (start, full_start, full_end, end),
@@ -393,16 +389,6 @@ def _block_tile(H, D, BLOCK: tl.constexpr, ALIGN: tl.constexpr, BATCH_INNER: tl.
 
 
 @triton.jit
-def _sequence(CU, b, nseq, N, T):
-    """Sequence b of a packed batch, the rows [CU[b], CU[b + 1]) of T: (its first row, its
-    rows (at most N: max_seqlen), the row after its last), clamped into [0, T] (in bounds
-    whatever CU holds). Slot b = nseq, after the last sequence, has no rows."""
-    row0 = _clamp(tl.load(CU + b).to(tl.int32), 0, T)
-    end = _clamp(tl.load(CU + b + 1, mask=b < nseq, other=0).to(tl.int32), row0, T)
-    return row0, tl.minimum(end - row0, N), end
-
-
-@triton.jit
 def _options(QLEN, KVLEN, SLOPES, b, hq, Nq, Nk, Tq, Tk, nseq, left, right, s_ab, s_ah, Q_LENS: tl.constexpr,
              KV_LENS: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, VARLEN: tl.constexpr):
     """A program's (q_len, kv_len, shift, lo_shift, hi_shift, slope2, q_row0, k_row0): the lengths
@@ -451,27 +437,6 @@ def _stored(n, n_seq, VARLEN: tl.constexpr):
         return n_seq
     else:
         return n
-
-
-@triton.jit
-def _unwritten(CU, b, nseq, row0, n, T, BLOCK: tl.constexpr):
-    """The rows of a packed batch that no program's blocks cover, which a varlen program fills
-    (zeros, lse -inf): (lo1, hi1, lo2, hi2, first, step), blocks of BLOCK rows from lo + first to
-    hi by step. Slot nseq's programs: the rows before CU[0] and from CU[nseq] on (a padded
-    packing), taking every num_programs(0)-th block; a sequence's last block: its rows past
-    its first n (one longer than max_seqlen: treated as cut there)."""
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    extra = b == nseq
-    last = pid == nprog - 1
-    _, _, end = _sequence(CU, b, nseq, T, T)
-    lo1 = tl.where(extra, 0, row0 + n)
-    hi1 = tl.where(extra, _clamp(tl.load(CU).to(tl.int32), 0, T), tl.where(last, end, 0))
-    lo2 = tl.where(extra, row0, 0)
-    hi2 = tl.where(extra, T, 0)
-    first = tl.where(extra, pid * BLOCK, 0)
-    step = tl.where(extra, nprog * BLOCK, BLOCK)
-    return lo1, hi1, lo2, hi2, first, step
 
 
 @triton.jit

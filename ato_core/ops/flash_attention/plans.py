@@ -384,8 +384,9 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
 # may hold). The fastest on an H100 (results flash_gluon.txt): 240 spare the consumers' spills.
 HOPPER = {"BLOCK_N": 128, "STAGES": 3, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
 HOPPER_HEAD_DIMS = (128,)
-# the option arrays the Gluon kernels take (segment ids: the forward's alone)
+# the option arrays the Gluon kernels take (their pointer order), and those the backward's apply
 HOPPER_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes", "q_segment_ids", "kv_segment_ids")
+HOPPER_BACKWARD_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes")
 
 
 def _gluon_applies(q: ArraySpec, D: int, Nk: int, target: Target, options: Options, others) -> bool:
@@ -400,12 +401,12 @@ def _gluon_applies(q: ArraySpec, D: int, Nk: int, target: Target, options: Optio
 
 
 def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, target: Target, layout: str,
-                    options: Options, arrays) -> bool:
+                    options: Options, arrays, taken: Tuple[str, ...] = HOPPER_ARRAYS) -> bool:
     """Whether the forward runs the Gluon kernel (hopper.fa_fwd_hopper_kernel): _gluon_applies
-    (causal, GQA, a window, softcap, q / kv lengths, ALiBi slopes and segment ids the options it
-    takes), and q, k, v
-    rows cp.async can copy (_cp_async_rows). Anything else: the portable kernel."""
-    others = [a for n, a in zip(OPTION_ARRAYS, arrays) if n not in HOPPER_ARRAYS]
+    (causal, GQA, a window, softcap and the option arrays named in ``taken``: q / kv lengths,
+    ALiBi slopes, segment ids), and q, k, v rows cp.async can copy (_cp_async_rows). Anything
+    else: the portable kernel."""
+    others = [a for n, a in zip(OPTION_ARRAYS, arrays) if n not in taken]
     return _gluon_applies(q, D, Nk, target, options, others) and _cp_async_rows(q, k, v)
 
 
@@ -503,12 +504,11 @@ HOPPER_BWD = {"STAGES": 2, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 24
 
 def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D: int, Nk: int, target: Target,
                      layout: str, options: Options, arrays) -> bool:
-    """Whether dK, dV and dQ run the Gluon kernels: where the forward runs its Gluon kernel
-    (_hopper_forward: a window, softcap, q / kv lengths and ALiBi the only options; segment ids
-    not yet), do laid out as q must be."""
-    segments = arrays[OPTION_ARRAYS.index("q_segment_ids")] is not None
-    return HOPPER_BACKWARD and not segments and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays) and \
-        _cp_async_rows(do)
+    """Whether dK, dV and dQ run the Gluon kernels: where the forward runs its Gluon kernel with
+    the option arrays of HOPPER_BACKWARD_ARRAYS alone (no segment ids yet), do laid out as q
+    must be."""
+    return HOPPER_BACKWARD and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays,
+                                               HOPPER_BACKWARD_ARRAYS) and _cp_async_rows(do)
 
 
 def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, geo: _Gluon, causal: bool,
