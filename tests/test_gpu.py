@@ -224,8 +224,8 @@ def _plans(case):
     ints = {n for n, *_ in case.int_inputs}
 
     def spec(v):  # (the harness makes integer inputs int64: ato_core.testing.make_inputs; fp32_inputs float32)
-        if not isinstance(v, In):
-            return v
+        if not isinstance(v, In):  # (In is a tuple too)
+            return tuple(map(spec, v)) if isinstance(v, tuple) else v  # segment_ids = (q ids, kv ids)
         return gpu_spec(shapes[v.name], "int64" if v.name in ints else "float32" if v.name in case.fp32_inputs
                         else case.dtype)
 
