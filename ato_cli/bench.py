@@ -1106,7 +1106,8 @@ def random_block_mask(B, H, M, keep, device, seed=0):
 def _block_sparse_attention_rows(quick: bool):
     """block_sparse_attention B1 H32 N32768 D128 bf16, blocks of 64, 10% of the key blocks of
     each query block kept (random, the diagonal among them): against dense flash_attention
-    times the kept fraction, and torch FlexAttention (compiled) with the same block mask."""
+    times the kept fraction (also blocks of 128), and torch FlexAttention (compiled) with the
+    same block mask."""
     import torch
 
     import ato_jax
@@ -1130,6 +1131,17 @@ def _block_sparse_attention_rows(quick: bool):
              ("dense flash_attention fwd", shape, "", ms_dense, None, ""),
              ("block_sparse ato_torch fwd+bwd", shape, "x dense flash x kept", fb, fb / (fb_dense * kept), ""),
              ("dense flash_attention fwd+bwd", shape, "", fb_dense, None, "")]
+    # blocks of 128 (on Hopper the Gluon forward's)
+    mask128 = random_block_mask(B, H, N // 128, 0.1, "cuda")
+    kept128 = float(mask128.float().mean())
+    shape128 = f"B{B} H{H} N{N} D{D} block128 bf16, {kept128:.3f} kept"
+    ms128 = _bench_torch(lambda: ato_torch.block_sparse_attention(q, k, v, mask128, block_size=128), quick)
+    fb128 = _bench_torch(_torch_fwd_bwd(lambda a, b, c: ato_torch.block_sparse_attention(a, b, c, mask128,
+                                                                                         block_size=128),
+                                        [q, k, v], do), quick)
+    rows += [("block_sparse ato_torch fwd", shape128, "x dense flash x kept", ms128, ms128 / (ms_dense * kept128), ""),
+             ("block_sparse ato_torch fwd+bwd", shape128, "x dense flash x kept", fb128,
+              fb128 / (fb_dense * kept128), "")]
     try:
         from torch.nn.attention.flex_attention import BlockMask, flex_attention
 

@@ -110,8 +110,8 @@ def _compile_gluon(triton_lib) -> None:
     warps. This wraps get_or_create_triton_kernel so that a Gluon kernel (Launch.kernel made by
     ato_core.launch.kernel(gluon=True)) is compiled from a GluonASTSource, with the signature,
     pointer specialisation and constants jax-triton builds (its own code, below), and launched
-    with the warps of all its partitions (metadata.num_warps): the binary torch's launcher
-    builds from the same launch."""
+    with the warps of all its partitions (metadata.num_warps) and its register cap (MAXNREG):
+    the binary torch's launcher builds from the same launch."""
     create = triton_lib.get_or_create_triton_kernel
     if getattr(create, "ato_gluon", False):
         return
@@ -128,6 +128,8 @@ def _compile_gluon(triton_lib) -> None:
                           num_stages=num_stages, num_ctas=num_ctas, compute_capability=compute_capability,
                           enable_fp_fusion=enable_fp_fusion, metaparams=metaparams, dump=dump)
         cc = compute_capability or lib.get_compute_capability(0)
+        cap = metaparams.get(MAXNREG)  # a register cap (triton_call_kwargs): an option, not a constant
+        metaparams = {k: v for k, v in metaparams.items() if k != MAXNREG}
         backend = backend_init_func(0, cc)
         signature = {fn.arg_names[i]: v for i, v in enumerate(arg_dtypes)}
         alignments = [16] * len(arg_dtypes)  # every pointer 16-byte aligned, scalars unspecialised
@@ -142,12 +144,14 @@ def _compile_gluon(triton_lib) -> None:
         constants.update({fn.arg_names[i]: 1 for i, _, v in scalar_args if v == 1})
         signature.update((c, "constexpr") for c in constants)
         key = (fn, tuple(signature.items()), tuple(spec), tuple(constants.items()), num_warps, num_stages, num_ctas, cc,
-               enable_fp_fusion)
+               enable_fp_fusion, cap)
         if key not in cache:
+            options = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas,
+                       "enable_fp_fusion": enable_fp_fusion}
+            if cap is not None:
+                options["maxnreg"] = cap
             compiled = triton.compile(GluonASTSource(fn, signature, constexprs=constants, attrs=attrs),
-                                      target=GPUTarget("cuda", cc, 32),
-                                      options={"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas,
-                                               "enable_fp_fusion": enable_fp_fusion})
+                                      target=GPUTarget("cuda", cc, 32), options=options)
             cache[key] = lib.TritonKernel(compiled.metadata.name, compiled.metadata.num_warps, num_ctas,
                                           compiled.metadata.shared, compiled.asm["ptx"], "", cc)
         return cache[key], attrs

@@ -388,6 +388,13 @@ def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
     torch's path) builds, and launches them with all their partitions' warps: the precondition of
     bitwise torch == JAX on the GPU, checked here on a CPU with a stand-in for jax-triton's library.
     Each fits an H100's shared memory and sets its partitions' registers (setmaxnreg)."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    _compiles_alike_for_jax(*_gluon_launches(which), 12)
+
+
+def _compiles_alike_for_jax(launch, plan, specs, warps):
+    """test_gluon_compiles_alike_for_jax's check of one Gluon launch of ``warps`` warps in all;
+    returns torch's compiled kernel."""
     import types
 
     import numpy as np
@@ -397,8 +404,6 @@ def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
 
     from ato_jax import launcher
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    launch, plan, specs = _gluon_launches(which)
     assert launch.kernel.is_gluon()
     lib = types.SimpleNamespace(
         _triton=libtriton, get_or_create_triton_kernel=lambda *a, **kw: pytest.fail("not a Gluon compile"),
@@ -411,12 +416,32 @@ def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
                   + [_scalar_type(v) for v in scalars]
                   + ["*" + _TT[b.dtype] for b in launch.outputs])
     scalar_args = [(n_in + i, arg_dtypes[n_in + i], v) for i, v in enumerate(scalars)]
+    kw = {launcher.MAXNREG: launch.maxnreg} if launch.maxnreg else {}  # (as triton_call_kwargs passes it)
     kernel, _ = lib.get_or_create_triton_kernel(
         lambda device, cc: CUDABackend(GPUTarget("cuda", cc, 32)), "CUDA", launch.kernel, arg_dtypes, scalar_args,
         num_warps=launch.num_warps, num_stages=launch.num_stages, num_ctas=1, compute_capability=90,
-        enable_fp_fusion=launch.fp_fusion, metaparams=dict(launch.constexprs), dump=False)
-    name, warps, _, shared, ptx, _, cc = kernel
+        enable_fp_fusion=launch.fp_fusion, metaparams=dict(launch.constexprs, **kw), dump=False)
+    name, n_warps, _, shared, ptx, _, cc = kernel
     torch_side = compile_sm90(launch, plan, specs)
-    assert warps == torch_side.metadata.num_warps == 12 and cc == 90
+    assert n_warps == torch_side.metadata.num_warps == warps and cc == 90
     assert shared == torch_side.metadata.shared <= 232448 and name == torch_side.metadata.name
     assert ptx == torch_side.asm["ptx"] and "setmaxnreg" in ptx
+    return torch_side
+
+
+@pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
+@pytest.mark.parametrize("block_size,causal", [(128, True), (256, False)])
+def test_block_sparse_gluon_compiles_alike_for_jax(block_size, causal, tmp_path, monkeypatch):
+    """block_sparse_attention's Gluon forward, as test_gluon_compiles_alike_for_jax: the same PTX
+    for both frameworks, 12 warps."""
+    from ato_core.ops.block_sparse import plans as bp
+    from ato_core.testing import gpu_spec
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 1100, 128))
+    mask = gpu_spec((2, 8, -(-1000 // block_size), -(-1100 // block_size)), "bool")
+    plan = bp.block_sparse_forward_plan(q, k, k, mask, block_size=block_size, causal=causal, softmax_scale=None,
+                                        target=H100)
+    launch = plan.launches[1]
+    assert launch.name == "bs_fwd_hopper_kernel"
+    _compiles_alike_for_jax(launch, plan, {"q": q, "k": k, "v": k, "block_mask": mask}, 12)

@@ -1294,6 +1294,46 @@ def test_block_sparse_attention_gpu(dims, density, causal, dtype):
     assert h.bitwise_equal(t, j)
 
 
+# The Gluon forward's cases (D 128, blocks from 128): partial last blocks on both sides, GQA, MHA and
+# MQA, blocks of 128 and 256 (one and two key tiles a block), query blocks that keep nothing, all
+# blocks kept, bnhd; blocks of 64 (the portable kernel).
+HOPPER_SPARSE = [
+    ((1, 8, 2, 1000, 1100, 128, 128), 0.1, True, "bhnd"),
+    ((2, 4, 4, 1000, 1100, 128, 256), 0.3, False, "bhnd"),
+    ((1, 4, 1, 700, 2100, 128, 256), 0.5, True, "bnhd"),
+    ((1, 8, 2, 4096, 4096, 128, 128), 0.01, True, "bhnd"),
+    ((1, 2, 2, 650, 640, 128, 128), 1.0, False, "bhnd"),
+    ((1, 4, 2, 1000, 1000, 128, 64), 0.3, True, "bhnd"),
+]
+
+
+@pytest.mark.parametrize("dims,density,causal,layout", HOPPER_SPARSE, ids=lambda x: "x".join(map(str, x))
+                         if isinstance(x, tuple) else str(x))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_block_sparse_attention_hopper_gpu(dims, density, causal, layout, dtype):
+    """The Gluon forward (sm_90 with Gluon, blocks from 128; the portable one elsewhere) and the
+    portable backward: o, lse and gradients against the float64 reference, torch == JAX bitwise,
+    and the launches that ran are the plan's."""
+    from ato_core.ops.block_sparse import plans
+    from ato_core.ops.block_sparse.cases import bs_case
+    from ato_core.target import cuda_target
+    from ato_core.testing import gpu_spec
+
+    B, Hq, Hkv, Nq, Nk, D, bs = dims
+    case = bs_case(*dims, causal=causal, density=density, dtype=dtype, seed=sum(dims), layout=layout)
+    q, kv = ((B, Hq, Nq, D), (B, Hkv, Nk, D)) if layout == "bhnd" else ((B, Nq, Hq, D), (B, Nk, Hkv, D))
+    mask = gpu_spec((B, Hq, -(-Nq // bs), -(-Nk // bs)), "bool")
+    plan = plans.block_sparse_forward_plan(gpu_spec(q, dtype), gpu_spec(kv, dtype), gpu_spec(kv, dtype), mask,
+                                           block_size=bs, causal=causal, softmax_scale=None, target=cuda_target(0),
+                                           layout=layout)
+    assert plan.launches[1].name == ("bs_fwd_hopper_kernel" if _hopper() and bs >= 128 else "bs_fwd_kernel")
+    _RESULTS.pop(case, None)
+    _check(case)
+    t, j, _ = _run(case)
+    assert os.environ.get("ATO_TRITON_JIT_LAUNCH") or plan.launches[1].compiled, "the case ran other plans"
+    assert h.bitwise_equal(t, j)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_block_sparse_attention_bnhd_gpu(dtype):
     """layout="bnhd" at a real size: o, lse and gradients against the reference, torch == JAX."""

@@ -15,6 +15,11 @@ from ..flash_attention import kernels as fa_kern
 from ..flash_attention import plans as fa_plans
 from . import kernels as kern
 
+try:  # the Hopper forward, in Gluon (Triton >= 3.6)
+    from . import hopper
+except ImportError:
+    hopper = None
+
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 # Elements of x a coarsening program loads at once (ROWS tokens x BD; the interpreter: 4 rows,
 # so that a test block spans several tiles); the programs' warps. One block a program: the
@@ -109,6 +114,20 @@ def _bs_tiles(cfg, block_size: int, target: Target):
     return clip(cfg.fwd, 64, None), clip(cfg.dkdv, 256, 2), clip(cfg.dq, 64, 2)
 
 
+# Blocks from which the Gluon forward (hopper.bs_fwd_hopper_kernel, flash attention's Hopper
+# settings) runs on Hopper: 128-row query tiles within one block.
+HOPPER_MIN_BLOCK = 128
+
+
+def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, block_size: int,
+                    target: Target) -> bool:
+    """Whether the forward runs the Gluon kernel: flash attention's Gluon conditions (a Hopper
+    GPU, fp16 / bf16, D 128, a key, rows cp.async can copy) and blocks of at least 128."""
+    return (hopper is not None and block_size >= HOPPER_MIN_BLOCK
+            and fa_plans._gluon_applies(q, D, Nk, target, fa_plans.Options(), ())
+            and fa_plans._cp_async_rows(q, k, v))
+
+
 def _lists(mask: ArraySpec, B: int, H: int, Mq: int, Mk: int, Nq: int, Nk: int, bs: int, causal: bool,
            columns: bool) -> Launch:
     lines, length = (Mk, Mq) if columns else (Mq, Mk)
@@ -130,6 +149,15 @@ def block_sparse_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: Ar
     fwd, _, _ = _bs_tiles(cfg, block_size, target)
     scale = fa_plans.resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
+    lists = _lists(mask, B, Hq, Mq, Mk, Nq, Nk, block_size, causal, False)
+    if _hopper_forward(q, k, v, D, Nk, block_size, target):
+        launch = Launch(
+            hopper.bs_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq), ("q", "k", "v", "rows", "rows_count"),
+            (Hq, Hq // Hkv, Nq, Nk, Mq, Mk, scale * fa_plans.LOG2E, *q.strides[:3], *k.strides[:3], *v.strides[:3],
+             *bhnd_strides(o_shape, layout)[:3]),
+            (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32")),
+            {"CAUSAL": causal, "BS": block_size, "D": D, **fa_plans.HOPPER}, num_warps=4)
+        return Plan((lists, launch), ("o", "lse", "rows", "rows_count"))
     launch = Launch(
         kern.bs_fwd_kernel, (cdiv(Nq, fwd.m), B * Hq), ("q", "k", "v", "rows", "rows_count"),
         (Hq, Hq // Hkv, Nq, Nk, D, Mq, Mk, scale * fa_plans.LOG2E, *q.strides, *k.strides, *v.strides,
@@ -137,8 +165,7 @@ def block_sparse_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: Ar
         (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32")),
         {"BS": block_size, **fa_plans._constexprs(cfg, fwd, D, causal, fa_plans._align(D, q, k, v))},
         num_warps=fwd.warps, num_stages=fwd.stages)
-    return Plan((_lists(mask, B, Hq, Mq, Mk, Nq, Nk, block_size, causal, False), launch),
-                ("o", "lse", "rows", "rows_count"))
+    return Plan((lists, launch), ("o", "lse", "rows", "rows_count"))
 
 
 @cached_plan

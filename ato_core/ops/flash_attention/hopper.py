@@ -21,7 +21,8 @@ plan checks: plans._hopper_forward). Benchmarks: results README, "flash_attentio
 The backward's dK / dV and dQ kernels (fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel) take
 the same form, after the portable delta kernel, with the forward's options (causal, GQA, a
 window, q / kv lengths, ALiBi, packed sequences); plans.HOPPER_BACKWARD = False runs the portable
-ones instead.
+ones instead. block_sparse/hopper.py runs the forward's consumers and producer over a list of
+kept key blocks (BS: _tile_start).
 """
 
 from triton.experimental import gluon
@@ -126,14 +127,26 @@ def _alibi(s, qk_scale, rows_f, keys_f, slope2):
 
 
 @gluon.jit
-def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk,
+def _tile_start(lo, j, LIST, TILE: gl.constexpr, BS: gl.constexpr):
+    """The first row of a program's j-th tile of TILE rows: tile lo + j; with BS (block-sparse
+    attention), tile lo + j of the blocks of BS rows that LIST holds, in order (BS // TILE tiles
+    a block)."""
+    if BS:
+        per: gl.constexpr = BS // TILE
+        return gl.load(LIST + (lo + j) // per) * BS + ((lo + j) % per) * TILE
+    else:
+        return (lo + j) * TILE
+
+
+@gluon.jit
+def _step(q_smem, k_bufs, v_bufs, ready, empty, j, start_n, p, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk,
           lo_shift, hi_shift, alibi, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
           WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
-          SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """The program's j-th key tile (tile lo + j): QK_j in flight with PV_{j-1} (p of tile j - 1),
-    softmax of tile j under PV_{j-1}; frees tile j - 1's slot. SEGMENTS (with MASK): the tile's
-    key segment ids loaded before the wait (_tile_segments)."""
-    kseg = _tile_segments(alibi, (lo + j) * BLOCK_N, offs_sn, Nk, MASK and SEGMENTS)
+          SEGMENTS: gl.constexpr, STAGES: gl.constexpr):
+    """The program's j-th key tile (its first key start_n): QK_j in flight with PV_{j-1} (p of
+    tile j - 1), softmax of tile j under PV_{j-1}; frees tile j - 1's slot. SEGMENTS (with MASK):
+    the tile's key segment ids loaded before the wait (_tile_segments)."""
+    kseg = _tile_segments(alibi, start_n, offs_sn, Nk, MASK and SEGMENTS)
     slot = j % STAGES
     prev = (j - 1) % STAGES
     mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
@@ -142,8 +155,8 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero,
     s_tok = warpgroup_mma(q_smem, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     o_tok = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
-    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, (lo + j) * BLOCK_N, offs_sn, Nk, lo_shift, hi_shift,
-                                  alibi, kseg, CAUSAL, WINDOW, MASK, ALIBI, SOFTCAP, SEGMENTS)
+    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_shift, alibi, kseg,
+                                  CAUSAL, WINDOW, MASK, ALIBI, SOFTCAP, SEGMENTS)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
     mbarrier.arrive(empty.index(prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
@@ -152,32 +165,33 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero,
 
 @gluon.jit
 def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift,
-            hi_shift, alibi, tiles, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
+            hi_shift, alibi, tiles, LIST, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
             WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BS: gl.constexpr):
     """(m, l, acc) over key tiles [lo, hi) (at least one): masked but for [full_lo, full_hi)
-    (tiles = (lo, full_lo, full_hi, hi), _key_tiles, _segment_tiles)."""
+    (tiles = (lo, full_lo, full_hi, hi), _key_tiles, _segment_tiles); BS: tiles of LIST's blocks
+    (_tile_start)."""
     lo, full_lo, full_hi, hi = tiles
-    kseg = _tile_segments(alibi, lo * BLOCK_N, offs_sn, Nk, SEGMENTS)
+    kseg = _tile_segments(alibi, _tile_start(lo, 0, LIST, BLOCK_N, BS), offs_sn, Nk, SEGMENTS)
     mbarrier.wait(ready.index(0), 0)
     fence_async_shared()
     s_tok = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
-    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, lo * BLOCK_N, offs_sn, Nk, lo_shift, hi_shift, alibi,
-                                  kseg, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS)
+    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, _tile_start(lo, 0, LIST, BLOCK_N, BS), offs_sn, Nk,
+                                  lo_shift, hi_shift, alibi, kseg, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS)
     if WINDOW or SEGMENTS:  # the tiles that cross the window's lower edge, or not one segment's
         for j in range(1, full_lo - lo):
-            p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
-                                     offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL,
-                                     WINDOW, True, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES)
+            p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, _tile_start(lo, j, LIST, BLOCK_N, BS),
+                                     p, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi,
+                                     p_layout, o_layout, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS, STAGES)
     for j in range(gl.maximum(full_lo - lo, 1), full_hi - lo):
-        p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
-                                 offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL, WINDOW,
-                                 False, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES)
+        p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, _tile_start(lo, j, LIST, BLOCK_N, BS), p, m_i,
+                                 l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout,
+                                 o_layout, CAUSAL, WINDOW, False, ALIBI, SOFTCAP, SEGMENTS, STAGES)
     for j in range(gl.maximum(full_hi - lo, 1), hi - lo):
-        p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, lo, p, m_i, l_i, acc, s_zero, qk_scale,
-                                 offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout, o_layout, CAUSAL, WINDOW,
-                                 True, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES)
+        p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, _tile_start(lo, j, LIST, BLOCK_N, BS), p, m_i,
+                                 l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout,
+                                 o_layout, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS, STAGES)
     last = (hi - lo - 1) % STAGES
     o_tok = warpgroup_mma(gl.convert_layout(p.to(v_bufs.dtype), p_layout), v_bufs.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
@@ -187,14 +201,15 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
 
 @gluon.jit
 def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, Nk, lo_shift,
-              hi_shift, qk_scale, slope2, cap, seg, shift, start_m, tiles, CAUSAL: gl.constexpr,
+              hi_shift, qk_scale, slope2, cap, seg, shift, start_m, tiles, LIST, CAUSAL: gl.constexpr,
               WINDOW: gl.constexpr, Q_LENS: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
-              SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+              SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+              BS: gl.constexpr = 0):
     """One warpgroup: query rows [start_m, start_m + ROWS); writes their o and lse (Q_LENS: rows
     from q_len on get o = 0, lse = -inf), with ALIBI (head slope2; shift = kv_len - q_len) or
     SOFTCAP (cap: _capped's) also the base-2 lse LSE2 (+inf for those rows) that the backward
     reads. Nk: the keys of this batch. SEGMENTS: seg = (the batch's query segment ids, their
-    stride, its key segment ids, their stride)."""
+    stride, its key segment ids, their stride). BS: the key tiles are LIST's blocks (_tile_start)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -213,8 +228,8 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
     alibi = ((offs_m + shift).to(gl.float32), slope2, offs_sn.to(gl.float32) * slope2, cap, qseg, seg[2], seg[3])
     if tiles[3] > tiles[0]:
         m_i, l_i, acc = _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m,
-                                offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, p_layout, o_layout, CAUSAL, WINDOW,
-                                ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES)
+                                offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, LIST, p_layout, o_layout, CAUSAL,
+                                WINDOW, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES, BS)
     if ALIBI or SOFTCAP:  # m is in base 2 already
         qk_scale = 1.0
     empty_row = l_i == 0.0
@@ -236,20 +251,21 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
 
 @gluon.jit
 def _fill(a_bufs, b_bufs, ready, empty, A, B, a_off, b_off, N, san, sbn, lo, hi, c0, TILE: gl.constexpr,
-          D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr):
-    """Row tiles [lo, hi) of two [N, D] arrays (rows san, sbn apart; rows past N zero-filled)
-    by cp.async into the ring's slots for its c0-th tile on; each of the partition's 128
-    threads arrives on ready[slot] (noinc) when its copies land; waits on empty[slot] (both
-    consumers) before reusing a slot."""
+          D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, LIST=None, BS: gl.constexpr = 0):
+    """Row tiles [lo, hi) of two [N, D] arrays (rows san, sbn apart; rows past N zero-filled;
+    BS: tiles of LIST's blocks, _tile_start) by cp.async into the ring's slots for its c0-th
+    tile on; each of the partition's 128 threads arrives on ready[slot] (noinc) when its copies
+    land; waits on empty[slot] (both consumers) before reusing a slot."""
     ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
     offs_r = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, ld))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
     for j in range(hi - lo):
         c = c0 + j
         slot = c % STAGES
+        start = _tile_start(lo, j, LIST, TILE, BS)  # (a list entry's load in flight during the wait)
         mbarrier.wait(empty.index(slot), ((c // STAGES) & 1) ^ 1)
         for r in gl.static_range(TILE // CHUNK):
-            rows = (lo + j) * TILE + r * CHUNK + offs_r
+            rows = start + r * CHUNK + offs_r
             inside = (rows < N)[:, None]
             a_ptrs = A + a_off + rows.to(gl.int64)[:, None] * san + offs_d[None, :]
             b_ptrs = B + b_off + rows.to(gl.int64)[:, None] * sbn + offs_d[None, :]
@@ -260,9 +276,10 @@ def _fill(a_bufs, b_bufs, ready, empty, A, B, a_off, b_off, N, san, sbn, lo, hi,
 
 @gluon.jit
 def _producer(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, lo, hi, BLOCK_N: gl.constexpr,
-              D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr):
-    """K/V tiles [lo, hi) into the ring."""
-    _fill(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, lo, hi, 0, BLOCK_N, D, STAGES, CHUNK)
+              D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, LIST=None, BS: gl.constexpr = 0):
+    """K/V tiles [lo, hi) into the ring (BS: of LIST's blocks)."""
+    _fill(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, lo, hi, 0, BLOCK_N, D, STAGES, CHUNK, LIST,
+          BS)
 
 
 @gluon.jit
@@ -301,6 +318,26 @@ def _held(A, B, a_off, b_off, san, sbn, start, N, R: gl.constexpr, D: gl.constex
     fence_async_shared()
     gl.thread_barrier()
     return a0, a1, b0, b1
+
+
+@gluon.jit
+def _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+    """A forward program's shared memory: its consumers' query rows [start_m, start_m + 2 ROWS)
+    (zeros from n_q on), loaded and fenced, and the ring of STAGES K / V tiles with its barriers:
+    (q0, q1, k_bufs, v_bufs, ready, empty)."""
+    dtype: gl.constexpr = Q.dtype.element_ty
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
+    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], dtype)
+    q0 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
+    q1 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
+    ready, empty = _ring(STAGES)
+    _load_rows(q0, Q, q_off, sqn, start_m, n_q, D)
+    _load_rows(q1, Q, q_off, sqn, start_m + ROWS, n_q, D)
+    fence_async_shared()
+    gl.thread_barrier()
+    return q0, q1, k_bufs, v_bufs, ready, empty
 
 
 @gluon.jit
@@ -448,7 +485,6 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk
     svb, svh, svn = _strides8(svb, svh, svn)
     sob, soh, son = _strides8(sob, soh, son)
     BLOCK_M: gl.constexpr = 2 * ROWS
-    dtype: gl.constexpr = Q.dtype.element_ty
     pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)
     bh = gl.program_id(1)
     start_m = pid_m * BLOCK_M
@@ -468,19 +504,7 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk
     else:
         lse_off = bh.to(gl.int64) * Nq
 
-    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
-    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], dtype)
-    q0 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
-    q1 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
-    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
-    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
-    ready, empty = _ring(STAGES)
-
-    _load_rows(q0, Q, q_off, sqn, start_m, n_q, D)
-    _load_rows(q1, Q, q_off, sqn, start_m + ROWS, n_q, D)
-    fence_async_shared()
-    gl.thread_barrier()
-
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N, D, STAGES)
     tiles = _live(_key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N), start_m, q_len,
                   Q_LENS or VARLEN)
     seg = (QSEG + b.to(gl.int64) * sqsb, sqsn, KSEG + b.to(gl.int64) * sksb, sksn)
@@ -490,11 +514,11 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk
     shift = kv_len - q_len
     gl.warp_specialize([
         (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
-                     lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m, tiles, CAUSAL,
-                     WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
+                     lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m, tiles, None,
+                     CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
         (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
                      lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m + ROWS, tiles,
-                     CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
+                     None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
         (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], BLOCK_N,
                      D, STAGES, CHUNK)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
