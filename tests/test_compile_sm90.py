@@ -432,8 +432,8 @@ def _compiles_alike_for_jax(launch, plan, specs, warps):
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
 @pytest.mark.parametrize("block_size,causal", [(128, True), (256, False)])
 def test_block_sparse_gluon_compiles_alike_for_jax(block_size, causal, tmp_path, monkeypatch):
-    """block_sparse_attention's Gluon forward, as test_gluon_compiles_alike_for_jax: the same PTX
-    for both frameworks, 12 warps."""
+    """block_sparse_attention's Gluon forward, dK / dV and dQ kernels, as
+    test_gluon_compiles_alike_for_jax: the same PTX for both frameworks, 12 warps."""
     from ato_core.ops.block_sparse import plans as bp
     from ato_core.testing import gpu_spec
 
@@ -442,6 +442,12 @@ def test_block_sparse_gluon_compiles_alike_for_jax(block_size, causal, tmp_path,
     mask = gpu_spec((2, 8, -(-1000 // block_size), -(-1100 // block_size)), "bool")
     plan = bp.block_sparse_forward_plan(q, k, k, mask, block_size=block_size, causal=causal, softmax_scale=None,
                                         target=H100)
-    launch = plan.launches[1]
-    assert launch.name == "bs_fwd_hopper_kernel"
-    _compiles_alike_for_jax(launch, plan, {"q": q, "k": k, "v": k, "block_mask": mask}, 12)
+    backward = bp.block_sparse_backward_plan(q, k, k, mask, q, block_size=block_size, causal=causal,
+                                             softmax_scale=None, has_dlse=False, target=H100)
+    assert [launch.name for launch in plan.launches[1:] + backward.launches[2:]] == [
+        "bs_fwd_hopper_kernel", "bs_bwd_dkdv_hopper_kernel", "bs_bwd_dq_hopper_kernel"]
+    specs = {"q": q, "k": k, "v": k, "do": q, "block_mask": mask, "rows": plan.buffer("rows"),
+             "rows_count": plan.buffer("rows_count")}
+    _compiles_alike_for_jax(plan.launches[1], plan, specs, 12)
+    for launch in backward.launches[2:]:
+        _compiles_alike_for_jax(launch, backward, specs, 12)

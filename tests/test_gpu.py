@@ -1311,9 +1311,9 @@ HOPPER_SPARSE = [
                          if isinstance(x, tuple) else str(x))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_block_sparse_attention_hopper_gpu(dims, density, causal, layout, dtype):
-    """The Gluon forward (sm_90 with Gluon, blocks from 128; the portable one elsewhere) and the
-    portable backward: o, lse and gradients against the float64 reference, torch == JAX bitwise,
-    and the launches that ran are the plan's."""
+    """The Gluon forward, dK / dV and dQ (sm_90 with Gluon, blocks from 128; the portable kernels
+    elsewhere): o, lse and gradients against the float64 reference, torch == JAX bitwise, and the
+    forward that ran is the plan's."""
     from ato_core.ops.block_sparse import plans
     from ato_core.ops.block_sparse.cases import bs_case
     from ato_core.target import cuda_target
@@ -1326,7 +1326,14 @@ def test_block_sparse_attention_hopper_gpu(dims, density, causal, layout, dtype)
     plan = plans.block_sparse_forward_plan(gpu_spec(q, dtype), gpu_spec(kv, dtype), gpu_spec(kv, dtype), mask,
                                            block_size=bs, causal=causal, softmax_scale=None, target=cuda_target(0),
                                            layout=layout)
-    assert plan.launches[1].name == ("bs_fwd_hopper_kernel" if _hopper() and bs >= 128 else "bs_fwd_kernel")
+    gluon = _hopper() and bs >= 128
+    assert plan.launches[1].name == ("bs_fwd_hopper_kernel" if gluon else "bs_fwd_kernel")
+    backward = plans.block_sparse_backward_plan(gpu_spec(q, dtype), gpu_spec(kv, dtype), gpu_spec(kv, dtype), mask,
+                                                gpu_spec(q, dtype), block_size=bs, causal=causal, softmax_scale=None,
+                                                has_dlse=False, target=cuda_target(0), layout=layout)
+    kernels = ["bs_bwd_dkdv_hopper_kernel", "bs_bwd_dq_hopper_kernel"] if gluon else ["bs_bwd_dkdv_kernel",
+                                                                                     "bs_bwd_dq_kernel"]
+    assert [launch.name for launch in backward.launches[2:]] == kernels
     _RESULTS.pop(case, None)
     _check(case)
     t, j, _ = _run(case)

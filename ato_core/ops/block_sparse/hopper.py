@@ -1,22 +1,27 @@
-"""Block-sparse attention's forward on Hopper (sm_90), in Gluon: flash_attention's Hopper forward
-(flash_attention/hopper.py: a cp.async producer warpgroup filling a ring of K/V tiles, two
-consumer warpgroups of 64 query rows whose QK wgmma of tile j runs beside the PV wgmma of tile
-j - 1) walking a query block's list of kept key blocks (bs_lists_kernel's) instead of a range.
+"""Block-sparse attention on Hopper (sm_90), in Gluon: flash_attention's Hopper kernels
+(flash_attention/hopper.py) walking bs_lists_kernel's lists of kept blocks instead of ranges of
+tiles. The forward: a cp.async producer warpgroup fills a ring of K/V tiles, two consumer
+warpgroups of 64 query rows run the QK wgmma of tile j beside the PV wgmma of tile j - 1; the
+backward (after the portable delta kernel): dQ in the forward's form on the same row lists, dK /
+dV holding 128 keys and streaming the Q / dO tiles of each query head's column list.
 
-Blocks of 128 and 256 only: a program's 128 query rows lie in one query block, so its two
-consumers share the list and the ring, and each kept block is BS // 128 key tiles of 128, as
-the dense kernel's. (Blocks of 64 would give each consumer its own list and 64-key tiles; no
-such form was faster than the portable kernel on an H100: results block_sparse-sweep.txt 38.)
-The last kept blocks that cross the causal diagonal or Nk (kernels._masked_tail) are masked.
-The math is kernels.bs_fwd_kernel's: causal aligned to the bottom right, GQA, o = 0 and lse =
--inf for a query that sees no key. fp16 / bf16, D 128; b, h and n strides multiples of 8
-elements, unit d strides (the plan checks).
+Blocks of 128 and 256 only: a program's 128 query rows (or keys) lie in one block, so its two
+consumers share the list and the ring, and each kept block is BS // 128 key tiles of the
+forward (BS // 64 of the backward's). (Blocks of 64 would give each consumer its own list and
+64-key tiles; no such forward was faster than the portable kernel on an H100: results
+block_sparse-sweep.txt 38.) The blocks that cross the causal diagonal or Nk
+(kernels._masked_tail; flash's _listed_query_tiles for dK / dV) are masked. The math is the
+portable kernels': causal aligned to the bottom right, GQA, o = 0 and lse = -inf for a query
+that sees no key. fp16 / bf16, D 128; b, h and n strides multiples of 8 elements, unit d
+strides (the plans check).
 """
 
 from triton.experimental.gluon import language as gl
 
 from ato_core.launch import kernel
-from ..flash_attention.hopper import ROWS, _consumer, _forward_smem, _head, _producer, _query_program, _strides8
+from ..flash_attention.hopper import (KEYS, ROWS, _consumer, _dkdv_consumer, _dkdv_producer, _dq_consumer,
+                                      _forward_smem, _head, _held, _key_program, _producer, _query_program, _ring,
+                                      _strides8)
 from .kernels import _masked_tail
 
 
@@ -60,3 +65,98 @@ def bs_fwd_hopper_kernel(Q, K, V, LIST, COUNT, Hq, G, Nq, Nk, Mq, Mk, qk_scale, 
         (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, 0, count * per, BLOCK_N, D, STAGES,
                      CHUNK, listed, BS)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# ---- the backward (after the portable delta kernel): flash's Hopper dK / dV and dQ kernels on the lists.
+# dQ walks a query block's row list as the forward; dK / dV a key block's column list of each query
+# head (bs_lists_kernel's columns; per head, as the mask is). LSE2, DELTA: [B, Hq, Nq] fp32.
+
+
+@kernel(inputs=8, outputs=1, gluon=True)
+def bs_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, Nk, Mq, Mk, qk_scale, sm_scale, sqb, sqh,
+                            sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh, sdqn, DQ,
+                            CAUSAL: gl.constexpr, BS: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+                            CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """Grid (cdiv(Nq, 128), B * Hq), 4 warps (12 in all): dQ of query rows [128 i, 128 i + 128)
+    over the key tiles (KEYS rows) of their query block's kept blocks (LIST, COUNT: the rows)."""
+    sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
+    skb, skh, skn = _strides8(skb, skh, skn)
+    svb, svh, svn = _strides8(svb, svh, svn)
+    sdob, sdoh, sdon = _strides8(sdob, sdoh, sdon)
+    sdqb, sdqh, sdqn = _strides8(sdqb, sdqh, sdqn)
+    dtype: gl.constexpr = Q.dtype.element_ty
+    per: gl.constexpr = BS // KEYS
+    pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)
+    m0 = pid_m * (2 * ROWS)
+    row = gl.program_id(1).to(gl.int64) * Mq + m0 // BS
+    count = gl.load(COUNT + row)
+    shift = Nk - Nq
+    whole = count - _masked_tail(LIST, row * Mk, count, m0, Nk, shift, BS, CAUSAL)
+    tiles = (0, 0, whole * per, count * per)
+    listed = LIST + row * Mk
+    q_off = _head(b, h, 0, sqb, sqh, sqn, False)
+    do_off = _head(b, h, 0, sdob, sdoh, sdon, False)
+    q0_s, q1_s, do0_s, do1_s = _held(Q, DO, q_off, do_off, sqn, sdon, m0, Nq, ROWS, D)
+    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, D], dtype)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
+    ready, empty = _ring(STAGES)
+    dq_off = _head(b, h, 0, sdqb, sdqh, sdqn, False)
+    k_off = _head(b, hk, 0, skb, skh, skn, False)
+    v_off = _head(b, hk, 0, svb, svh, svn, False)
+    lse_off = gl.program_id(1).to(gl.int64) * Nq
+    gl.warp_specialize([
+        (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk,
+                        shift, shift, shift, qk_scale, sm_scale, 0.0, (0.0, 0.0), m0, tiles, listed, CAUSAL, False,
+                        False, False, D, STAGES, BS)),
+        (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk,
+                        shift, shift, shift, qk_scale, sm_scale, 0.0, (0.0, 0.0), m0 + ROWS, tiles, listed, CAUSAL,
+                        False, False, False, D, STAGES, BS)),
+        (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, 0, count * per, KEYS, D, STAGES,
+                     CHUNK, listed, BS)),
+    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+@kernel(inputs=8, outputs=2, gluon=True)
+def bs_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, Nk, Mq, Mk, qk_scale, sm_scale, sqb,
+                              sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb, sdkh, sdkn, sdvb, sdvh,
+                              sdvn, DK, DV, CAUSAL: gl.constexpr, BS: gl.constexpr, D: gl.constexpr,
+                              STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                              CONSUMER_REGS: gl.constexpr):
+    """Grid (cdiv(Nk, 2 KEYS), B * Hkv), 4 warps (12 in all): dK and dV of keys [128 i, 128 i +
+    128) (within one key block) over the query tiles (ROWS rows) of the blocks that keep it, for
+    each of the G query heads of kv head hk (LIST, COUNT: the columns, [B * Hq * Mk, Mq]). The
+    producer is the default partition, as in flash's."""
+    sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
+    skb, skh, skn = _strides8(skb, skh, skn)
+    svb, svh, svn = _strides8(svb, svh, svn)
+    sdob, sdoh, sdon = _strides8(sdob, sdoh, sdon)
+    sdkb, sdkh, sdkn = _strides8(sdkb, sdkh, sdkn)
+    sdvb, sdvh, sdvn = _strides8(sdvb, sdvh, sdvn)
+    dtype: gl.constexpr = Q.dtype.element_ty
+    _, b, hk, k0 = _key_program(Hq, G)
+    # the columns of key block k0 // BS for query heads hk G + g: (b Hq + hk G + g) Mk + k0 // BS
+    lists = (LIST, COUNT, (b.to(gl.int64) * Hq + hk * G) * Mk + k0 // BS, Mk, Mq)
+    k_off = _head(b, hk, 0, skb, skh, skn, False)
+    v_off = _head(b, hk, 0, svb, svh, svn, False)
+    k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, Nk, KEYS, D)
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
+    q_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
+    do_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
+    ready, empty = _ring(STAGES)
+    dk_off = _head(b, hk, 0, sdkb, sdkh, sdkn, False)
+    dv_off = _head(b, hk, 0, sdvb, sdvh, sdvn, False)
+    shift = Nk - Nq
+    zero = k0 * 0
+    tiles = (zero, zero, zero, zero)  # (each head's: _listed_query_tiles)
+    gl.warp_specialize([
+        (_dkdv_producer, (q_bufs, do_bufs, ready, empty, Q, DO, b.to(gl.int64) * sqb, b.to(gl.int64) * sdob, sqh, sdoh,
+                          sqn, sdon, G, hk, Nq, 0, 0, lists, D, STAGES, CHUNK, BS)),
+        (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, Q, DK, DV, dk_off, dv_off, sdkn, sdvn,
+                          0, 0, b * Hq, Nq, 0, G, hk, b, 0, Nq, Nk, Nk, shift, shift, shift, qk_scale, sm_scale,
+                          (0.0, 0.0), k0, tiles, lists, CAUSAL, False, False, False, False, False, D, STAGES, BS)),
+        (_dkdv_consumer, (k1_s, v1_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, Q, DK, DV, dk_off, dv_off, sdkn, sdvn,
+                          0, 0, b * Hq, Nq, 0, G, hk, b, 0, Nq, Nk, Nk, shift, shift, shift, qk_scale, sm_scale,
+                          (0.0, 0.0), k0 + KEYS, tiles, lists, CAUSAL, False, False, False, False, False, D, STAGES,
+                          BS)),
+    ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Tuple
 
 from ato_core import checks
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, row_alignment,
@@ -114,15 +115,16 @@ def _bs_tiles(cfg, block_size: int, target: Target):
     return clip(cfg.fwd, 64, None), clip(cfg.dkdv, 256, 2), clip(cfg.dq, 64, 2)
 
 
-# Blocks from which the Gluon forward (hopper.bs_fwd_hopper_kernel, flash attention's Hopper
-# settings) runs on Hopper: 128-row query tiles within one block.
+# Blocks from which the Gluon kernels (block_sparse/hopper.py, flash attention's Hopper settings)
+# run on Hopper: 128-row query (or key) tiles within one block.
 HOPPER_MIN_BLOCK = 128
 
 
 def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, block_size: int,
                     target: Target) -> bool:
-    """Whether the forward runs the Gluon kernel: flash attention's Gluon conditions (a Hopper
-    GPU, fp16 / bf16, D 128, a key, rows cp.async can copy) and blocks of at least 128."""
+    """Whether the forward (and, with do's rows, the backward) runs the Gluon kernels: flash
+    attention's Gluon conditions (a Hopper GPU, fp16 / bf16, D 128, a key, rows cp.async can
+    copy) and blocks of at least 128."""
     return (hopper is not None and block_size >= HOPPER_MIN_BLOCK
             and fa_plans._gluon_applies(q, D, Nk, target, fa_plans.Options(), ())
             and fa_plans._cp_async_rows(q, k, v))
@@ -188,6 +190,12 @@ def block_sparse_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: A
         (Hq, Nq, D, *bhnd_strides(q.shape, layout), *do.strides),
         (Buffer("delta", rows, "float32"), Buffer("lse2", rows, "float32")),
         {"BLOCK_M": cfg.delta_rows, "BD": cfg.BD, "HAS_DLSE": has_dlse, "ALIGN": fa_plans._align(D, do)}, num_warps=4)
+    cols = _lists(mask, B, Hq, Mq, Mk, Nq, Nk, block_size, causal, True)
+    if fa_plans.HOPPER_BACKWARD and _hopper_forward(q, k, v, D, Nk, block_size, target) and \
+            fa_plans._cp_async_rows(do):
+        return Plan((cols, delta, *_hopper_backward(q, k, v, do, B, Hq, Hkv, Nq, Nk, D, Mq, Mk, block_size, causal,
+                                                      scale, layout)),
+                    ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "rows", "rows_count"))
     align = fa_plans._align(D, q, k, v, do)
     strides = (*q.strides, *k.strides, *v.strides, *do.strides)
     dkdv = Launch(
@@ -204,8 +212,27 @@ def block_sparse_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: A
         (Buffer("dq", laid_out(q.shape, layout), q.dtype),),
         {"BS": block_size, **fa_plans._constexprs(cfg, dq_t, D, causal, align)}, num_warps=dq_t.warps,
         num_stages=dq_t.stages)
-    cols = _lists(mask, B, Hq, Mq, Mk, Nq, Nk, block_size, causal, True)
     return Plan((cols, delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "rows", "rows_count"))
+
+
+def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, B: int, Hq: int, Hkv: int, Nq: int,
+                     Nk: int, D: int, Mq: int, Mk: int, block_size: int, causal: bool, scale: float,
+                     layout: str) -> Tuple[Launch, Launch]:
+    """The Gluon dK / dV (on the columns) and dQ (on the rows) launches, flash's Hopper backward
+    settings (q, k, v, do as [B, H, N, D] specs)."""
+    head = (Hq, Hq // Hkv, Nq, Nk, Mq, Mk, scale * fa_plans.LOG2E, scale, *q.strides[:3], *k.strides[:3],
+            *v.strides[:3], *do.strides[:3])
+    const = {"CAUSAL": causal, "BS": block_size, "D": D, **fa_plans.HOPPER_BWD}
+    dkdv = Launch(hopper.bs_bwd_dkdv_hopper_kernel, (cdiv(Nk, 128), B * Hkv),
+                  ("q", "k", "v", "do", "lse2", "delta", "cols", "cols_count"),
+                  (*head, *bhnd_strides(k.shape, layout)[:3], *bhnd_strides(v.shape, layout)[:3]),
+                  (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype)),
+                  const, num_warps=4)
+    dq = Launch(hopper.bs_bwd_dq_hopper_kernel, (cdiv(Nq, 128), B * Hq),
+                ("q", "k", "v", "do", "lse2", "delta", "rows", "rows_count"),
+                (*head, *bhnd_strides(q.shape, layout)[:3]),
+                (Buffer("dq", laid_out(q.shape, layout), q.dtype),), const, num_warps=4)
+    return dkdv, dq
 
 
 # -- curvature block mask ---------------------------------------------------------------

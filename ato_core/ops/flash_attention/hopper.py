@@ -21,8 +21,8 @@ plan checks: plans._hopper_forward). Benchmarks: results README, "flash_attentio
 The backward's dK / dV and dQ kernels (fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel) take
 the same form, after the portable delta kernel, with the forward's options (causal, GQA, a
 window, q / kv lengths, ALiBi, packed sequences); plans.HOPPER_BACKWARD = False runs the portable
-ones instead. block_sparse/hopper.py runs the forward's consumers and producer over a list of
-kept key blocks (BS: _tile_start).
+ones instead. block_sparse/hopper.py runs these consumers and producers over lists of kept
+blocks (BS: _tile_start, _head_list).
 """
 
 from triton.experimental import gluon
@@ -638,11 +638,11 @@ def _query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, CAUSAL: gl.constexpr, WI
 
 
 @gluon.jit
-def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA, lse_off, Nq,
+def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, r0, dk, dv, zero_s, LSE2, DELTA, lse_off, Nq,
                kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout: gl.constexpr,
                s_layout: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr,
                MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr):
-    """Query tile i (the ring's c-th): S^T = K Q^T and dP^T = V dO^T in flight together,
+    """The query tile from row r0 (the ring's c-th): S^T = K Q^T and dP^T = V dO^T in flight together,
     P^T = 2^(S^T qk_scale - lse2), dS^T = P^T (dP^T - delta); dV += P^T dO, dK += dS^T Q.
     MASK: scores of keys a row does not see (_visible) are 0. ALIBI: alibi = (keys as fp32,
     shift, slope2, slope2 (keys - k0), k0, cap), the forward's biased scores (_alibi; CAUSAL:
@@ -655,7 +655,7 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
     do_s = do_bufs.index(slot)
     st_tok = warpgroup_mma(k_smem, q_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
     dpt_tok = warpgroup_mma(v_smem, do_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    rows = i * ROWS + offs_q
+    rows = r0 + offs_q
     inside = rows < Nq
     lse2 = gl.load(LSE2 + lse_off + rows, mask=inside, other=float("inf"))
     delta = gl.load(DELTA + lse_off + rows, mask=inside, other=0.0)
@@ -692,13 +692,14 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero
 @gluon.jit
 def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
                    sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
-                   hi_shift, shift, qk_scale, sm_scale, cap, k0, tiles, CAUSAL: gl.constexpr,
+                   hi_shift, shift, qk_scale, sm_scale, cap, k0, tiles, lists, CAUSAL: gl.constexpr,
                    WINDOW: gl.constexpr, KV_LENS: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
-                   VARLEN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+                   VARLEN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, BS: gl.constexpr = 0):
     """One warpgroup: keys [k0, k0 + KEYS); over the G query heads of kv head hk, query tiles
-    [lo, full_lo) and [full_hi, hi) masked, [full_lo, full_hi) not (tiles: _query_tiles');
-    writes the keys' dK (times sm_scale) and dV (rows below n_k). Head hq's lse2 and delta
-    rows start at (lse_h0 + hq) lse_sh + lse_row0; n_q rows of them are read."""
+    [lo, full_lo) and [full_hi, hi) masked, [full_lo, full_hi) not (tiles: _query_tiles'; BS:
+    each head's list of query blocks, _head_list); writes the keys' dK (times sm_scale) and dV
+    (rows below n_k). Head hq's lse2 and delta rows start at (lse_h0 + hq) lse_sh + lse_row0; n_q
+    rows of them are read."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, ROWS, 16])
     a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -714,21 +715,27 @@ def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, S
         lse_off = (lse_h0 + hk * G + g).to(gl.int64) * lse_sh + lse_row0
         slope2 = _slope2(SLOPES, b, hk * G + g, s_ab, s_ah, nseq, ALIBI, VARLEN)
         alibi = (keys.to(gl.float32), shift, slope2, (keys - k0).to(gl.float32) * slope2, k0, cap)
+        listed, count = _head_list(lists, g, BS)
+        if BS:
+            lo, full_lo, full_hi, hi = _listed_query_tiles(listed, count, k0, shift, BS, CAUSAL)
         for i in range(lo, full_lo):
-            dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
-                                lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout,
-                                s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, SOFTCAP, STAGES)
+            dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, _tile_start(0, i, listed, ROWS, BS),
+                                dk, dv, zero_s, LSE2, DELTA, lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys,
+                                offs_q, alibi, op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, SOFTCAP,
+                                STAGES)
             c += 1
         for i in range(full_lo, full_hi):
-            dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2, DELTA,
-                                lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout,
-                                s_layout, CAUSAL, WINDOW, KV_LENS, False, ALIBI, SOFTCAP, STAGES)
+            dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, _tile_start(0, i, listed, ROWS, BS),
+                                dk, dv, zero_s, LSE2, DELTA, lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys,
+                                offs_q, alibi, op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, False, ALIBI, SOFTCAP,
+                                STAGES)
             c += 1
         if WINDOW or KV_LENS:  # the tiles past the window's lower edge, or those of a block past kv_len
             for i in range(full_hi, hi):
-                dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, i, dk, dv, zero_s, LSE2,
-                                    DELTA, lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi,
-                                    op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, SOFTCAP, STAGES)
+                dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c,
+                                    _tile_start(0, i, listed, ROWS, BS), dk, dv, zero_s, LSE2, DELTA, lse_off, n_q,
+                                    kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout, s_layout,
+                                    CAUSAL, WINDOW, KV_LENS, True, ALIBI, SOFTCAP, STAGES)
                 c += 1
     offs_r = k0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
@@ -740,14 +747,57 @@ def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, S
 
 
 @gluon.jit
+def _key_program(Hq, G):
+    """(Hkv, batch, kv head, first key) of a program of grid (blocks of 2 KEYS keys, B * Hkv)."""
+    Hkv = Hq // G
+    bh = gl.program_id(1)
+    return Hkv, bh // Hkv, bh % Hkv, gl.program_id(0) * (2 * KEYS)
+
+
+@gluon.jit
+def _head_list(lists, g, BS: gl.constexpr):
+    """BS (block-sparse attention): the list of query blocks that keep the program's key block
+    for its g-th query head and their number, lists = (LIST, COUNT, the first head's column,
+    its columns' stride (Mk), the list's length (Mq)) as bs_lists_kernel's columns; else
+    (lists[0], 0)."""
+    if BS:
+        col = lists[2] + g * lists[3]
+        return lists[0] + col * lists[4], gl.load(lists[1] + col)
+    else:
+        return lists[0], 0
+
+
+@gluon.jit
+def _listed_query_tiles(listed, count, k0, shift, BS: gl.constexpr, CAUSAL: gl.constexpr):
+    """(lo, full_lo, full_hi, hi) of the query tiles of a listed head for keys [k0, k0 + KEYS):
+    causal, the first (at most two) blocks whose first row does not see the last key masked."""
+    per: gl.constexpr = BS // ROWS
+    masked = count * 0
+    if CAUSAL:
+        last = k0 + KEYS - 1
+        first = gl.load(listed, mask=count >= 1, other=0)
+        second = gl.load(listed + 1, mask=count >= 2, other=0)
+        masked = ((count >= 1) & (first * BS + shift < last)).to(gl.int32) + \
+            ((count >= 2) & (second * BS + shift < last)).to(gl.int32)
+    return count * 0, masked * per, count * per, count * per
+
+
+@gluon.jit
 def _dkdv_producer(q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdoh, sqn, sdon, G, hk, q_len, lo, hi,
-                   D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr):
-    """Q and dO tiles [lo, hi) of the G query heads of kv head hk, head after head (rows past
-    q_len zero-filled)."""
+                   lists, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, BS: gl.constexpr = 0):
+    """Q and dO tiles [lo, hi) (BS: each head's listed blocks, _head_list) of the G query heads of
+    kv head hk, head after head (rows past q_len zero-filled)."""
+    c = hk * 0
     for g in range(G):
         hq = (hk * G + g).to(gl.int64)
-        _fill(q_bufs, do_bufs, ready, empty, Q, DO, q_off + hq * sqh, do_off + hq * sdoh, q_len, sqn, sdon, lo, hi,
-              g * (hi - lo), ROWS, D, STAGES, CHUNK)
+        if BS:
+            listed, count = _head_list(lists, g, BS)
+            _fill(q_bufs, do_bufs, ready, empty, Q, DO, q_off + hq * sqh, do_off + hq * sdoh, q_len, sqn, sdon, 0,
+                  count * (BS // ROWS), c, ROWS, D, STAGES, CHUNK, listed, BS)
+            c += count * (BS // ROWS)
+        else:
+            _fill(q_bufs, do_bufs, ready, empty, Q, DO, q_off + hq * sqh, do_off + hq * sdoh, q_len, sqn, sdon, lo, hi,
+                  g * (hi - lo), ROWS, D, STAGES, CHUNK)
 
 
 @kernel(inputs=11, outputs=2, gluon=True)
@@ -777,11 +827,7 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSE
     sdkb, sdkh, sdkn = _strides8(sdkb, sdkh, sdkn)
     sdvb, sdvh, sdvn = _strides8(sdvb, sdvh, sdvn)
     dtype: gl.constexpr = Q.dtype.element_ty
-    Hkv = Hq // G
-    bh = gl.program_id(1)
-    b = bh // Hkv
-    hk = bh % Hkv
-    k0 = gl.program_id(0) * (2 * KEYS)
+    Hkv, b, hk, k0 = _key_program(Hq, G)
     nseq = gl.num_programs(1) // Hkv - 1  # VARLEN's sequences
     q_row0, q_len, k_row0, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, nseq, Nq, Nk, Tq, Tk, left, right,
                                                                  Q_LENS, KV_LENS, VARLEN)
@@ -817,23 +863,23 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSE
         lse_row0 = 0
     gl.warp_specialize([
         (_dkdv_producer, (q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdoh, sqn, sdon, G, hk, q_len,
-                          tiles[0], tiles[3], D, STAGES, CHUNK)),
+                          tiles[0], tiles[3], (Q, Q, 0, 0, 0), D, STAGES, CHUNK)),
         (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
                           sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
-                          hi_shift, kv_len - q_len, qk_scale, sm_scale, (cap_in, cap_out), k0, tiles, CAUSAL, WINDOW,
-                          KV_LENS or VARLEN, ALIBI, SOFTCAP, VARLEN, D, STAGES)),
+                          hi_shift, kv_len - q_len, qk_scale, sm_scale, (cap_in, cap_out), k0, tiles, (Q, Q, 0, 0, 0),
+                          CAUSAL, WINDOW, KV_LENS or VARLEN, ALIBI, SOFTCAP, VARLEN, D, STAGES)),
         (_dkdv_consumer, (k1_s, v1_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
                           sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
-                          hi_shift, kv_len - q_len, qk_scale, sm_scale, (cap_in, cap_out), k0 + KEYS, tiles, CAUSAL,
-                          WINDOW, KV_LENS or VARLEN, ALIBI, SOFTCAP, VARLEN, D, STAGES)),
+                          hi_shift, kv_len - q_len, qk_scale, sm_scale, (cap_in, cap_out), k0 + KEYS, tiles,
+                          (Q, Q, 0, 0, 0), CAUSAL, WINDOW, KV_LENS or VARLEN, ALIBI, SOFTCAP, VARLEN, D, STAGES)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
 @gluon.jit
-def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, lse2, delta, qk_scale, rows, offs_n,
+def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, k0, dq, zero_s, lse2, delta, qk_scale, rows, offs_n,
              kv_len, lo_shift, hi_shift, alibi, dq_op: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
              MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr):
-    """Key tile j (the ring's c-th): S = Q K^T and dP = dO V^T in flight together, dS = P (dP -
+    """The key tile from key k0 (the ring's c-th): S = Q K^T and dP = dO V^T in flight together, dS = P (dP -
     delta), dQ += dS K. MASK: scores of keys a row does not see (_visible) are 0. ALIBI: alibi =
     (rows + shift as fp32, slope2, slope2 x the tile's columns, cap), the forward's biased scores
     (_alibi; CAUSAL: split into a column and a row term, as _softmax). SOFTCAP: as _dkdv_tile's.
@@ -850,16 +896,16 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, ls
         s = _capped(s, cap)
         qk_scale = 1.0
     if ALIBI and CAUSAL:  # split into a column and a row term, as _softmax
-        row_term = (j * KEYS - rows_f) * slope2 - lse2
+        row_term = (k0 - rows_f) * slope2 - lse2
         p = gl.exp2(gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), col_bias[None, :])
                     + row_term[:, None])
     elif ALIBI:
-        p = gl.exp2(_alibi(s, qk_scale, rows_f[:, None], (j * KEYS + offs_n).to(gl.float32)[None, :], slope2)
+        p = gl.exp2(_alibi(s, qk_scale, rows_f[:, None], (k0 + offs_n).to(gl.float32)[None, :], slope2)
                     - lse2[:, None])
     else:
         p = gl.exp2(gl.fma(s, gl.full(s.shape, qk_scale, gl.float32, s.type.layout), -lse2[:, None]))
     if MASK:
-        keys = j * KEYS + offs_n
+        keys = k0 + offs_n
         p = gl.where(_visible(keys[None, :], rows[:, None], kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, True), p, 0.0)
     dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
     ds = p * (dp - delta[:, None])
@@ -873,12 +919,12 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, j, dq, zero_s, ls
 
 @gluon.jit
 def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, kv_len,
-                 lo_shift, hi_shift, shift, qk_scale, sm_scale, slope2, cap, m0, tiles, CAUSAL: gl.constexpr,
+                 lo_shift, hi_shift, shift, qk_scale, sm_scale, slope2, cap, m0, tiles, LIST, CAUSAL: gl.constexpr,
                  WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, D: gl.constexpr,
-                 STAGES: gl.constexpr):
+                 STAGES: gl.constexpr, BS: gl.constexpr = 0):
     """One warpgroup: query rows [m0, m0 + ROWS); key tiles [lo, full_lo) and [full_hi, hi)
-    masked, [full_lo, full_hi) not (tiles: _key_tiles'); writes their dQ (times sm_scale),
-    rows below Nq."""
+    masked, [full_lo, full_hi) not (tiles: _key_tiles'; BS: tiles of LIST's blocks, _tile_start);
+    writes their dQ (times sm_scale), rows below Nq."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, KEYS, 16])
     a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -894,17 +940,17 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
     lo, full_lo, full_hi, hi = tiles
     if WINDOW:  # the tiles that cross the window's lower edge
         for j in range(lo, full_lo):
-            dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, j, dq, zero_s, lse2, delta, qk_scale,
-                          rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL, WINDOW, True, ALIBI, SOFTCAP,
-                          STAGES)
+            dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, _tile_start(0, j, LIST, KEYS, BS), dq,
+                          zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL,
+                          WINDOW, True, ALIBI, SOFTCAP, STAGES)
     for j in range(full_lo, full_hi):
-        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, j, dq, zero_s, lse2, delta, qk_scale,
-                      rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL, WINDOW, False, ALIBI, SOFTCAP,
-                      STAGES)
+        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, _tile_start(0, j, LIST, KEYS, BS), dq,
+                      zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL,
+                      WINDOW, False, ALIBI, SOFTCAP, STAGES)
     for j in range(full_hi, hi):
-        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, j, dq, zero_s, lse2, delta, qk_scale,
-                      rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL, WINDOW, True, ALIBI, SOFTCAP,
-                      STAGES)
+        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, _tile_start(0, j, LIST, KEYS, BS), dq,
+                      zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL,
+                      WINDOW, True, ALIBI, SOFTCAP, STAGES)
     offs_r = m0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
     gl.store(DQ + dq_off + offs_r.to(gl.int64)[:, None] * sdqn + offs_d[None, :],
@@ -962,10 +1008,10 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG,
     gl.warp_specialize([
         (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, n_q, kv_len,
                         lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, (cap_in, cap_out), m0, tiles,
-                        CAUSAL, WINDOW, ALIBI, SOFTCAP, D, STAGES)),
+                        None, CAUSAL, WINDOW, ALIBI, SOFTCAP, D, STAGES)),
         (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, n_q, kv_len,
                         lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, (cap_in, cap_out), m0 + ROWS,
-                        tiles, CAUSAL, WINDOW, ALIBI, SOFTCAP, D, STAGES)),
+                        tiles, None, CAUSAL, WINDOW, ALIBI, SOFTCAP, D, STAGES)),
         (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], KEYS, D,
                      STAGES, CHUNK)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
