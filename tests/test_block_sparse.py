@@ -19,6 +19,7 @@ import pytest
 
 from ato_cli import harness as h
 from ato_core.ops.block_sparse.cases import bs_case, cab_attention_case, cab_case, coarsen_case
+from ato_core.target import has_gluon
 from ato_core.testing import round_to
 from helpers import assert_bnhd_is_bhnd, check, check_special, frontend, raises_naming
 
@@ -179,6 +180,46 @@ def test_block_sparse_bnhd_layout_is_bhnd():
     assert_bnhd_is_bhnd("block_sparse_attention", q, k, v, rng.standard_normal(q.shape).astype(np.float32),
                         extra=(mask,), block_size=16, causal=True)
     check(bs_case(1, 4, 2, 37, 50, 16, 16, causal=True, seed=3, layout="bnhd"))  # the reference's bnhd too
+
+
+@pytest.mark.skipif(not has_gluon(), reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
+def test_hopper_kernels_chosen_where_they_apply():
+    """On an H100 (Target.gluon) blocks of 128 and 256 at D 128, fp16 / bf16, run the Gluon
+    forward, dK / dV and dQ (grids of 128 rows or keys; the backward on the columns); blocks of 64,
+    another D, fp32, rows cp.async cannot copy (do's alone: the portable backward), the
+    interpreter: the portable kernels."""
+    import dataclasses
+
+    from ato_core.ops.block_sparse import plans
+    from ato_core.target import INTERPRETER
+    from ato_core.testing import gpu_spec, h100
+
+    def names(q, k, block_size=128, do=None, target=None, **kw):
+        n, h = (1, 2) if kw.get("layout") == "bnhd" else (2, 1)
+        M = (-(-q.shape[n] // block_size), -(-k.shape[n] // block_size))
+        mask = gpu_spec((q.shape[0], q.shape[h], *M), "bool")
+        kw = dict(block_size=block_size, causal=True, softmax_scale=None, target=target or h100(), **kw)
+        fwd = plans.block_sparse_forward_plan(q, k, k, mask, **kw)
+        bwd = plans.block_sparse_backward_plan(q, k, k, mask, q if do is None else do, has_dlse=False, **kw)
+        return fwd, bwd, [launch.name for launch in fwd.launches[1:] + bwd.launches[2:]]
+
+    gluon = ["bs_fwd_hopper_kernel", "bs_bwd_dkdv_hopper_kernel", "bs_bwd_dq_hopper_kernel"]
+    portable = ["bs_fwd_kernel", "bs_bwd_dkdv_kernel", "bs_bwd_dq_kernel"]
+    q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 1100, 128))
+    fwd, bwd, got = names(q, k)
+    assert got == gluon
+    assert fwd.launches[1].grid == (8, 16) and bwd.launches[2].grid == (9, 4) and bwd.launches[3].grid == (8, 16)
+    assert bwd.launches[2].inputs[-2:] == ("cols", "cols_count") and bwd.launches[3].inputs[-2:] == ("rows",
+                                                                                                      "rows_count")
+    assert names(q, k, 256)[2] == gluon
+    assert names(gpu_spec((2, 1000, 8, 128), "float16"), gpu_spec((2, 1100, 2, 128), "float16"), layout="bnhd")[2] \
+        == gluon
+    assert names(q, k, do=q._replace(aligned=False))[2] == gluon[:1] + portable[1:]
+    for args, kw in [((q, k, 64), {}), ((gpu_spec((2, 8, 1000, 80)), gpu_spec((2, 2, 1100, 80))), {}),
+                     ((gpu_spec((2, 8, 1000, 128), "float32"), gpu_spec((2, 2, 1100, 128), "float32")), {}),
+                     ((q._replace(aligned=False), k), {}), ((q, k), {"target": INTERPRETER}),
+                     ((q, k), {"target": dataclasses.replace(h100(), gluon=False)})]:
+        assert names(*args, **kw)[2] == portable, (args, kw)
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
