@@ -392,6 +392,18 @@ def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
     _compiles_alike_for_jax(*_gluon_launches(which), 12)
 
 
+@pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
+def test_gluon_register_cap_reaches_jax(tmp_path, monkeypatch):
+    """A Gluon launch's maxnreg travels to jax-triton 0.3's Gluon compile as an option (not a
+    kernel constant): the same PTX as torch's, with the cap in it."""
+    import dataclasses
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    launch, plan, specs = _gluon_launches("forward")
+    capped = _compiles_alike_for_jax(dataclasses.replace(launch, maxnreg=160), plan, specs, 12)
+    assert ".maxnreg 160" in capped.asm["ptx"]
+
+
 def _compiles_alike_for_jax(launch, plan, specs, warps):
     """test_gluon_compiles_alike_for_jax's check of one Gluon launch of ``warps`` warps in all;
     returns torch's compiled kernel."""

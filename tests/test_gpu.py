@@ -223,11 +223,15 @@ def _plans(case):
     shapes = dict(case.shapes, **{n: s for n, s, *_ in case.int_inputs})
     ints = {n for n, *_ in case.int_inputs}
 
-    def spec(v):  # (the harness makes integer inputs int64: ato_core.testing.make_inputs; fp32_inputs float32)
+    def dtype(name):  # as ato_core.testing.make_inputs makes them: masks bool, other integers int64
+        if name in ints:
+            return "bool" if name in ("block_mask", "mask") else "int64"
+        return "float32" if name in case.fp32_inputs else case.dtype
+
+    def spec(v):
         if not isinstance(v, In):  # (In is a tuple too)
             return tuple(map(spec, v)) if isinstance(v, tuple) else v  # segment_ids = (q ids, kv ids)
-        return gpu_spec(shapes[v.name], "int64" if v.name in ints else "float32" if v.name in case.fp32_inputs
-                        else case.dtype)
+        return gpu_spec(shapes[v.name], dtype(v.name))
 
     arrays, static = op.signature(*map(spec, case.args), **{n: spec(v) for n, v in case.kwargs})
     forward = op.forward_plan(arrays, static, target, True)
@@ -1313,31 +1317,21 @@ HOPPER_SPARSE = [
 def test_block_sparse_attention_hopper_gpu(dims, density, causal, layout, dtype):
     """The Gluon forward, dK / dV and dQ (sm_90 with Gluon, blocks from 128; the portable kernels
     elsewhere): o, lse and gradients against the float64 reference, torch == JAX bitwise, and the
-    forward that ran is the plan's."""
-    from ato_core.ops.block_sparse import plans
+    launches that ran are the plans' (_plans)."""
     from ato_core.ops.block_sparse.cases import bs_case
-    from ato_core.target import cuda_target
-    from ato_core.testing import gpu_spec
 
-    B, Hq, Hkv, Nq, Nk, D, bs = dims
     case = bs_case(*dims, causal=causal, density=density, dtype=dtype, seed=sum(dims), layout=layout)
-    q, kv = ((B, Hq, Nq, D), (B, Hkv, Nk, D)) if layout == "bhnd" else ((B, Nq, Hq, D), (B, Nk, Hkv, D))
-    mask = gpu_spec((B, Hq, -(-Nq // bs), -(-Nk // bs)), "bool")
-    plan = plans.block_sparse_forward_plan(gpu_spec(q, dtype), gpu_spec(kv, dtype), gpu_spec(kv, dtype), mask,
-                                           block_size=bs, causal=causal, softmax_scale=None, target=cuda_target(0),
-                                           layout=layout)
-    gluon = _hopper() and bs >= 128
-    assert plan.launches[1].name == ("bs_fwd_hopper_kernel" if gluon else "bs_fwd_kernel")
-    backward = plans.block_sparse_backward_plan(gpu_spec(q, dtype), gpu_spec(kv, dtype), gpu_spec(kv, dtype), mask,
-                                                gpu_spec(q, dtype), block_size=bs, causal=causal, softmax_scale=None,
-                                                has_dlse=False, target=cuda_target(0), layout=layout)
-    kernels = ["bs_bwd_dkdv_hopper_kernel", "bs_bwd_dq_hopper_kernel"] if gluon else ["bs_bwd_dkdv_kernel",
-                                                                                     "bs_bwd_dq_kernel"]
-    assert [launch.name for launch in backward.launches[2:]] == kernels
+    forward, backward = _plans(case)
+    launches = forward.launches[1:] + backward.launches[2:]
+    kernels = ["bs_fwd_kernel", "bs_bwd_dkdv_kernel", "bs_bwd_dq_kernel"]
+    if _hopper() and dims[-1] >= 128:
+        kernels = [name.replace("_kernel", "_hopper_kernel") for name in kernels]
+    assert [launch.name for launch in launches] == kernels
     _RESULTS.pop(case, None)
     _check(case)
     t, j, _ = _run(case)
-    assert os.environ.get("ATO_TRITON_JIT_LAUNCH") or plan.launches[1].compiled, "the case ran other plans"
+    assert os.environ.get("ATO_TRITON_JIT_LAUNCH") or all(launch.compiled for launch in launches), \
+        "the case ran other plans"
     assert h.bitwise_equal(t, j)
 
 

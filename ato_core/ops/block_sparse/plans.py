@@ -153,12 +153,14 @@ def block_sparse_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: Ar
     o_shape = (B, Hq, Nq, D)
     lists = _lists(mask, B, Hq, Mq, Mk, Nq, Nk, block_size, causal, False)
     if _hopper_forward(q, k, v, D, Nk, block_size, target):
+        geo = fa_plans._Gluon(B, Hq, Hkv, Nq, Nk, D, layout)
+        o, o_strides = geo.output("o", True, q.dtype)
         launch = Launch(
-            hopper.bs_fwd_hopper_kernel, (cdiv(Nq, 128), B * Hq), ("q", "k", "v", "rows", "rows_count"),
-            (Hq, Hq // Hkv, Nq, Nk, Mq, Mk, scale * fa_plans.LOG2E, *q.strides[:3], *k.strides[:3], *v.strides[:3],
-             *bhnd_strides(o_shape, layout)[:3]),
-            (Buffer("o", laid_out(o_shape, layout), q.dtype), Buffer("lse", (B, Hq, Nq), "float32")),
-            {"CAUSAL": causal, "BS": block_size, "D": D, **fa_plans.HOPPER}, num_warps=4)
+            hopper.bs_fwd_hopper_kernel, geo.grid(True), ("q", "k", "v", "rows", "rows_count"),
+            (Hq, Hq // Hkv, Nq, Nk, Mq, Mk, scale * fa_plans.LOG2E, *geo.strides(q), *geo.strides(k), *geo.strides(v),
+             *o_strides),
+            (o, Buffer("lse", geo.rows(), "float32")), {"CAUSAL": causal, "BS": block_size, "D": D, **fa_plans.HOPPER},
+            num_warps=4)
         return Plan((lists, launch), ("o", "lse", "rows", "rows_count"))
     launch = Launch(
         kern.bs_fwd_kernel, (cdiv(Nq, fwd.m), B * Hq), ("q", "k", "v", "rows", "rows_count"),
@@ -193,8 +195,8 @@ def block_sparse_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: A
     cols = _lists(mask, B, Hq, Mq, Mk, Nq, Nk, block_size, causal, True)
     if fa_plans.HOPPER_BACKWARD and _hopper_forward(q, k, v, D, Nk, block_size, target) and \
             fa_plans._cp_async_rows(do):
-        return Plan((cols, delta, *_hopper_backward(q, k, v, do, B, Hq, Hkv, Nq, Nk, D, Mq, Mk, block_size, causal,
-                                                      scale, layout)),
+        return Plan((cols, delta, *_hopper_backward(q, k, v, do, fa_plans._Gluon(B, Hq, Hkv, Nq, Nk, D, layout), Mq,
+                                                      Mk, block_size, causal, scale)),
                     ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "rows", "rows_count"))
     align = fa_plans._align(D, q, k, v, do)
     strides = (*q.strides, *k.strides, *v.strides, *do.strides)
@@ -215,23 +217,21 @@ def block_sparse_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: A
     return Plan((cols, delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "rows", "rows_count"))
 
 
-def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, B: int, Hq: int, Hkv: int, Nq: int,
-                     Nk: int, D: int, Mq: int, Mk: int, block_size: int, causal: bool, scale: float,
-                     layout: str) -> Tuple[Launch, Launch]:
+def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, geo: fa_plans._Gluon, Mq: int, Mk: int,
+                     block_size: int, causal: bool, scale: float) -> Tuple[Launch, Launch]:
     """The Gluon dK / dV (on the columns) and dQ (on the rows) launches, flash's Hopper backward
-    settings (q, k, v, do as [B, H, N, D] specs)."""
-    head = (Hq, Hq // Hkv, Nq, Nk, Mq, Mk, scale * fa_plans.LOG2E, scale, *q.strides[:3], *k.strides[:3],
-            *v.strides[:3], *do.strides[:3])
-    const = {"CAUSAL": causal, "BS": block_size, "D": D, **fa_plans.HOPPER_BWD}
-    dkdv = Launch(hopper.bs_bwd_dkdv_hopper_kernel, (cdiv(Nk, 128), B * Hkv),
-                  ("q", "k", "v", "do", "lse2", "delta", "cols", "cols_count"),
-                  (*head, *bhnd_strides(k.shape, layout)[:3], *bhnd_strides(v.shape, layout)[:3]),
-                  (Buffer("dk", laid_out(k.shape, layout), k.dtype), Buffer("dv", laid_out(v.shape, layout), v.dtype)),
-                  const, num_warps=4)
-    dq = Launch(hopper.bs_bwd_dq_hopper_kernel, (cdiv(Nq, 128), B * Hq),
-                ("q", "k", "v", "do", "lse2", "delta", "rows", "rows_count"),
-                (*head, *bhnd_strides(q.shape, layout)[:3]),
-                (Buffer("dq", laid_out(q.shape, layout), q.dtype),), const, num_warps=4)
+    settings (q, k, v, do as [B, H, N, D] specs; geo: flash_attention's plans._Gluon)."""
+    head = (geo.Hq, geo.Hq // geo.Hkv, geo.Nq, geo.Nk, Mq, Mk, scale * fa_plans.LOG2E, scale, *geo.strides(q),
+            *geo.strides(k), *geo.strides(v), *geo.strides(do))
+    const = {"CAUSAL": causal, "BS": block_size, "D": geo.D, **fa_plans.HOPPER_BWD}
+    (dk, dk_strides), (dv, dv_strides) = geo.output("dk", False, k.dtype), geo.output("dv", False, v.dtype)
+    dq, dq_strides = geo.output("dq", True, q.dtype)
+    dkdv = Launch(hopper.bs_bwd_dkdv_hopper_kernel, geo.grid(False),
+                  ("q", "k", "v", "do", "lse2", "delta", "cols", "cols_count"), (*head, *dk_strides, *dv_strides),
+                  (dk, dv), const, num_warps=4)
+    dq = Launch(hopper.bs_bwd_dq_hopper_kernel, geo.grid(True),
+                ("q", "k", "v", "do", "lse2", "delta", "rows", "rows_count"), (*head, *dq_strides), (dq,), const,
+                num_warps=4)
     return dkdv, dq
 
 
