@@ -286,7 +286,7 @@ def test_decode_chunk_loads_overlap_the_dots(tmp_path, monkeypatch):
     import re
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    chunks = [(launch, plan, inputs) for name, plan, inputs in PLANS if name == "decode chunk-first"
+    chunks = [(launch, plan, inputs) for name, plan, inputs in PLANS if name == "decode chunk-first D64"
               for launch in plan.launches if launch.name == "decode_chunk_kernel"]
     assert len(chunks) == 1
     ttgir = compile_sm90(*chunks[0]).asm["ttgir"]

@@ -244,3 +244,31 @@ def test_bhnd_cache_layout_is_bnhd(framework, scheduled):
                   layout="bhnd")
     raises_naming(ValueError, "layout: expected one of", ops.decode_attention, to(q), to(k), to(v), *tail,
                   layout="nhd")
+
+
+def test_hopper_chunk_kernel_chosen_where_it_applies():
+    """With a schedule on an H100 (Target.gluon), fp16 / bf16 caches at D 128 run the Gluon
+    chunk-first kernel (grid: work items, 128-row tiles of the tasks' rows, Hkv), either cache
+    layout; fp32, another D, rows cp.async cannot copy, the interpreter: the portable kernel."""
+    import dataclasses
+
+    from ato_core.ops.decode import plans
+    from ato_core.ops.decode.schedule import DecodeSchedule
+    from ato_core.target import INTERPRETER
+    from ato_core.testing import gpu_spec, h100
+
+    sched = DecodeSchedule(*(gpu_spec(s, "int32") for s in ((16, 6), (64,), (256,), (1024,), (64, 16), (64,))))
+
+    def chunk(D=128, dtype="bfloat16", target=None, layout="bnhd", k=None):
+        q = gpu_spec((64, 32, D), dtype)
+        k = k or gpu_spec((2048, 16, 8, D) if layout == "bnhd" else (2048, 8, 16, D), dtype)
+        plan = plans.decode_plan(q, k, k, gpu_spec((64, 272), "int32"), gpu_spec((64,), "int32"), softmax_scale=None,
+                                 target=target or h100(), schedule=sched, layout=layout)
+        return plan.launches[0]
+
+    launch = chunk()
+    assert launch.name == "decode_chunk_hopper_kernel" and launch.grid == (16, 2, 8)  # 64 x 4 rows: 2 tiles
+    assert chunk(dtype="float16").name == chunk(layout="bhnd").name == "decode_chunk_hopper_kernel"
+    for kw in [{"dtype": "float32"}, {"D": 64}, {"k": gpu_spec((2048, 16, 8, 128), "bfloat16")._replace(aligned=False)},
+               {"target": INTERPRETER}, {"target": dataclasses.replace(h100(), gluon=False)}]:
+        assert chunk(**kw).name == "decode_chunk_kernel", kw

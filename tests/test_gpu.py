@@ -1177,8 +1177,8 @@ def test_merge_attention_states_gpu(dtype):
 @pytest.mark.parametrize("B", [32, 64], ids=["B32 splits", "B64 one split"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_decode_schedule_gpu(dtype, B):
-    """A shared-prefix batch (B sequences share 1024 tokens, 8 of them 512 more, then 1-300
-    private tokens each): with the schedule == without within fp32 partials' rounding, both
+    """A shared-prefix batch (B sequences share 1040 tokens, 65 blocks: the chunk kernels' last
+    key tile partial; 8 of them 512 more, then 1-300 private tokens each): with the schedule == without within fp32 partials' rounding, both
     against the reference, torch == JAX bitwise with it. B32 splits the private tokens (the
     combine kernel merges), B64 does not (the split kernel merges the chunk partials)."""
     import jax
@@ -1190,13 +1190,13 @@ def test_decode_schedule_gpu(dtype, B):
 
     BS, Hq, Hkv, D = 16, 32, 8, 128
     g = torch.Generator().manual_seed(0)
-    NB = 96 + 8 * 20 + (B - 8) * 52
+    NB = 97 + 8 * 20 + (B - 8) * 52
     ids = torch.randperm(NB, generator=g).tolist()
-    common, nested = ids[:64], ids[64:96]
-    rest = iter(ids[96:])
+    common, nested = ids[:65], ids[65:97]
+    rest = iter(ids[97:])
     table = torch.tensor([common + (nested if b < 8 else []) + [next(rest) for _ in range(20 if b < 8 else 52)]
                           for b in range(B)], dtype=torch.int32)[:, :116]
-    lens = torch.tensor([(1536 if b < 8 else 1024) + int(torch.randint(1, 300, (1,), generator=g)) for b in range(B)],
+    lens = torch.tensor([(1552 if b < 8 else 1040) + int(torch.randint(1, 300, (1,), generator=g)) for b in range(B)],
                         dtype=torch.int32)
     dt = getattr(torch, dtype)
     q = torch.randn(B, Hq, D, generator=g).to(dt)
@@ -1215,6 +1215,17 @@ def test_decode_schedule_gpu(dtype, B):
     js = ato_jax.decode_schedule(jargs[3], jargs[4], block_size=BS)
     jo = jax.jit(lambda *a: ato_jax.decode_attention(*a[:5], schedule=a[5]))(*jargs, js)
     assert np.array_equal(np.asarray(jo.astype("float32")), o2.float().cpu().numpy())
+    # the chunk-first launch that ran: the Gluon kernel on sm_90, else the portable one
+    from ato_core.ops.decode import plans
+    from ato_core.target import cuda_target
+    from ato_core.testing import gpu_spec
+
+    specs = [gpu_spec(tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in dev]
+    plan = plans.decode_plan(*specs, softmax_scale=None, target=cuda_target(0),
+                             schedule=tuple(gpu_spec(tuple(a.shape), "int32") for a in sched), layout="bnhd")
+    chunk = plan.launches[0]
+    assert chunk.name == ("decode_chunk_hopper_kernel" if _hopper() else "decode_chunk_kernel")
+    assert os.environ.get("ATO_TRITON_JIT_LAUNCH") or chunk.compiled, "the call ran another plan"
 
 
 COARSEN_DIMS = [(1, 32, 32768, 128, 64), (2, 4, 1000, 72, 16), (1, 2, 300, 256, 256), (3, 5, 4100, 48, 128)]

@@ -17,8 +17,14 @@ from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_
 from ato_core.layout import axes, swapped
 from ato_core.target import Target
 
+from ..flash_attention import plans as fa_plans
 from ..flash_attention.plans import LOG2E, MAX_HEAD_DIM, check_softmax_scale, dot_precision, resolve_scale
 from . import kernels as kern
+
+try:  # the Hopper chunk-first kernel, in Gluon (Triton >= 3.6)
+    from . import hopper
+except ImportError:
+    hopper = None
 
 # Token rows per tile of the split kernel (GPU; the interpreter: small, so that short test
 # sequences cross tiles, splits and blocks).
@@ -137,6 +143,17 @@ SCHEDULE = ("sched_work", "sched_task_seqs", "sched_task_blocks", "sched_unit_se
 # each tile's start (chunk kernel 27.3 -> 22.3 us on the bench batch, decode-sweep.txt 8).
 CHUNK_TILES = {"gpu": (128, 64, 8, 5), "float32": (64, 32, 4, 2), "interpreter": (16, 16, 4, 1)}
 CHUNK_PROGRAMS_PER_SM = 2
+# The Gluon chunk kernel (hopper.py, sm_90): key tiles of 64 tokens (a work item's first token,
+# a multiple of schedule.CHUNK_TOKENS, is one of 64), the ring's depth, the producer's rows a
+# copy, and registers a thread (two consumer warpgroups and the producer's within 64 K).
+HOPPER_CHUNK = {"BLOCK_N": 64, "STAGES": 4, "CHUNK": 32, "PRODUCER_REGS": 56, "CONSUMER_REGS": 224}
+
+
+def _hopper_chunk(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, target: Target) -> bool:
+    """Whether the chunk-first launch runs the Gluon kernel: a Hopper GPU, fp16 / bf16, D 128
+    (flash attention's Gluon conditions), rows that cp.async can copy."""
+    return (hopper is not None and fa_plans._gluon_applies(q, D, 1, target, fa_plans.Options(), ())
+            and fa_plans._cp_async_rows(q, k, v))
 
 
 def check_schedule(sched, B: int) -> Tuple[int, int, int]:
@@ -195,12 +212,18 @@ def decode_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens
         rows = schedule[1].shape[0] * G  # every task's rows: a bound on one work item's
         R = 2 if target.interpret else cdiv(CHUNK_PROGRAMS_PER_SM * target.num_sms, W * Hkv)
         R = max(1, min(R, cdiv(rows, M)))
-        launches.append(Launch(
-            kern.decode_chunk_kernel, (W, R, Hkv), ("q", "k_cache", "v_cache", *SCHEDULE[:3]),
-            (Hkv, G, D, NB, U, scale * LOG2E, *q.strides, *k.strides, *v.strides),
-            (Buffer("chunk_o", (Hkv, U, G, D), "float32"), Buffer("chunk_lse", (Hkv, U, G), "float32")),
-            {"M": M, "BN": BN, "BD": BD, "BS": BS, "PRECISION": precision, "ALIGN": align},
-            num_warps=warps, num_stages=stages))
+        chunk_out = (Buffer("chunk_o", (Hkv, U, G, D), "float32"), Buffer("chunk_lse", (Hkv, U, G), "float32"))
+        if _hopper_chunk(q, k, v, D, target):
+            launches.append(Launch(
+                hopper.decode_chunk_hopper_kernel, (W, cdiv(rows, 128), Hkv), ("q", "k_cache", "v_cache", *SCHEDULE[:3]),
+                (Hkv, G, NB, U, scale * LOG2E, *q.strides[:2], *k.strides[:3], *v.strides[:3]), chunk_out,
+                {"D": D, "BS": BS, **HOPPER_CHUNK}, num_warps=4))
+        else:
+            launches.append(Launch(
+                kern.decode_chunk_kernel, (W, R, Hkv), ("q", "k_cache", "v_cache", *SCHEDULE[:3]),
+                (Hkv, G, D, NB, U, scale * LOG2E, *q.strides, *k.strides, *v.strides), chunk_out,
+                {"M": M, "BN": BN, "BD": BD, "BS": BS, "PRECISION": precision, "ALIGN": align},
+                num_warps=warps, num_stages=stages))
     if not partial:
         launches.append(Launch(kern.decode_split_kernel, (1, B * Hkv), inputs, scalars, out, ce, num_warps=WARPS,
                                num_stages=STAGES))

@@ -321,11 +321,9 @@ def _held(A, B, a_off, b_off, san, sbn, start, N, R: gl.constexpr, D: gl.constex
 
 
 @gluon.jit
-def _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
-    """A forward program's shared memory: its consumers' query rows [start_m, start_m + 2 ROWS)
-    (zeros from n_q on), loaded and fenced, and the ring of STAGES K / V tiles with its barriers:
-    (q0, q1, k_bufs, v_bufs, ready, empty)."""
-    dtype: gl.constexpr = Q.dtype.element_ty
+def _forward_buffers(dtype: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+    """A forward program's shared memory, unfilled: its consumers' query tiles and the ring of
+    STAGES K / V tiles with its barriers: (q0, q1, k_bufs, v_bufs, ready, empty)."""
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], dtype)
     q0 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
@@ -333,6 +331,14 @@ def _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N: gl.constexpr, D: gl.cons
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
     ready, empty = _ring(STAGES)
+    return q0, q1, k_bufs, v_bufs, ready, empty
+
+
+@gluon.jit
+def _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+    """_forward_buffers with the consumers' query rows [start_m, start_m + 2 ROWS) (zeros from n_q
+    on) loaded and fenced."""
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES)
     _load_rows(q0, Q, q_off, sqn, start_m, n_q, D)
     _load_rows(q1, Q, q_off, sqn, start_m + ROWS, n_q, D)
     fence_async_shared()
