@@ -1008,6 +1008,7 @@ def _decode_shared_rows(quick: bool, copy_gbs: float, reps: int):
     D128, block size 16): decode_attention with its schedule against the seq-first path on the
     same cache, and against reading the unique K and V bytes once at the copy rate."""
     import jax
+    import torch
 
     import ato_jax
     import ato_torch
@@ -1032,6 +1033,15 @@ def _decode_shared_rows(quick: bool, copy_gbs: float, reps: int):
             jax.numpy.asarray(lens.cpu().numpy()))
     msj = _median_jax(fn, *args, js, reps=reps)
     rows.append(("shared: ato_jax, schedule", shape, "x ato_torch", msj, msj / ms, ""))
+    # device time (kernels only): an eager call's host time can pass its kernels'
+    sync = lambda out: torch.cuda.synchronize()  # noqa: E731
+    dev_seq = _device_ms(device_kernels(lambda: ato_torch.decode_attention(q, kc, vc, table, lens), sync))
+    dev = _device_ms(device_kernels(lambda: ato_torch.decode_attention(q, kc, vc, table, lens, schedule=sched), sync))
+    devj = _device_ms(device_kernels(lambda: fn(*args, js), jax.block_until_ready))
+    rows += [("shared device: ato_torch, schedule", shape, "x seq-first device", dev, dev / dev_seq,
+              f"{dev / floor:.2f}x the unique-bytes floor"),
+             ("shared device: ato_torch, seq-first", shape, "x seq-first device", dev_seq, 1.0, ""),
+             ("shared device: ato_jax, schedule", shape, "x ato_torch device", devj, devj / dev, "")]
     return rows
 
 
