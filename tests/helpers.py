@@ -1,5 +1,7 @@
 """Shared by the CPU-tier test modules: one op case run in both frameworks and the reference."""
 
+import os
+
 import chex
 import numpy as np
 import pytest
@@ -8,6 +10,15 @@ import triton.language as tl
 
 from ato_cli import harness as h
 from ato_core.triton_helpers import tanh_abs, tanh_slope
+
+# The slow tier: heavy variants of tests whose other variants run every time (each 15-60 s of a
+# CPU). ATO_SLOW_TESTS=1 runs them (each GPU session's CPU-tier run); CI runs without them.
+SLOW = pytest.mark.skipif(not os.environ.get("ATO_SLOW_TESTS"), reason="the slow tier: ATO_SLOW_TESTS=1 runs it")
+
+
+def slow_variants(values, slow):
+    """Parametrize values with those in ``slow`` marked SLOW."""
+    return [pytest.param(v, marks=SLOW) if v in slow else v for v in values]
 
 
 def check(case, inputs=None):

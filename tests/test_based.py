@@ -17,7 +17,7 @@ from ato_core.ops.based import plans as based_core
 from ato_core.ops.based.cases import based_case, based_step_case, taylor_case
 from ato_core.target import INTERPRETER
 from ato_core.testing import gpu_spec, h100
-from helpers import assert_bnhd_is_bhnd, bad_input_arrays, check, frontend, raises_naming
+from helpers import SLOW, assert_bnhd_is_bhnd, bad_input_arrays, check, frontend, raises_naming
 
 # (B, H, N, d, Dv): N no multiple of the chunk; several segments and chunks per segment
 # (N=300); d = 1 (one feature), 5 (padded to 16), 16 (Based's), 32 (the largest: 16-wide
@@ -334,9 +334,9 @@ def test_block_kernels_register_cap():
             assert launch.maxnreg == want, (dtype, d, launch.name)
 
 
-@pytest.mark.parametrize("on,dtype,shape,state", [(True, "float32", (1, 2, 150, 16, 80), True),
+@pytest.mark.parametrize("on,dtype,shape,state", [pytest.param(True, "float32", (1, 2, 150, 16, 80), True, marks=SLOW),
                                                   (True, "bfloat16", (2, 2, 150, 5, 24), True),
-                                                  (True, "float16", (1, 1, 130, 32, 20), False),
+                                                  pytest.param(True, "float16", (1, 1, 130, 32, 20), False, marks=SLOW),
                                                   (False, "bfloat16", (2, 2, 150, 5, 24), True),
                                                   ("forward", "float16", (1, 2, 150, 16, 24), True)],
                          ids=["walk-fp32-Dv80", "walk-bf16", "walk-fp16-d32", "segments-bf16", "walk-forward-fp16"])

@@ -5,6 +5,7 @@ compiled kernel infers), before a GPU run. One representative plan per op, bf16.
 
 import dataclasses
 import importlib
+import os
 
 import pytest
 
@@ -13,6 +14,7 @@ from ato_core.ops import FAMILIES, OPS
 from ato_core.ops.norms import plans as norms
 from ato_core.ops.rope import plans as rope
 from ato_core.testing import compile_plans, gpu_spec as _spec, h100
+from helpers import SLOW
 
 H100 = h100()
 _TT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64", "int32": "i32", "int64": "i64",
@@ -42,6 +44,21 @@ def _scalar_type(v):
 
 
 PLANS = list(_plans())
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _shared_cache(tmp_path_factory):
+    """One Triton cache for the module, shared by xdist's workers: many plans launch the same
+    kernel alike (a cache key is the kernel's source, signature, constants and options, so a hit
+    is the binary a fresh compile gives)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    path = root / "triton-sm90"
+    path.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_CACHE_DIR", str(path))
+        yield
 
 
 def compile_sm90(launch, plan, inputs):
@@ -86,9 +103,14 @@ def compile_sm90(launch, plan, inputs):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
-@pytest.mark.parametrize("name,plan,inputs", PLANS, ids=[p[0] for p in PLANS])
-def test_compiles_for_sm90(name, plan, inputs, tmp_path, monkeypatch):
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+# Plans whose compile takes 30-60 s of a CPU (fp32 IEEE dots of kernels that other plans compile
+# in bf16): the slow tier (helpers.SLOW); every GPU session's tier also compiles and runs them.
+SLOW_PLANS = {"based_step16 bwd", "linear_attention_step64 bwd", "based32 causal Dv 48 bwd"}
+
+
+@pytest.mark.parametrize("name,plan,inputs", [pytest.param(*p, marks=SLOW) if p[0] in SLOW_PLANS else p for p in PLANS],
+                         ids=[p[0] for p in PLANS])
+def test_compiles_for_sm90(name, plan, inputs):
     for launch in plan.launches:
         compiled = compile_sm90(launch, plan, inputs)
         assert compiled.asm["ptx"], f"{name}: {launch.name}"
@@ -132,11 +154,10 @@ def cubin_resources(cubin: bytes) -> dict:
     return {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED):(\d+)", out)}
 
 
-def test_register_caps_reach_the_binary(tmp_path, monkeypatch):
+def test_register_caps_reach_the_binary():
     """A launch's maxnreg (Based's block kernels: 168, for 3 programs an SM where they take
     230-255 registers uncapped) is in the sm_90 binary: registers a thread, as cuobjdump
     reads them from the cubin, at most the cap."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     capped = [(name, launch, plan, inputs) for name, plan, inputs in PLANS for launch in plan.launches
               if launch.maxnreg]
     assert {launch.name for _, launch, _, _ in capped} >= {"based_fwd_kernel", "based_bwd_dq_kernel",
@@ -147,14 +168,13 @@ def test_register_caps_reach_the_binary(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("exact", [False, True])
-def test_walk_products_stay_in_registers(exact, tmp_path, monkeypatch):
+def test_walk_products_stay_in_registers(exact):
     """Based's state walks keep each chunk's product tile (fp32 [FT, CHUNK], from the selector
     dots) in the dots' registers: no layout conversion of it, which goes through shared memory.
     A choice of the products' form inside the chunk loop once joined the two forms' layouts and
     sent every tile through shared memory twice (H100 walk 202 against 154 us)."""
     import re
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     walks = [(launch, plan, inputs) for name, plan, inputs in PLANS if name.startswith("based16 causal walk")
              for launch in plan.launches if launch.name.endswith("state_walk_kernel")]
     assert {launch.name for launch, _, _ in walks} == {"based_state_walk_kernel", "based_bwd_state_walk_kernel"}
@@ -178,14 +198,13 @@ OPS_PLANS = [p for p in PLANS if not p[0].startswith(("flash_attention", "linear
 
 
 @pytest.mark.parametrize("name,plan,inputs", OPS_PLANS, ids=[p[0] for p in OPS_PLANS])
-def test_streaming_kernels_move_vectors(name, plan, inputs, tmp_path, monkeypatch):
+def test_streaming_kernels_move_vectors(name, plan, inputs):
     """At aligned widths the memory-bound kernels load and store 16-byte vectors, not one
     bf16 element per instruction: the row offsets they compute from a size or a stride must
     carry its divisibility (ALIGN, see ato_core.triton_helpers.aligned). The cross-entropy
     kernels once computed row * V without it and moved 2 bytes per access."""
     import re
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     for launch in plan.launches:
         scalars = STREAMING.get(launch.kernel.fn.__name__)
         if scalars is None:
@@ -209,14 +228,13 @@ TILE_VECTORS = [("flash_attention options", "fa_fwd_kernel"), ("flash_attention 
 
 
 @pytest.mark.parametrize("label,kernel_name", TILE_VECTORS, ids=[f"{a}:{b}" for a, b in TILE_VECTORS])
-def test_tile_kernels_move_vectors(label, kernel_name, tmp_path, monkeypatch):
+def test_tile_kernels_move_vectors(label, kernel_name):
     """No 1- or 2-byte global load or store in these kernels (bias and mask tiles of flash
     attention: one element a load made a bias cost 3.57x plain causal on an H100, 1.62x in
     vectors; linear_cross_entropy's dlogits stores and dweight's loads of them, which could not
     then be pipelined; merge_attention_states' rows of D)."""
     import re
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     found = [(launch, plan, inputs) for name, plan, inputs in PLANS if name == label for launch in plan.launches
              if launch.name == kernel_name]
     assert found, f"no {kernel_name} in the compile example {label!r}"
@@ -226,11 +244,10 @@ def test_tile_kernels_move_vectors(label, kernel_name, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype,width", [("float32", 8192), ("bfloat16", 8192), ("float32", 4096)])
-def test_norm_backward_pipeline_fits_shared_memory(dtype, width, tmp_path, monkeypatch):
+def test_norm_backward_pipeline_fits_shared_memory(dtype, width):
     """The norm backward pipelines its rows' loads through shared memory (x, dy and, with a
     residual, dh: STAGES - 1 rows ahead). The widest single-piece rows must still fit an H100
     block (227 KB), pipelined where ato_core.ops.norms.plans budgets for it."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     x, w = _spec((64, width), dtype), _spec((width,), dtype)
     plan = norms.backward_plan(x, w, w, rms=False, has_residual=True, has_dh=True, p=0.1, seed=1, target=H100)
     stats = _spec((64,), "float32")
@@ -278,14 +295,13 @@ def test_rope_grid_fits_any_sequence_and_head_count():
     assert launch.scalars[-1] > 1 and launch.grid[1] <= 65535 and launch.grid[1] * launch.scalars[-1] >= tiles
 
 
-def test_decode_chunk_loads_overlap_the_dots(tmp_path, monkeypatch):
+def test_decode_chunk_loads_overlap_the_dots():
     """The chunk-first kernel's K/V gathers (behind their block-id load) are double-buffered:
     the wait at a tile's start leaves the next tile's copies in flight (async_wait num > 0).
     At the 3 stages it once had, Triton kept one buffer and waited for every copy (num = 0):
     no load overlapped the dots (H100 chunk kernel 27.3 against 22.3 us)."""
     import re
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     chunks = [(launch, plan, inputs) for name, plan, inputs in PLANS if name == "decode chunk-first D64"
               for launch in plan.launches if launch.name == "decode_chunk_kernel"]
     assert len(chunks) == 1
@@ -295,11 +311,10 @@ def test_decode_chunk_loads_overlap_the_dots(tmp_path, monkeypatch):
     assert max(waits) > 0, f"decode_chunk_kernel waits for every copy at each tile (async_wait nums {waits})"
 
 
-def test_gqa_dkdv_takes_heads_in_one_loop(tmp_path, monkeypatch):
+def test_gqa_dkdv_takes_heads_in_one_loop():
     """flash_attention's portable dk/dv at G 4 (the "portable" compile example) loop over (head,
     block) pairs (HEADS_IN_LOOP): a small stack frame. A loop over heads around the three query-range loops
     held 1672 bytes a thread on sm_90 (GQA dk/dv 6.5% slower on an H100)."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     found = [(launch, plan, inputs) for name, plan, inputs in PLANS if name == "flash_attention portable bwd"
              for launch in plan.launches if launch.name == "fa_bwd_dkdv_kernel"]
     assert len(found) == 1 and found[0][0].constexprs["HEADS_IN_LOOP"]
@@ -313,7 +328,7 @@ F64_PLANS = [("cross_entropy", {"label_smoothing": 0.1, "z_loss": 0.01}), ("cros
 
 
 @pytest.mark.parametrize("name,kwargs", F64_PLANS, ids=[f"{n} {k}" for n, k in F64_PLANS])
-def test_float64_constants_stay_float64(name, kwargs, tmp_path, monkeypatch):
+def test_float64_constants_stay_float64(name, kwargs):
     """No float64 kernel computes with an fp32-rounded copy of log2 e, ln 2 or 2 log2 e: a
     float constexpr in tl.fma became one (cross_entropy's gradient, 5e-8 off on the GPU), and
     the interpreter, which keeps constants exact, cannot show it."""
@@ -321,7 +336,6 @@ def test_float64_constants_stay_float64(name, kwargs, tmp_path, monkeypatch):
 
     from ato_core.testing import gpu_spec
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     args = (gpu_spec((4, 6), "float64"),) + ((gpu_spec((4,), "int64"),) if name == "cross_entropy" else ())
     rounded = {f"0d{np.float64(np.float32(c)).view(np.uint64):016X}": c
                for c in (1.4426950408889634, 0.6931471805599453, 2.8853900817779268)}
@@ -382,23 +396,21 @@ def _gluon_launches(which):
 @pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "dkdv lengths", "dq lengths", "forward alibi",
                                    "dkdv alibi", "dq alibi", "forward varlen", "dkdv varlen", "dq varlen",
                                    "forward softcap", "dkdv softcap", "dq softcap", "forward segments"])
-def test_gluon_compiles_alike_for_jax(which, tmp_path, monkeypatch):
+def test_gluon_compiles_alike_for_jax(which):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
     Hopper kernels into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,
     torch's path) builds, and launches them with all their partitions' warps: the precondition of
     bitwise torch == JAX on the GPU, checked here on a CPU with a stand-in for jax-triton's library.
     Each fits an H100's shared memory and sets its partitions' registers (setmaxnreg)."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     _compiles_alike_for_jax(*_gluon_launches(which), 12)
 
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
-def test_gluon_register_cap_reaches_jax(tmp_path, monkeypatch):
+def test_gluon_register_cap_reaches_jax():
     """A Gluon launch's maxnreg travels to jax-triton 0.3's Gluon compile as an option (not a
     kernel constant): the same PTX as torch's, with the cap in it."""
     import dataclasses
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     launch, plan, specs = _gluon_launches("forward")
     capped = _compiles_alike_for_jax(dataclasses.replace(launch, maxnreg=160), plan, specs, 12)
     assert ".maxnreg 160" in capped.asm["ptx"]
@@ -443,13 +455,12 @@ def _compiles_alike_for_jax(launch, plan, specs, warps):
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
 @pytest.mark.parametrize("block_size,causal", [(128, True), (256, False)])
-def test_block_sparse_gluon_compiles_alike_for_jax(block_size, causal, tmp_path, monkeypatch):
+def test_block_sparse_gluon_compiles_alike_for_jax(block_size, causal):
     """block_sparse_attention's Gluon forward, dK / dV and dQ kernels, as
     test_gluon_compiles_alike_for_jax: the same PTX for both frameworks, 12 warps."""
     from ato_core.ops.block_sparse import plans as bp
     from ato_core.testing import gpu_spec
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 1100, 128))
     mask = gpu_spec((2, 8, -(-1000 // block_size), -(-1100 // block_size)), "bool")
     plan = bp.block_sparse_forward_plan(q, k, k, mask, block_size=block_size, causal=causal, softmax_scale=None,

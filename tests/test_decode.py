@@ -10,6 +10,7 @@ import pytest
 
 from ato_cli import harness as h
 from ato_core.ops.decode.cases import decode_case, merge_case
+from ato_core.target import has_gluon
 from helpers import check, clear_plans, frontend, raises_naming
 
 
@@ -246,6 +247,7 @@ def test_bhnd_cache_layout_is_bnhd(framework, scheduled):
                   layout="nhd")
 
 
+@pytest.mark.skipif(not has_gluon(), reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
 def test_hopper_chunk_kernel_chosen_where_it_applies():
     """With a schedule on an H100 (Target.gluon), fp16 / bf16 caches at D 128 run the Gluon
     chunk-first kernel (grid: work items, 128-row tiles of the tasks' rows, Hkv), either cache

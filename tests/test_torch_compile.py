@@ -8,6 +8,7 @@ import pytest
 
 from ato_cli import harness as h
 from ato_core.ops import FAMILIES
+from helpers import slow_variants
 
 
 def _cases():
@@ -41,7 +42,7 @@ def _ato_calls(counter) -> list:
             if n.op == "call_function" and str(n.target).startswith("ato.")]
 
 
-@pytest.mark.parametrize("op", sorted(CASES))
+@pytest.mark.parametrize("op", slow_variants(sorted(CASES), {"cab_attention"}))  # its two ops' run every time
 def test_compiled_is_eager(op):
     """fullgraph=True fails on any graph break; one frame compiled, holding the op's custom op;
     outputs and gradients bitwise the eager call's."""
