@@ -271,6 +271,11 @@ def test_hopper_chunk_kernel_chosen_where_it_applies():
     launch = chunk()
     assert launch.name == "decode_chunk_hopper_kernel" and launch.grid == (16, 2, 8)  # 64 x 4 rows: 2 tiles
     assert chunk(dtype="float16").name == chunk(layout="bhnd").name == "decode_chunk_hopper_kernel"
+    # 64 tasks of 4 sequences (U / W = 4 a work item): 16 row tiles for 1 busy one, the portable kernel's loop
+    many = DecodeSchedule(*(gpu_spec(s, "int32") for s in ((64, 6), (256,), (1024,), (256,), (256, 1), (256,))))
+    q, k = gpu_spec((256, 64, 128), "bfloat16"), gpu_spec((2048, 16, 8, 128), "bfloat16")
+    assert plans.decode_plan(q, k, k, gpu_spec((256, 20), "int32"), gpu_spec((256,), "int32"), softmax_scale=None,
+                             target=h100(), schedule=many).launches[0].name == "decode_chunk_kernel"
     for kw in [{"dtype": "float32"}, {"D": 64}, {"k": gpu_spec((2048, 16, 8, 128), "bfloat16")._replace(aligned=False)},
                {"target": INTERPRETER}, {"target": dataclasses.replace(h100(), gluon=False)}]:
         assert chunk(**kw).name == "decode_chunk_kernel", kw

@@ -149,11 +149,16 @@ CHUNK_PROGRAMS_PER_SM = 2
 HOPPER_CHUNK = {"BLOCK_N": 64, "STAGES": 4, "CHUNK": 32, "PRODUCER_REGS": 56, "CONSUMER_REGS": 224}
 
 
-def _hopper_chunk(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, target: Target) -> bool:
+def _hopper_chunk(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, target: Target, rows: int, W: int, U: int,
+                  G: int) -> bool:
     """Whether the chunk-first launch runs the Gluon kernel: a Hopper GPU, fp16 / bf16, D 128
-    (flash attention's Gluon conditions), rows that cp.async can copy."""
+    (flash attention's Gluon conditions), rows that cp.async can copy, and not many idle
+    programs: its grid has a program for each 128-row tile of all tasks' ``rows`` a work item
+    (one tile each), so many small tasks (U / W sequences a work item on average) would leave
+    most of them without rows; the portable kernel loops over its row tiles instead."""
+    busy = cdiv(cdiv(U, max(W, 1)) * G, 128)
     return (hopper is not None and fa_plans._gluon_applies(q, D, 1, target, fa_plans.Options(), ())
-            and fa_plans._cp_async_rows(q, k, v))
+            and fa_plans._cp_async_rows(q, k, v) and cdiv(rows, 128) <= 2 * busy)
 
 
 def check_schedule(sched, B: int) -> Tuple[int, int, int]:
@@ -213,7 +218,7 @@ def decode_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens
         R = 2 if target.interpret else cdiv(CHUNK_PROGRAMS_PER_SM * target.num_sms, W * Hkv)
         R = max(1, min(R, cdiv(rows, M)))
         chunk_out = (Buffer("chunk_o", (Hkv, U, G, D), "float32"), Buffer("chunk_lse", (Hkv, U, G), "float32"))
-        if _hopper_chunk(q, k, v, D, target):
+        if _hopper_chunk(q, k, v, D, target, rows, W, U, G):
             launches.append(Launch(
                 hopper.decode_chunk_hopper_kernel, (W, cdiv(rows, 128), Hkv), ("q", "k_cache", "v_cache", *SCHEDULE[:3]),
                 (Hkv, G, NB, U, scale * LOG2E, *q.strides[:2], *k.strides[:3], *v.strides[:3]), chunk_out,
