@@ -3,7 +3,10 @@ each, Hq32 Hkv8 D128 bs16 bf16): the Gluon chunk-first kernel (decode/hopper.py)
 portable one, and its settings (plans.HOPPER_CHUNK: STAGES, CHUNK; schedule chunk_tokens).
 Per-kernel device time (CUPTI) and do_bench medians (us); o's error against the portable
 path's. Not a test. On the GPU machine: python3 benchmarks/experiments/2026-11-27_decode_chunk_gluon.py
+[--settings] (the kernel's settings; else the tails' splits, plans.SCHEDULE_SPLITS).
 """
+
+import sys
 
 import torch
 from triton.testing import do_bench
@@ -20,8 +23,9 @@ gluon_applies = plans._hopper_chunk
 base = dict(plans.HOPPER_CHUNK)
 
 
-def form(label, gluon=True, tokens=512, **settings):
+def form(label, gluon=True, tokens=512, splits=0, **settings):
     plans._hopper_chunk = gluon_applies if gluon else (lambda *a: False)
+    plans.SCHEDULE_SPLITS = splits
     plans.HOPPER_CHUNK.clear()
     plans.HOPPER_CHUNK.update(base, **settings)
     plans.decode_plan.cache_clear()
@@ -46,11 +50,15 @@ def measure(label, run, ref):
           f"lse max {lerr:.1e}", flush=True)
 
 
-FORMS = [("portable", {"gluon": False}), ("gluon", {}), ("gluon stages 3", {"STAGES": 3}),
-         ("gluon stages 6", {"STAGES": 6}), ("gluon chunk 16", {"CHUNK": 16}), ("gluon chunk 64", {"CHUNK": 64}),
-         ("gluon 256 tokens", {"tokens": 256}), ("gluon 1024 tokens", {"tokens": 1024}),
-         ("portable 1024 tokens", {"gluon": False, "tokens": 1024}),
-         ("gluon BLOCK_N 128, stages 2", {"BLOCK_N": 128, "STAGES": 2})]
+FORMS = [("portable", {"gluon": False}), ("gluon", {}), ("gluon, tails in 2 splits", {"splits": 2}),
+         ("gluon, tails in 3 splits", {"splits": 3}), ("gluon, tails in 4 splits", {"splits": 4}),
+         ("gluon 1024 tokens, 2 splits", {"tokens": 1024, "splits": 2})]
+if "--settings" in sys.argv:  # session 41's first sweep
+    FORMS = [("portable", {"gluon": False}), ("gluon", {}), ("gluon stages 3", {"STAGES": 3}),
+             ("gluon stages 6", {"STAGES": 6}), ("gluon chunk 16", {"CHUNK": 16}), ("gluon chunk 64", {"CHUNK": 64}),
+             ("gluon 256 tokens", {"tokens": 256}), ("gluon 1024 tokens", {"tokens": 1024}),
+             ("portable 1024 tokens", {"gluon": False, "tokens": 1024}),
+             ("gluon BLOCK_N 128, stages 2", {"BLOCK_N": 128, "STAGES": 2})]
 print("gluon's settings:", base)
 ref = form("portable", gluon=False)[1]()
 for r in range(2):

@@ -114,7 +114,8 @@ def decode_split_kernel(
 ):
     """Grid (splits, B*Hkv). The attention of the G query heads of kv head hk over tokens
     [split * split_len, +split_len) of sequence b (up to its length, clamped to the table's
-    max_len), offset by STARTS[b] with HAS_START (a schedule's shared tokens come before).
+    max_len); with HAS_START (a schedule's shared tokens come before) over its tokens from
+    STARTS[b] on, in splits of equal whole tiles.
     PARTIAL: o fp32 into O [B, Hq, splits, D] and lse into LSE [B, Hq, splits]; else o in O's
     dtype into O [B, Hq, D] and lse into LSE [B, Hq]. MERGE (one split): the sequence's
     chunk-first partials (units SEQ_UNITS[b, :depth], -1 past the last, of CO [Hkv, U, G, D] and
@@ -135,9 +136,12 @@ def decode_split_kernel(
     q = tl.load(Q + b * aligned(sqb, ALIGN) + hq[:, None] * aligned(sqh, ALIGN) + offs_d[None, :] * sqd, mask=gmask[:, None] & dmask[None, :],
                 other=0.0)
     table_row = TABLE + b * stb
-    start = split * split_len
-    if HAS_START:
-        start += tl.load(STARTS + b).to(tl.int32)
+    if HAS_START:  # the sequence's own tokens, from STARTS[b], in nsplit parts of whole tiles
+        s0 = tl.load(STARTS + b).to(tl.int32)
+        split_len = tl.cdiv(tl.cdiv(tl.maximum(n - s0, 0), nsplit), BN) * BN
+        start = s0 + split * split_len
+    else:
+        start = split * split_len
     end = tl.minimum(start + split_len, n)
     o, lse = _attend(q, K, V, table_row, stn, start, end, hk, offs_d, dmask, qk_scale, num_blocks, skn, skt, skh, skd,
                      svn, svt, svh, svd, BN, BS, PRECISION, ALIGN)

@@ -143,6 +143,8 @@ SCHEDULE = ("sched_work", "sched_task_seqs", "sched_task_blocks", "sched_unit_se
 # each tile's start (chunk kernel 27.3 -> 22.3 us on the bench batch, decode-sweep.txt 8).
 CHUNK_TILES = {"gpu": (128, 64, 8, 5), "float32": (64, 32, 4, 2), "interpreter": (16, 16, 4, 1)}
 CHUNK_PROGRAMS_PER_SM = 2
+# With a schedule, the parts each sequence's own tokens are split into (0: as _split decides).
+SCHEDULE_SPLITS = 0
 # The Gluon chunk kernel (hopper.py, sm_90): key tiles of 64 tokens (a work item's first token,
 # a multiple of schedule.CHUNK_TOKENS, is one of 64), the ring's depth, the producer's rows a
 # copy, and registers a thread (two consumer warpgroups and the producer's within 64 K).
@@ -196,6 +198,8 @@ def decode_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens
     max_len = MB * BS
     split_len = _split(B, Hkv, max_len, tokens, target)
     nsplit = cdiv(max_len, split_len)
+    if chunk and SCHEDULE_SPLITS and not target.interpret:
+        nsplit = SCHEDULE_SPLITS
     G = Hq // Hkv
     align = row_alignment((D,), (q, k, v))
     precision = dot_precision(q.dtype)
