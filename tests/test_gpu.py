@@ -1178,8 +1178,9 @@ def test_merge_attention_states_gpu(dtype):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_decode_schedule_gpu(dtype, B):
     """A shared-prefix batch (B sequences share 1040 tokens, 65 blocks: the chunk kernels' last
-    key tile partial; 8 of them 512 more, then 1-300 private tokens each): with the schedule == without within fp32 partials' rounding, both
-    against the reference, torch == JAX bitwise with it. B32 splits the private tokens (the
+    key tile partial; 8 of them 512 more, then 1-300 private tokens each): with the schedule ==
+    without within fp32 partials' rounding, both against the reference, torch == JAX bitwise
+    with it. B32 splits the private tokens (the
     combine kernel merges), B64 does not (the split kernel merges the chunk partials)."""
     import jax
     import torch

@@ -224,7 +224,8 @@ def decode_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens
         chunk_out = (Buffer("chunk_o", (Hkv, U, G, D), "float32"), Buffer("chunk_lse", (Hkv, U, G), "float32"))
         if _hopper_chunk(q, k, v, D, target, rows, W, U, G):
             launches.append(Launch(
-                hopper.decode_chunk_hopper_kernel, (W, cdiv(rows, 128), Hkv), ("q", "k_cache", "v_cache", *SCHEDULE[:3]),
+                hopper.decode_chunk_hopper_kernel, (W, cdiv(rows, 128), Hkv),
+                ("q", "k_cache", "v_cache", *SCHEDULE[:3]),
                 (Hkv, G, NB, U, scale * LOG2E, *q.strides[:2], *k.strides[:3], *v.strides[:3]), chunk_out,
                 {"D": D, "BS": BS, **HOPPER_CHUNK}, num_warps=4))
         else:
