@@ -5,7 +5,8 @@ Each case runs in ato_torch and ato_jax (jax.jit(jax.value_and_grad)) and is com
 the float64 reference (outputs and every gradient, per-dtype tolerances of
 ato_cli.harness.TOLERANCE); the two frameworks must agree bit for bit. On the interpreter a
 program holds at most 64 columns in one piece, so widths past 64 (1000, 4097) run the
-looped multi-pass kernels and narrow ones (1, 3) the single-piece ones.
+looped multi-pass kernels and narrow ones (1, 3) the single-piece ones (4097 in the slow tier,
+helpers.SLOW).
 """
 
 import jax
@@ -24,9 +25,9 @@ from ato_core.ops.rope.cases import rope_case
 from ato_core.ops.rope.reference import rope as rope_reference
 from ato_core.ops.softmax.cases import softmax_case
 from ato_core.ops.swiglu.cases import swiglu_case
-from helpers import check, frontend
+from helpers import check, frontend, slow_variants
 
-WIDTHS = [1, 3, 1000, 4097]
+WIDTHS = slow_variants([1, 3, 1000, 4097], {4097})  # 4097: more loop passes than 1000 (the slow tier)
 
 
 @pytest.mark.parametrize("N", WIDTHS)
