@@ -16,7 +16,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, softmax_scal
     if layout == "bhnd":  # [num_blocks, Hkv, block_size, D]
         k_cache, v_cache = (xp.permute_dims(c, (0, 2, 1, 3)) for c in (k_cache, v_cache))
     B, Hq, D = q.shape
-    BS, Hkv = k_cache.shape[1], k_cache.shape[2]
+    BS = k_cache.shape[1]
     os, lses = [], []
     for b in range(B):
         n = int(seq_lens[b])
