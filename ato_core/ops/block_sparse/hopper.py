@@ -20,8 +20,8 @@ from triton.experimental.gluon import language as gl
 
 from ato_core.launch import kernel
 from ..flash_attention.hopper import (KEYS, ROWS, _consumer, _dkdv_consumer, _dkdv_producer, _dq_consumer,
-                                      _forward_smem, _head, _held, _key_program, _producer, _query_program, _ring,
-                                      _strides8)
+                                      _forward_smem, _head, _held, _key_program, _producer, _query_program, _strides8,
+                                      _tile_ring)
 from .kernels import _masked_tail
 
 
@@ -97,10 +97,7 @@ def bs_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, Nk
     q_off = _head(b, h, 0, sqb, sqh, sqn, False)
     do_off = _head(b, h, 0, sdob, sdoh, sdon, False)
     q0_s, q1_s, do0_s, do1_s = _held(Q, DO, q_off, do_off, sqn, sdon, m0, Nq, ROWS, D)
-    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, D], dtype)
-    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
-    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
-    ready, empty = _ring(STAGES)
+    k_bufs, v_bufs, ready, empty = _tile_ring(dtype, KEYS, D, STAGES)
     dq_off = _head(b, h, 0, sdqb, sdqh, sdqn, False)
     k_off = _head(b, hk, 0, skb, skh, skn, False)
     v_off = _head(b, hk, 0, svb, svh, svn, False)
@@ -140,10 +137,7 @@ def bs_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, 
     k_off = _head(b, hk, 0, skb, skh, skn, False)
     v_off = _head(b, hk, 0, svb, svh, svn, False)
     k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, Nk, KEYS, D)
-    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
-    q_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
-    do_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
-    ready, empty = _ring(STAGES)
+    q_bufs, do_bufs, ready, empty = _tile_ring(dtype, ROWS, D, STAGES)
     dk_off = _head(b, hk, 0, sdkb, sdkh, sdkn, False)
     dv_off = _head(b, hk, 0, sdvb, sdvh, sdvn, False)
     shift = Nk - Nq

@@ -325,12 +325,9 @@ def _forward_buffers(dtype: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr
     """A forward program's shared memory, unfilled: its consumers' query tiles and the ring of
     STAGES K / V tiles with its barriers: (q0, q1, k_bufs, v_bufs, ready, empty)."""
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
-    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], dtype)
     q0 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
     q1 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
-    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
-    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], kv_layout)
-    ready, empty = _ring(STAGES)
+    k_bufs, v_bufs, ready, empty = _tile_ring(dtype, BLOCK_N, D, STAGES)
     return q0, q1, k_bufs, v_bufs, ready, empty
 
 
@@ -357,6 +354,17 @@ def _query_program(Hq, G, CAUSAL: gl.constexpr):
     b = bh // Hq
     h = bh % Hq
     return pid_m, b, h, h // G
+
+
+@gluon.jit
+def _tile_ring(dtype: gl.constexpr, TILE: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+    """A ring of STAGES pairs of [TILE, D] tiles (K / V, or Q / dO) with its barriers (_ring):
+    (a_bufs, b_bufs, ready, empty)."""
+    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE, D], dtype)
+    a_bufs = gl.allocate_shared_memory(dtype, [STAGES, TILE, D], layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [STAGES, TILE, D], layout)
+    ready, empty = _ring(STAGES)
+    return a_bufs, b_bufs, ready, empty
 
 
 @gluon.jit
@@ -842,10 +850,7 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSE
     k_off = _head(b, hk, k_row0, skb, skh, skn, VARLEN)
     v_off = _head(b, hk, k_row0, svb, svh, svn, VARLEN)
     k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, kv_len, KEYS, D)
-    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
-    q_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
-    do_bufs = gl.allocate_shared_memory(dtype, [STAGES, ROWS, D], q_layout)
-    ready, empty = _ring(STAGES)
+    q_bufs, do_bufs, ready, empty = _tile_ring(dtype, ROWS, D, STAGES)
 
     dk_off = _head(b, hk, k_row0, sdkb, sdkh, sdkn, VARLEN)
     dv_off = _head(b, hk, k_row0, sdvb, sdvh, sdvn, VARLEN)
@@ -993,10 +998,7 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG,
     q_off = _head(b, h, q_row0, sqb, sqh, sqn, VARLEN)
     do_off = _head(b, h, q_row0, sdob, sdoh, sdon, VARLEN)
     q0_s, q1_s, do0_s, do1_s = _held(Q, DO, q_off, do_off, sqn, sdon, m0, q_len, ROWS, D)
-    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, D], dtype)
-    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
-    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, KEYS, D], kv_layout)
-    ready, empty = _ring(STAGES)
+    k_bufs, v_bufs, ready, empty = _tile_ring(dtype, KEYS, D, STAGES)
 
     tiles = _live(_key_tiles(m0, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, KEYS), m0, q_len,
                   Q_LENS or VARLEN)
