@@ -215,6 +215,39 @@ def test_schedule_agrees_with_seq_first(framework, dtype, split_tiles):
         assert np.array_equal(to.float().numpy(), np.asarray(jo, np.float32)), "torch and jax differ"
 
 
+def test_schedule_with_more_units_than_a_load_group(split_tiles):
+    """A sequence whose shared prefix is 5 chunk-first units (one split: the split kernel starts
+    from them, MERGE_LOADS = 4 at a time, so two groups, the second partial; else the combine
+    merges them): with == without the schedule within fp32 rounding, and the reference; tails of
+    0, 7 and 40 tokens."""
+    import torch
+
+    import ato_torch
+    from ato_core.ops.decode import kernels
+    from ato_core.ops.decode.schedule import DecodeSchedule, decode_schedule
+
+    BS, chunk = 16, 64
+    shared, tails = 5 * chunk // BS, (0, 7, 40)
+    MB = shared + 3
+    case = decode_case(3, 4, 2, 64, BS, 3 * MB, MB, dtype="float32")
+    inputs = _inputs(case, [shared * BS + t for t in tails])
+    table = inputs["block_table"]
+    table[1:, :shared] = table[0, :shared]
+    a = {n: h.to_torch(v) for n, v in inputs.items()}
+    args = [a[n] for n in ("q", "k_cache", "v_cache", "block_table", "seq_lens")]
+    sched = DecodeSchedule(*map(torch.from_numpy, decode_schedule(table, inputs["seq_lens"], block_size=BS,
+                                                                  chunk_tokens=chunk)))
+    assert sched.seq_units.shape[1] == 5 > kernels.MERGE_LOADS.value
+    o1, l1 = ato_torch.decode_attention(*args, return_lse=True)
+    o2, l2 = ato_torch.decode_attention(*args, return_lse=True, schedule=sched)
+    torch.testing.assert_close(o2, o1, rtol=2e-6, atol=2e-6)  # fp32 partials, a different summation order
+    torch.testing.assert_close(l2, l1, rtol=2e-6, atol=2e-6)
+    ref_o, ref_l = h.reference_op("decode_attention")(*(inputs[n].astype(np.float64) for n in ("q", "k_cache",
+                                                                                                "v_cache")),
+                                                       table, inputs["seq_lens"], return_lse=True)
+    assert h.rel_err(o2.numpy(), ref_o) < h.TOLERANCE["float32"] and h.rel_err(l2.numpy(), ref_l) < 1e-5
+
+
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 @pytest.mark.parametrize("scheduled", [False, True], ids=["seq_first", "schedule"])
 def test_bhnd_cache_layout_is_bnhd(framework, scheduled):

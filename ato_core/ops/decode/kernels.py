@@ -12,8 +12,8 @@ lse of the split; with one split they are the result, else fp32 partials that
 ``decode_combine_kernel`` merges. With a schedule (schedule.py), ``decode_chunk_kernel``
 (chunk-first) reads each shared block once per kv head against the query heads of every
 sequence that shares it, as one [M, D] tile; the split kernel then starts each sequence after
-its shared blocks and, with one split, merges the sequence's chunk partials itself (else the
-combine merges both kinds of partial). ``merge_states_kernel`` merges
+its shared blocks and, with one split, starts its online softmax from the sequence's chunk
+partials (else the combine merges both kinds of partial). ``merge_states_kernel`` merges
 two attentions over disjoint key sets (merge_attention_states).
 
 Merge of states (o_i, lse_i): lse = log sum_i exp(lse_i), o = sum_i exp(lse_i - lse) o_i; a
@@ -28,6 +28,9 @@ from ato_core.triton_helpers import aligned
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
+# Chunk-first partials the split kernel loads at a time (_unit_state): 16 registers a thread each
+# at G <= 16, D 128.
+MERGE_LOADS = tl.constexpr(4)
 
 
 @triton.jit
@@ -47,13 +50,10 @@ def _kv_rows(CACHE, TABLE_ROW, stn, t, valid, hk, offs_d, dmask, sn, st, sh, sd,
 
 @triton.jit
 def _attend(q, K, V, table_row, stn, start, end, hk, offs_d, dmask, qk_scale, num_blocks, skn, skt, skh, skd, svn, svt,
-            svh, svd, BN: tl.constexpr, BS: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr):
+            svh, svd, m_i, l_i, acc, BN: tl.constexpr, BS: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr):
     """(o, lse) of the query rows q [M, BD] over tokens [start, end) of a block list (table_row,
-    its stride stn): an online softmax in base 2; a row that sees no key gets o = 0 and lse =
-    -inf (natural log)."""
-    m_i = tl.full([q.shape[0]], float("-inf"), tl.float32)
-    l_i = tl.zeros([q.shape[0]], tl.float32)
-    acc = tl.zeros([q.shape[0], q.shape[1]], tl.float32)
+    its stride stn) and a state (m_i, l_i, acc) of keys before them (_no_state: none): an online
+    softmax in base 2; a row that sees no key gets o = 0 and lse = -inf (natural log)."""
     for t0 in range(start, end, BN):
         t = t0 + tl.arange(0, BN)
         valid = t < end
@@ -74,32 +74,35 @@ def _attend(q, K, V, table_row, stn, start, end, hk, offs_d, dmask, qk_scale, nu
 
 
 @triton.jit
-def _merge_units(o, lse, CO, CL, units_ptr, depth, unit_base, G, offs_g, gmask, offs_d, dmask, D,
-                 BDEPTH: tl.constexpr):
-    """(o, lse) [GP, BD], [GP] merged with the chunk-first partials of units units_ptr[:depth]
-    (-1: none) for heads offs_g of a kv head: CO [.., U, G, D], CL [.., U, G] from unit_base
-    (hk * U). The lse of every unit are read at once; the partials' loads do not depend on each
-    other."""
+def _no_state(M: tl.constexpr, BD: tl.constexpr):
+    """The online softmax's state (m, l, acc) of no key, for M rows."""
+    return tl.full([M], float("-inf"), tl.float32), tl.zeros([M], tl.float32), tl.zeros([M, BD], tl.float32)
+
+
+@triton.jit
+def _unit_state(CO, CL, units_ptr, depth, unit_base, G, offs_g, gmask, offs_d, dmask, D, BDEPTH: tl.constexpr):
+    """The chunk-first partials of units units_ptr[:depth] (-1 past the last) for heads offs_g of
+    a kv head (CO [.., U, G, D], CL [.., U, G] from unit_base = hk * U) as _attend's state (m, l,
+    acc) in base 2: m the largest lse log2(e), weights w_u = 2^(lse_u log2(e) - m), l their sum,
+    acc = sum w_u o_u (m = -inf, l = 0 where none). The split kernel starts from it, so the
+    partials' loads overlap its first tiles'; MERGE_LOADS partials are loaded at a time, none
+    waiting for another."""
     offs_u = tl.arange(0, BDEPTH)
     units = tl.load(units_ptr + offs_u, mask=offs_u < depth, other=-1).to(tl.int64)
     umask = units >= 0
     lu = tl.load(CL + ((unit_base + units) * G)[None, :] + offs_g[:, None], mask=gmask[:, None] & umask[None, :],
-                 other=float("-inf"))
-    m = tl.maximum(lse, tl.max(lu, 1))
-    m_use = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.math.exp2((lse - m_use) * LOG2E)
-    wu = tl.math.exp2((lu - m_use[:, None]) * LOG2E)
-    total = w + tl.sum(wu, 1)
-    acc = o * w[:, None]
-    for i in range(depth):
-        u = tl.load(units_ptr + i).to(tl.int64)
-        wi = tl.sum(tl.where(offs_u[None, :] == i, wu, 0.0), 1)
-        ou = tl.load(CO + ((unit_base + u) * G + offs_g)[:, None] * D + offs_d[None, :],
-                     mask=(gmask & (u >= 0))[:, None] & dmask[None, :], other=0.0)
-        acc += ou * wi[:, None]
-    empty = total == 0.0
-    return (acc / tl.where(empty, 1.0, total)[:, None],
-            tl.where(empty, float("-inf"), m_use + tl.log(tl.where(empty, 1.0, total))))
+                 other=float("-inf")) * LOG2E
+    m = tl.max(lu, 1)
+    wu = tl.math.exp2(lu - tl.where(m == float("-inf"), 0.0, m)[:, None])
+    acc = tl.zeros([offs_g.shape[0], offs_d.shape[0]], tl.float32)
+    for i0 in range(0, depth, MERGE_LOADS):
+        for j in tl.static_range(MERGE_LOADS):
+            u = tl.max(tl.where(offs_u == i0 + j, units, -1), 0)
+            w = tl.sum(tl.where(offs_u[None, :] == i0 + j, wu, 0.0), 1)
+            ou = tl.load(CO + ((unit_base + u) * G + offs_g)[:, None] * D + offs_d[None, :],
+                         mask=(gmask & (u >= 0))[:, None] & dmask[None, :], other=0.0)
+            acc += ou * w[:, None]
+    return m, tl.sum(wu, 1), acc
 
 
 @kernel(inputs=9, outputs=2)
@@ -119,8 +122,8 @@ def decode_split_kernel(
     PARTIAL: o fp32 into O [B, Hq, splits, D] and lse into LSE [B, Hq, splits]; else o in O's
     dtype into O [B, Hq, D] and lse into LSE [B, Hq]. MERGE (one split): the sequence's
     chunk-first partials (units SEQ_UNITS[b, :depth], -1 past the last, of CO [Hkv, U, G, D] and
-    CL [Hkv, U, G]) are merged in before the store. qk_scale = softmax_scale * log2(e). D and
-    the strides but the last are multiples of ALIGN."""
+    CL [Hkv, U, G]) are the state the online softmax starts from. qk_scale = softmax_scale *
+    log2(e). D and the strides but the last are multiples of ALIGN."""
     split = tl.program_id(0)
     bk = tl.program_id(1)
     nsplit = tl.num_programs(0)
@@ -143,11 +146,13 @@ def decode_split_kernel(
     else:
         start = split * split_len
     end = tl.minimum(start + split_len, n)
-    o, lse = _attend(q, K, V, table_row, stn, start, end, hk, offs_d, dmask, qk_scale, num_blocks, skn, skt, skh, skd,
-                     svn, svt, svh, svd, BN, BS, PRECISION, ALIGN)
     if MERGE:
-        o, lse = _merge_units(o, lse, CO, CL, SEQ_UNITS + b * depth, depth, hk * U, G, offs_g, gmask, offs_d, dmask, D,
-                              BDEPTH)
+        m_i, l_i, acc = _unit_state(CO, CL, SEQ_UNITS + b * depth, depth, hk * U, G, offs_g, gmask, offs_d, dmask, D,
+                                    BDEPTH)
+    else:
+        m_i, l_i, acc = _no_state(GP, BD)
+    o, lse = _attend(q, K, V, table_row, stn, start, end, hk, offs_d, dmask, qk_scale, num_blocks, skn, skt, skh, skd,
+                     svn, svt, svh, svd, m_i, l_i, acc, BN, BS, PRECISION, ALIGN)
     row = b * (Hkv * G) + hq  # b * Hq + hq
     if PARTIAL:
         idx = row * nsplit + split
@@ -195,8 +200,9 @@ def decode_chunk_kernel(
         qm = rmask[:, None] & dmask[None, :]
         q = tl.load(Q + seq[:, None] * aligned(sqb, ALIGN) + (hk * G + g)[:, None] * aligned(sqh, ALIGN)
                     + offs_d[None, :] * sqd, mask=qm, other=0.0)
+        m_i, l_i, acc = _no_state(M, BD)
         o, lse = _attend(q, K, V, TASK_BLOCKS + blk_off, 1, tok0, tok1, hk, offs_d, dmask, qk_scale, num_blocks,
-                         skn, skt, skh, skd, svn, svt, svh, svd, BN, BS, PRECISION, ALIGN)
+                         skn, skt, skh, skd, svn, svt, svh, svd, m_i, l_i, acc, BN, BS, PRECISION, ALIGN)
         idx = (hk * U + unit0 + p) * G + g
         tl.store(CO + idx[:, None] * D + offs_d[None, :], o, mask=qm)
         tl.store(CL + idx, lse, mask=rmask)
