@@ -78,6 +78,27 @@ def _patch_int_masks() -> None:
     builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
 
 
+def _patch_nan_dropping_min_max() -> None:
+    """``tl.minimum`` / ``tl.maximum`` without ``propagate_nan`` lower to minnum / maxnum, which
+    on the GPU return the other operand where one is NaN (PTX min.f32); Triton 3.6's interpreter
+    gave NaN (np.minimum), hiding a kernel that drops a NaN it should keep. np.fmin / np.fmax,
+    as the GPU and Triton 3.9's interpreter compute (max / min reductions drop NaN: np.nanmax)."""
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    if getattr(builder.create_minnumf, "_ato_nan_fix", False):
+        return
+
+    def create_minnumf(self, lhs, rhs):
+        return self.binary_op(lhs, rhs, np.fmin)
+
+    def create_maxnumf(self, lhs, rhs):
+        return self.binary_op(lhs, rhs, np.fmax)
+
+    create_minnumf._ato_nan_fix = True
+    builder.create_minnumf, builder.create_maxnumf = create_minnumf, create_maxnumf
+
+
 def round_to_bf16(bits32: np.ndarray) -> np.ndarray:
     """The bf16 bit patterns (uint16) nearest to fp32 values given as their uint32 bit
     patterns, ties to even; NaN gives the quiet NaN 0x7FC0 with its sign, as torch does."""
@@ -407,6 +428,7 @@ def interpreted(kernel) -> _Interpreted:
     _patch_bf16_dot()
     _patch_bf16_rounding()
     _patch_int_masks()
+    _patch_nan_dropping_min_max()
     _patch_scalar_index()
     _patch_device_calls()
     _patch_np_dtype()
