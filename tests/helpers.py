@@ -13,7 +13,8 @@ from ato_core.triton_helpers import tanh_abs, tanh_slope
 
 # The slow tier: heavy variants of tests whose other variants run every time (each 15-60 s of a
 # CPU). ATO_SLOW_TESTS=1 runs them (each GPU session's CPU-tier run); CI runs without them.
-SLOW = pytest.mark.skipif(not os.environ.get("ATO_SLOW_TESTS"), reason="the slow tier: ATO_SLOW_TESTS=1 runs it")
+RUN_SLOW = bool(os.environ.get("ATO_SLOW_TESTS"))
+SLOW = pytest.mark.skipif(not RUN_SLOW, reason="the slow tier: ATO_SLOW_TESTS=1 runs it")
 
 
 def slow_variants(values, slow):

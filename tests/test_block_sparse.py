@@ -39,7 +39,8 @@ def _exact(t, r, dtype="float32"):
                                             (256, 1, 256)])
 def test_coarsen(N, D, block_size, dtype):
     """N not a multiple of the block (the last block partial), D not a power of two, every
-    block size; the interpreter loads 4 tokens a tile, so a block spans several tiles."""
+    block size; the interpreter loads a quarter of a block (at least 4 tokens) a tile, so a block
+    spans several tiles."""
     t, _, r = check(coarsen_case(2, 3, N, D, block_size, dtype=dtype, seed=N))
     _exact(t, r, dtype)
     index = t.outputs[1]

@@ -1,8 +1,9 @@
 """The fuzzing tier: property-based tests of every declared op on the CPU (the interpreter).
 
 Each family's cases.fuzz draws one random case per op (shapes, dtypes, options, values);
-hypothesis drives the draws with a fixed seed and a few examples per op, so CI sees the same
-cases every run. ATO_FUZZ_EXAMPLES=N runs N examples per op (e.g. 200 for a long run). The
+hypothesis drives the draws with a fixed seed and a few examples per op (2; 3 in the slow tier),
+so CI sees the same cases every run. ATO_FUZZ_EXAMPLES=N runs N examples per op (e.g. 200 for a
+long run). The
 properties, for every op and every draw:
 
 - outputs and gradients within the dtype's tolerance of the float64 reference
@@ -31,9 +32,9 @@ from ato_core.ops import FAMILIES, OPS
 from ato_core.testing import HALF_MAX
 import numpy as np
 
-from helpers import causal_masked, check, check_special, slow_variants
+from helpers import RUN_SLOW, causal_masked, check, check_special, slow_variants
 
-EXAMPLES = int(os.environ.get("ATO_FUZZ_EXAMPLES", "3"))
+EXAMPLES = int(os.environ.get("ATO_FUZZ_EXAMPLES", "3" if RUN_SLOW else "2"))
 CASES = {name: importlib.import_module(f.__name__ + ".cases") for f in FAMILIES for name in (op.name for op in f.OPS)}
 FUZZ = {name: cases.fuzz for name, cases in CASES.items()}
 MAGNITUDES = {name: cases.MAGNITUDES[name] for name, cases in CASES.items()}

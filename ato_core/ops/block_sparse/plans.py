@@ -22,11 +22,11 @@ except ImportError:
     hopper = None
 
 BLOCK_SIZES = (16, 32, 64, 128, 256)
-# Elements of x a coarsening program loads at once (ROWS tokens x BD; the interpreter: 4 rows,
-# so that a test block spans several tiles); the programs' warps. One block a program: the
-# fastest on an H100 (results: block_sparse-sweep.txt).
+# Elements of x a coarsening program loads at once (ROWS tokens x BD; the interpreter: a block
+# in INTERPRETER_TILES tiles of at least 4 rows, so that a test block spans several); the
+# programs' warps. One block a program: the fastest on an H100 (results: block_sparse-sweep.txt).
 TILE_ELEMENTS = 8192
-INTERPRETER_ROWS = 4
+INTERPRETER_TILES = 4
 WARPS = 4
 
 
@@ -51,7 +51,7 @@ def check_coarsen(x: ArraySpec, block_size) -> tuple:
 
 def _tile(D: int, block_size: int, target: Target):
     BD = max(16, next_pow2(D))
-    rows = INTERPRETER_ROWS if target.interpret else max(1, TILE_ELEMENTS // BD)
+    rows = max(4, block_size // INTERPRETER_TILES) if target.interpret else max(1, TILE_ELEMENTS // BD)
     return BD, min(rows, block_size)
 
 
