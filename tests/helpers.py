@@ -152,6 +152,20 @@ def bf16_cast_kernel(X, Y, Z, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def min_max_kernel(X, Y, OUT, n, BLOCK: tl.constexpr):
+    """OUT [4, n]: tl.minimum and tl.maximum of X and Y, by default and with
+    propagate_nan=ALL: ``min_max_kernel[(1,)](x, y, out, n, BLOCK=...)``."""
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(X + offs, mask=mask)
+    y = tl.load(Y + offs, mask=mask)
+    tl.store(OUT + offs, tl.minimum(x, y), mask=mask)
+    tl.store(OUT + n + offs, tl.maximum(x, y), mask=mask)
+    tl.store(OUT + 2 * n + offs, tl.minimum(x, y, propagate_nan=tl.PropagateNan.ALL), mask=mask)
+    tl.store(OUT + 3 * n + offs, tl.maximum(x, y, propagate_nan=tl.PropagateNan.ALL), mask=mask)
+
+
+@triton.jit
 def tanh_slope_kernel(X, R, S, n, scale, BLOCK: tl.constexpr):
     """R, S = triton_helpers.tanh_slope(X, scale) (fp32): ``tanh_slope_kernel[(1,)](x, r, s, n, scale, BLOCK=...)``."""
     offs = tl.arange(0, BLOCK)

@@ -9,7 +9,7 @@ import torch
 import ato_jax
 import ato_torch
 from ato_core import interpreter
-from helpers import (bf16_cast_kernel, bf16_rounding_values, helper_calls_kernel, tanh_abs_kernel,
+from helpers import (bf16_cast_kernel, bf16_rounding_values, helper_calls_kernel, min_max_kernel, tanh_abs_kernel,
                      tanh_slope_kernel)
 
 
@@ -24,6 +24,21 @@ def test_interpreter_rounds_bf16_to_nearest_even():
     for out in (y, z):
         assert torch.isnan(out[nan]).all()
         assert torch.equal(out[~nan].view(torch.int16), ref[~nan].view(torch.int16))
+
+
+def test_interpreter_min_max_drop_nan_as_the_gpu():
+    """tl.minimum / tl.maximum drop a NaN operand by default (the GPU's min.f32 / max.f32, so a
+    kernel that needs the NaN must ask for propagate_nan=ALL, and the CPU tier sees one that
+    does not) and keep it with propagate_nan=ALL, under every Triton the tier runs."""
+    nan = float("nan")
+    x = torch.tensor([nan, 1.0, nan, -2.0, 3.0])
+    y = torch.tensor([0.0, nan, nan, 5.0, -1.0])
+    out = torch.empty(4, len(x))
+    interpreter.interpreted(min_max_kernel)[(1,)](x, y, out, len(x), BLOCK=8)
+    np.testing.assert_array_equal(out[0].numpy(), [0.0, 1.0, nan, -2.0, -1.0])
+    np.testing.assert_array_equal(out[1].numpy(), [0.0, 1.0, nan, 5.0, 3.0])
+    np.testing.assert_array_equal(out[2].numpy(), [nan, nan, nan, -2.0, -1.0])
+    np.testing.assert_array_equal(out[3].numpy(), [nan, nan, nan, 5.0, 3.0])
 
 
 def test_bf16_output_rounds_to_nearest_even():
