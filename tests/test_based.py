@@ -20,8 +20,9 @@ from ato_core.testing import gpu_spec, h100
 from helpers import SLOW, assert_bnhd_is_bhnd, bad_input_arrays, check, frontend, raises_naming
 
 # (B, H, N, d, Dv): N no multiple of the chunk; several segments and chunks per segment
-# (N=150: the interpreter's segments of 64 rows, chunks of 16); d = 1 (one feature), 5 (padded to 16), 16 (Based's), 32 (the largest: 16-wide
-# Dv tiles, so several); Dv 1, 48 (no power of two), 64. One row: test_one_row.
+# (N=150: the interpreter's segments of 64 rows, chunks of 16); d = 1 (one feature), 5 (padded
+# to 16), 16 (Based's), 32 (the largest: 16-wide Dv tiles, so several); Dv 1, 48 (no power of
+# two), 64. One row: test_one_row.
 SHAPES = [
     (1, 2, 17, 5, 1),
     (2, 1, 17, 1, 48),
