@@ -84,9 +84,8 @@ def _unit_state(CO, CL, units_ptr, depth, unit_base, G, offs_g, gmask, offs_d, d
     """The chunk-first partials of units units_ptr[:depth] (-1 past the last) for heads offs_g of
     a kv head (CO [.., U, G, D], CL [.., U, G] from unit_base = hk * U) as _attend's state (m, l,
     acc) in base 2: m the largest lse log2(e), weights w_u = 2^(lse_u log2(e) - m), l their sum,
-    acc = sum w_u o_u (m = -inf, l = 0 where none). The split kernel starts from it, so the
-    partials' loads overlap its first tiles'; MERGE_LOADS partials are loaded at a time, none
-    waiting for another."""
+    acc = sum w_u o_u (m = -inf, l = 0 where none), for the split kernel to start from.
+    MERGE_LOADS partials are loaded at a time, none waiting for another."""
     offs_u = tl.arange(0, BDEPTH)
     units = tl.load(units_ptr + offs_u, mask=offs_u < depth, other=-1).to(tl.int64)
     umask = units >= 0
