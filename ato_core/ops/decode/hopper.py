@@ -13,8 +13,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy, fence_async_shared, mbarrier
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned
-from ..flash_attention.hopper import ROWS, _consumer, _forward_buffers
+from ..flash_attention.hopper import ROWS, _consumer, _forward_buffers, _strides8
+from .kernels import work_item
 
 
 @gluon.jit
@@ -70,23 +70,13 @@ def decode_chunk_hopper_kernel(Q, K, V, WORK, TASK_SEQS, TASK_BLOCKS, Hkv, G, nu
     tokens [tok0, tok1) of its task's blocks (tok0 a multiple of BLOCK_N) against task rows
     [128 r, 128 r + 128) of kv head hk (row p G + g: head g of the task's sequence p). Unit
     unit0 + p's partial for head hk G + g: CO [Hkv, U, G, D] fp32, CL [Hkv, U, G] (natural log)."""
-    sqb = aligned(sqb, 8)
-    sqh = aligned(sqh, 8)
-    skn = aligned(skn, 8)
-    skt = aligned(skt, 8)
-    skh = aligned(skh, 8)
-    svn = aligned(svn, 8)
-    svt = aligned(svt, 8)
-    svh = aligned(svh, 8)
+    sqb, sqh, _ = _strides8(sqb, sqh, sqh)
+    skn, skt, skh = _strides8(skn, skt, skh)
+    svn, svt, svh = _strides8(svn, svt, svh)
     w = gl.program_id(0).to(gl.int64)
     start_m = gl.program_id(1) * (2 * ROWS)
     hk = gl.program_id(2).to(gl.int64)
-    seq_off = gl.load(WORK + w * 6)
-    nseq = gl.load(WORK + w * 6 + 1)
-    blk_off = gl.load(WORK + w * 6 + 2)
-    tok0 = gl.load(WORK + w * 6 + 3)
-    tok1 = gl.load(WORK + w * 6 + 4)
-    unit0 = gl.load(WORK + w * 6 + 5).to(gl.int64)
+    seq_off, nseq, blk_off, tok0, tok1, unit0 = work_item(WORK, w)
     n_rows = nseq * G
     q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES)
     seqs = TASK_SEQS + seq_off

@@ -162,6 +162,15 @@ def decode_split_kernel(
         tl.store(LSE + row, lse, mask=gmask)
 
 
+@triton.jit
+def work_item(WORK, w):
+    """Work item w of a schedule's WORK [W, 6] (schedule.py): (seq_off, nseq, blk_off, tok0,
+    tok1, unit0), unit0 as int64. Both chunk-first kernels read their item through it."""
+    row = WORK + w * 6
+    return (tl.load(row), tl.load(row + 1), tl.load(row + 2), tl.load(row + 3), tl.load(row + 4),
+            tl.load(row + 5).to(tl.int64))
+
+
 @kernel(inputs=6, outputs=2)
 def decode_chunk_kernel(
     Q, K, V, WORK, TASK_SEQS, TASK_BLOCKS,
@@ -181,12 +190,7 @@ def decode_chunk_kernel(
     r_first = tl.program_id(1)
     R = tl.num_programs(1)
     hk = tl.program_id(2).to(tl.int64)
-    seq_off = tl.load(WORK + w * 6)
-    nseq = tl.load(WORK + w * 6 + 1)
-    blk_off = tl.load(WORK + w * 6 + 2)
-    tok0 = tl.load(WORK + w * 6 + 3)
-    tok1 = tl.load(WORK + w * 6 + 4)
-    unit0 = tl.load(WORK + w * 6 + 5).to(tl.int64)
+    seq_off, nseq, blk_off, tok0, tok1, unit0 = work_item(WORK, w)
     D = aligned(D, ALIGN)
     offs_d = tl.arange(0, BD)
     dmask = offs_d < D
