@@ -406,84 +406,104 @@ def _normalised(a, lo, spread):
     return tl.where(spread > 0.0, (a - lo) / tl.where(spread > 0.0, spread, 1.0), 0.0)
 
 
-@kernel(inputs=2, outputs=3)
+@triton.jit
+def _coarse_rows(X, base, r, M, D, BD: tl.constexpr):
+    """Rows r ([R, BD], 0 past M and D) of a coarse [M, D] row-major head at X + base."""
+    offs_d = tl.arange(0, BD)
+    return tl.load(X + base + r[:, None] * D + offs_d[None, :], mask=(r < M)[:, None] & (offs_d < D)[None, :],
+                   other=0.0)
+
+
+@triton.jit
+def _scores(qi, KC, kbase, j, M, D, scale, BD: tl.constexpr, PRECISION: tl.constexpr):
+    """A's tile relu(qi kc_j^T * scale) (fp32) of query rows qi against key rows j. Every kernel
+    that needs A computes it here on the same tile shapes, so all see the same bits."""
+    s = tl.dot(qi, tl.trans(_coarse_rows(KC, kbase, j, M, D, BD)), input_precision=PRECISION) * scale
+    return tl.where(s > 0.0, s, 0.0)
+
+
+@triton.jit
+def _head_bases(bh, Hq, G, M, D):
+    """The offsets of head bh's rows in QC [B, Hq, M, D] and of its kv head's in KC [B, Hq / G, M, D]."""
+    b = bh // Hq
+    return bh * M * D, (b * (Hq // G) + (bh % Hq) // G) * M * D
+
+
+@kernel(inputs=2, outputs=2)
 def cab_scores_kernel(
     QC, KC,
     Hq, G, M, D, scale,
-    A, LO, HI,
+    LO, HI,
     BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
-    """Grid (T = cdiv(M, BM), B*Hq): rows [t BM, (t + 1) BM) of one head's coarse graph. QC
-    [B, Hq, M, D], KC [B, Hkv, M, D] (row-major, kv head hq // G). A = relu(qc kc^T * scale)
-    into A [B*Hq, M, M] (fp32), the rows' min and max into LO, HI [B*Hq, T]. ALIGN divides M
-    and D."""
+    """Grid (T = cdiv(M, BM), B*Hq): the min and max over rows [t BM, (t + 1) BM) of one head's
+    coarse graph A = relu(qc kc^T * scale) into LO, HI [B*Hq, T]; A itself is not stored (the
+    kernels after recompute their tiles). QC [B, Hq, M, D], KC [B, Hkv, M, D] (row-major, kv
+    head hq // G). ALIGN divides M and D."""
     M = aligned(M, ALIGN)
     D = aligned(D, ALIGN)
     t = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
-    b = bh // Hq
-    hk = (bh % Hq) // G
+    qbase, kbase = _head_bases(bh, Hq, G, M, D)
     i = t * BM + tl.arange(0, BM)
-    offs_d = tl.arange(0, BD)
-    dmask = offs_d < D
-    qi = tl.load(QC + bh * M * D + i[:, None] * D + offs_d[None, :], mask=(i < M)[:, None] & dmask[None, :],
-                 other=0.0)
-    kbase = KC + (b * (Hq // G) + hk) * M * D
-    abase = A + bh * M * M
+    qi = _coarse_rows(QC, qbase, i, M, D, BD)
     lo = tl.full([], float("inf"), tl.float32)
     hi = tl.full([], float("-inf"), tl.float32)
     for j0 in range(0, M, BN):
         j = j0 + tl.arange(0, BN)
-        kj = tl.load(kbase + j[:, None] * D + offs_d[None, :], mask=(j < M)[:, None] & dmask[None, :], other=0.0)
-        s = tl.dot(qi, tl.trans(kj), input_precision=PRECISION) * scale
-        a = tl.where(s > 0.0, s, 0.0)
+        a = _scores(qi, KC, kbase, j, M, D, scale, BD, PRECISION)
         valid = (i < M)[:, None] & (j < M)[None, :]
-        tl.store(abase + i[:, None] * M + j[None, :], a, mask=valid)
         lo = tl.minimum(lo, tl.min(tl.where(valid, a, float("inf"))))
         hi = tl.maximum(hi, tl.max(tl.where(valid, a, float("-inf"))))
     tl.store(LO + bh * tl.num_programs(0) + t, lo)
     tl.store(HI + bh * tl.num_programs(0) + t, hi)
 
 
-@kernel(inputs=3, outputs=2)
+@kernel(inputs=4, outputs=2)
 def cab_split_kernel(
-    A, LO, HI,
-    M, T,
+    QC, KC, LO, HI,
+    Hq, G, M, D, scale, T,
     AH, AL,
-    BM: tl.constexpr, BN: tl.constexpr, BT: tl.constexpr, ALIGN: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BT: tl.constexpr, PRECISION: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):
-    """Grid (cdiv(M, BM), B*Hq): An = (A - min) / (max - min) over the head (0 where they are
-    equal; the min and max of LO, HI [B*Hq, T]) split into bf16 AH + AL (AH = An rounded, AL
-    = the rest rounded: 17 bits of An) for cab_curvature_kernel's tensor-core dots. ALIGN
-    divides M."""
+    """Grid (T, B*Hq): An = (A - min) / (max - min) over the head (0 where they are equal; the
+    min and max of LO, HI [B*Hq, T]), A's tiles recomputed as cab_scores_kernel's, split into
+    bf16 AH + AL [B*Hq, M, M] (AH = An rounded, AL = the rest rounded: 17 bits of An) for
+    cab_curvature_kernel's tensor-core dots. ALIGN divides M and D."""
     M = aligned(M, ALIGN)
+    D = aligned(D, ALIGN)
     bh = tl.program_id(1).to(tl.int64)
+    qbase, kbase = _head_bases(bh, Hq, G, M, D)
     lo, spread = _head_range(LO, HI, bh, T, BT)
     i = tl.program_id(0) * BM + tl.arange(0, BM)
+    qi = _coarse_rows(QC, qbase, i, M, D, BD)
     base = bh * M * M
     for j0 in range(0, M, BN):
         j = j0 + tl.arange(0, BN)
         valid = (i < M)[:, None] & (j < M)[None, :]
         at = base + i[:, None] * M + j[None, :]
-        an = _normalised(tl.load(A + at, mask=valid, other=0.0), lo, spread)
+        an = _normalised(_scores(qi, KC, kbase, j, M, D, scale, BD, PRECISION), lo, spread)
         ah = an.to(tl.bfloat16)
         tl.store(AH + at, ah, mask=valid)
         tl.store(AL + at, (an - ah.to(tl.float32)).to(tl.bfloat16), mask=valid)
 
 
-@kernel(inputs=5, outputs=1)
+@kernel(inputs=6, outputs=1)
 def cab_curvature_kernel(
-    A, LO, HI, AH, AL,
-    M, T, lam,
+    QC, KC, LO, HI, AH, AL,
+    Hq, G, M, D, scale, T, lam,
     F,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, CAUSAL: tl.constexpr,
-    ALIGN: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, BT: tl.constexpr,
+    PRECISION: tl.constexpr, CAUSAL: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (cdiv(M, BM), cdiv(M, BN), B*Hq): a tile of F = An - lam * (An @ An) / M (F [B*Hq,
-    M, M] fp32; An from A as in cab_split_kernel). An @ An as AH AH + AH AL + AL AH (bf16
-    tensor-core dots, fp32 sums): each product of An's within 2^-16 of its own size. CAUSAL:
-    tiles wholly above the diagonal (never read) are skipped. ALIGN divides M."""
+    M, M] fp32; An's tile recomputed from A's as in cab_split_kernel, on its tile shapes: the
+    same bits). An @ An as AH AH + AH AL + AL AH (bf16 tensor-core dots, fp32 sums): each
+    product of An's within 2^-16 of its own size. CAUSAL: tiles wholly above the diagonal
+    (never read) are skipped. ALIGN divides M and D."""
     M = aligned(M, ALIGN)
+    D = aligned(D, ALIGN)
     bh = tl.program_id(2).to(tl.int64)
     i = tl.program_id(0) * BM + tl.arange(0, BM)
     j = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -504,11 +524,13 @@ def cab_curvature_kernel(
         r = tl.dot(h_ik, h_kj, r)
         r = tl.dot(h_ik, tl.load(AL + kj, mask=mkj, other=0.0), r)
         r = tl.dot(tl.load(AL + ik, mask=mik, other=0.0), h_kj, r)
-    valid = (i < M)[:, None] & (j < M)[None, :] & (k_end > 0)
-    at = base + i[:, None] * M + j[None, :]
-    lo, spread = _head_range(LO, HI, bh, T, BT)
-    an = _normalised(tl.load(A + at, mask=valid, other=0.0), lo, spread)
-    tl.store(F + at, an - lam * (r / M), mask=valid)
+    if k_end > 0:
+        qbase, kbase = _head_bases(bh, Hq, G, M, D)
+        lo, spread = _head_range(LO, HI, bh, T, BT)
+        an = _normalised(_scores(_coarse_rows(QC, qbase, i, M, D, BD), KC, kbase, j, M, D, scale, BD, PRECISION),
+                         lo, spread)
+        valid = (i < M)[:, None] & (j < M)[None, :]
+        tl.store(F + base + i[:, None] * M + j[None, :], an - lam * (r / M), mask=valid)
 
 
 @triton.jit

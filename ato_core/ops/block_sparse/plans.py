@@ -237,13 +237,13 @@ def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, ge
 
 # -- curvature block mask ---------------------------------------------------------------
 
-# The curvature mask's kernels: the score tiles (BM, BN) of cab_scores_kernel and
-# cab_split_kernel; An @ An's (BM, BN, BK, warps, stages); the elements of F a warp of a
-# cab_select_kernel program ranks (one warp a program up to a row of 512, then more warps, at
-# most CAB_SELECT_MAX_WARPS, for one longer row): a program stops when its rows are done, so
-# one row a program where a warp holds it. The interpreter's are small, so that test shapes
+# The curvature mask's kernels: the score tiles (BM, BN, warps) of cab_scores_kernel and
+# cab_split_kernel; An @ An's (BM, BN, BK, warps, stages), its BM, BN, warps the score tiles';
+# the elements of F a warp of a cab_select_kernel program ranks (one warp a program up to a row
+# of 512, then more warps, at most CAB_SELECT_MAX_WARPS, for one longer row): a program stops
+# when its rows are done, so one row a program where a warp holds it. The interpreter's are small, so that test shapes
 # span several tiles. GPU: the fastest on an H100 (results block_sparse-sweep.txt 19, 24, 29).
-CAB_TILES = {"gpu": (64, 64), "interpreter": (16, 16)}
+CAB_TILES = {"gpu": (64, 64, 4), "interpreter": (16, 16, 4)}
 CAB_DOT_TILES = {"gpu": (64, 64, 32, 4, 3), "interpreter": (16, 16, 16, 4, 1)}
 CAB_SELECT_ELEMENTS = {"gpu": 512, "interpreter": 64}
 CAB_SELECT_MAX_WARPS = 4
@@ -271,29 +271,32 @@ def check_curvature(q: ArraySpec, k: ArraySpec, block_size, keep, lam, causal, l
 @cached_plan
 def curvature_plan(q: ArraySpec, k: ArraySpec, *, block_size: int, keep: float, lam: float, causal: bool,
                    local_blocks: int, target: Target, layout: str = "bhnd") -> Plan:
-    """Inputs: q, k (in ``layout``). Result: mask [B, Hq, M, M] bool (with the coarse scores A
-    and F, fp32)."""
+    """Inputs: q, k (in ``layout``). Result: mask [B, Hq, M, M] bool (with An split into bf16
+    AH + AL and F, fp32, as scratch)."""
     B, Hq, Hkv, N, D, M = check_curvature(q, k, block_size, keep, lam, causal, local_blocks, layout)
     q, k = as_bhnd(q, layout), as_bhnd(k, layout)
     where = "interpreter" if target.interpret else "gpu"
-    BM, BN = CAB_TILES[where]
+    BM, BN, score_warps = CAB_TILES[where]
     DM, DN, DK, warps, stages = CAB_DOT_TILES[where]
     T, rows = cdiv(M, BM), B * Hq
     precision = "ieee" if target.interpret else CAB_PRECISION
     align = alignment(M)
-    scores = Launch(kern.cab_scores_kernel, (T, rows), ("qc", "kc"), (Hq, Hq // Hkv, M, D, 1.0 / math.sqrt(D)),
-                    (Buffer("cab_a", (rows, M, M), "float32"), Buffer("cab_lo", (rows, T), "float32"),
-                     Buffer("cab_hi", (rows, T), "float32")),
-                    {"BM": BM, "BN": BN, "BD": max(16, next_pow2(D)), "ALIGN": alignment(M, D),
-                     "PRECISION": precision if q.dtype == "float32" else fa_plans.dot_precision(q.dtype)}, num_warps=4)
-    split = Launch(kern.cab_split_kernel, (T, rows), ("cab_a", "cab_lo", "cab_hi"), (M, T),
+    # cab_split_kernel and cab_curvature_kernel recompute A's tiles on cab_scores_kernel's shapes
+    # (BM, BN, warps): the same bits, so An is exact in F's first term (AH + AL alone lost masks)
+    assert (DM, DN, warps) == (BM, BN, score_warps), "cab_curvature_kernel recomputes A on the score tiles"
+    args = (Hq, Hq // Hkv, M, D, 1.0 / math.sqrt(D))
+    tiles = {"BM": BM, "BN": BN, "BD": max(16, next_pow2(D)), "ALIGN": alignment(M, D),
+             "PRECISION": precision if q.dtype == "float32" else fa_plans.dot_precision(q.dtype)}
+    scores = Launch(kern.cab_scores_kernel, (T, rows), ("qc", "kc"), args,
+                    (Buffer("cab_lo", (rows, T), "float32"), Buffer("cab_hi", (rows, T), "float32")),
+                    tiles, num_warps=score_warps)
+    split = Launch(kern.cab_split_kernel, (T, rows), ("qc", "kc", "cab_lo", "cab_hi"), args + (T,),
                    (Buffer("cab_ah", (rows, M, M), "bfloat16"), Buffer("cab_al", (rows, M, M), "bfloat16")),
-                   {"BM": BM, "BN": BN, "BT": next_pow2(T), "ALIGN": align}, num_warps=4)
+                   dict(tiles, BT=next_pow2(T)), num_warps=score_warps)
     curvature = Launch(kern.cab_curvature_kernel, (cdiv(M, DM), cdiv(M, DN), rows),
-                       ("cab_a", "cab_lo", "cab_hi", "cab_ah", "cab_al"), (M, T, float(lam)),
+                       ("qc", "kc", "cab_lo", "cab_hi", "cab_ah", "cab_al"), args + (T, float(lam)),
                        (Buffer("cab_f", (rows, M, M), "float32"),),
-                       {"BM": DM, "BN": DN, "BK": DK, "BT": next_pow2(T), "CAUSAL": causal, "ALIGN": align},
-                       num_warps=warps, num_stages=stages)
+                       dict(tiles, BK=DK, BT=next_pow2(T), CAUSAL=causal), num_warps=warps, num_stages=stages)
     keep_bits = struct.unpack("<q", struct.pack("<d", float(keep)))[0]
     BW = next_pow2(M)
     per_warp = CAB_SELECT_ELEMENTS[where]
