@@ -88,6 +88,19 @@ class Buffer:
     placeholder: bool = False
 
 
+# Triton aligns its global scratch to at most this; ato_jax rounds the buffer's address up to it.
+SCRATCH_ALIGN = 128
+
+
+def scratch_buffer(name: str, grid: Sequence[int], per_program: int) -> Buffer:
+    """A launch's global scratch (Launch.scratch): ``per_program`` bytes for each program of
+    ``grid``, SCRATCH_ALIGN - 1 more for the rounding up (int32 words)."""
+    programs = 1
+    for g in grid:
+        programs *= g
+    return Buffer(name, (cdiv(programs * per_program + SCRATCH_ALIGN - 1, 4),), "int32")
+
+
 def optional_output(name: str, shape: Sequence[int], dtype: str, present: bool, zeroed: bool = False) -> Buffer:
     """An output a kernel writes only when ``present`` (its constexpr switch on): the Buffer,
     else a (1,) placeholder of the same name and dtype that the kernel never touches."""
@@ -120,6 +133,10 @@ class Launch:
     # A cap on registers a thread (Triton's maxnreg; None: the compiler's choice), so that more
     # programs fit an SM. It changes register allocation, not the instructions' results.
     maxnreg: Optional[int] = None
+    # The kernel uses Triton's global scratch (TMA descriptors made in the kernel): its last
+    # output is that scratch (scratch_buffer), which ato_torch hands to Triton's launcher as its
+    # allocation and ato_jax's PTX reads in place of the parameter jaxlib passes as null.
+    scratch: bool = False
     # Filled by an adapter that launches compiled binaries itself (ato_torch.launcher): its
     # per-launch cache of them. Not part of the launch's description.
     compiled: dict = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)

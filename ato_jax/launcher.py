@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import re
 import types
 from typing import Mapping
 
@@ -152,12 +153,34 @@ def _compile_gluon(triton_lib) -> None:
                 options["maxnreg"] = cap
             compiled = triton.compile(GluonASTSource(fn, signature, constexprs=constants, attrs=attrs),
                                       target=GPUTarget("cuda", cc, 32), options=options)
-            cache[key] = lib.TritonKernel(compiled.metadata.name, compiled.metadata.num_warps, num_ctas,
-                                          compiled.metadata.shared, compiled.asm["ptx"], "", cc)
+            meta, ptx = compiled.metadata, compiled.asm["ptx"]
+            if meta.global_scratch_size:
+                ptx = scratch_from_last_output(ptx, meta.name, meta.global_scratch_align)
+            cache[key] = lib.TritonKernel(meta.name, meta.num_warps, num_ctas, meta.shared, ptx, "", cc)
         return cache[key], attrs
 
     get_or_create.ato_gluon = True
     triton_lib.get_or_create_triton_kernel = get_or_create
+
+
+def scratch_from_last_output(ptx: str, name: str, align: int) -> str:
+    """The PTX of a kernel that uses Triton's global scratch (where TMA descriptors made in the
+    kernel live), reading it from its last output instead. jaxlib passes that hidden parameter
+    (the second-to-last; the last is the profiler's) as a null pointer, so a launch whose kernel
+    needs it gives the kernel a last output of global_scratch_size x programs + align - 1 bytes;
+    its address is rounded up to ``align`` here."""
+    n = 1 + max(int(i) for i in re.findall(rf"\.param [^\n]*\b{name}_param_(\d+)\b", ptx))
+    load = re.compile(rf"ld\.param\.b64 \t(%rd\d+), \[{name}_param_{n - 2}\];")
+
+    def from_output(m):
+        r = m[1]
+        return (f"ld.param.b64 \t{r}, [{name}_param_{n - 3}];\n\tadd.s64 \t{r}, {r}, {align - 1};\n\t"
+                f"and.b64 \t{r}, {r}, {-align};")
+
+    ptx, found = load.subn(from_output, ptx)
+    if found != 1:
+        raise RuntimeError(f"{name}: expected one load of its global scratch parameter in the PTX, found {found}")
+    return ptx
 
 
 @functools.lru_cache(maxsize=None)

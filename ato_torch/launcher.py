@@ -15,6 +15,7 @@ Triton), as does a Triton launch hook (profilers) or a pre-run hook.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -146,6 +147,34 @@ JIT_LAUNCH_ONLY = os.environ.get("ATO_TRITON_JIT_LAUNCH", "").strip().lower() no
 
 
 def _cuda_launch(launch: Launch, inputs, outs, device: torch.device) -> None:
+    """Launches a compiled kernel (Launch.scratch: with its last output as Triton's global
+    scratch, _scratch)."""
+    if not launch.scratch:
+        return _launch(launch, inputs, outs, device)
+    with _scratch(outs[-1]):
+        return _launch(launch, inputs, outs, device)
+
+
+@contextlib.contextmanager
+def _scratch(buffer: torch.Tensor):
+    """Triton's launcher allocates a kernel's global scratch through the allocator of the
+    calling context (triton.set_allocator): for this launch, ``buffer``, its last output."""
+    from triton.runtime import _allocation
+
+    def allocate(size: int, alignment: int, stream):
+        if size > buffer.numel() * buffer.element_size() or buffer.data_ptr() % alignment:
+            raise RuntimeError(f"global scratch: {size} bytes aligned to {alignment} asked, the launch's last output "
+                               f"has {buffer.numel() * buffer.element_size()} at {buffer.data_ptr():#x}")
+        return buffer
+
+    token = _allocation._allocator.set(allocate)
+    try:
+        yield
+    finally:
+        _allocation._allocator.reset(token)
+
+
+def _launch(launch: Launch, inputs, outs, device: torch.device) -> None:
     """Launches a compiled kernel: the binary cached on ``launch`` for this device and
     pointer alignment if there is one, else through Triton (and caches what it returns)."""
     # A plan fixes its inputs' dtypes, but a caller's cotangent may not match them: both are in

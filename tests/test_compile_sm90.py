@@ -108,12 +108,26 @@ def compile_sm90(launch, plan, inputs):
 SLOW_PLANS = {"based_step16 bwd", "linear_attention_step64 bwd", "based32 causal Dv 48 bwd"}
 
 
+def _check_scratch(launch, compiled, what):
+    """A kernel uses Triton's global scratch iff its launch says so (Launch.scratch), and then its
+    last output holds that scratch for every program, with room to align it."""
+    import math
+
+    need, align = compiled.metadata.global_scratch_size, compiled.metadata.global_scratch_align
+    assert bool(need) == launch.scratch, f"{what}: global scratch {need} bytes, Launch.scratch {launch.scratch}"
+    if need:
+        out = launch.outputs[-1]
+        held = math.prod(out.shape) * {"int32": 4}[out.dtype]
+        assert held >= math.prod(launch.grid) * need + align - 1, f"{what}: scratch {held} bytes"
+
+
 @pytest.mark.parametrize("name,plan,inputs", [pytest.param(*p, marks=SLOW) if p[0] in SLOW_PLANS else p for p in PLANS],
                          ids=[p[0] for p in PLANS])
 def test_compiles_for_sm90(name, plan, inputs):
     for launch in plan.launches:
         compiled = compile_sm90(launch, plan, inputs)
         assert compiled.asm["ptx"], f"{name}: {launch.name}"
+        _check_scratch(launch, compiled, f"{name}: {launch.name}")
         # what an H100 (and H200) gives one block; more fails at launch (OutOfResources)
         assert compiled.metadata.shared <= 232448, f"{name}: {launch.name} needs {compiled.metadata.shared} B"
 
@@ -402,7 +416,8 @@ def test_gluon_compiles_alike_for_jax(which):
     torch's path) builds, and launches them with all their partitions' warps: the precondition of
     bitwise torch == JAX on the GPU, checked here on a CPU with a stand-in for jax-triton's library.
     Each fits an H100's shared memory and sets its partitions' registers (setmaxnreg)."""
-    _compiles_alike_for_jax(*_gluon_launches(which), 12)
+    launch, plan, specs = _gluon_launches(which)
+    _check_scratch(launch, _compiles_alike_for_jax(launch, plan, specs, 12), which)
 
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
@@ -449,8 +464,37 @@ def _compiles_alike_for_jax(launch, plan, specs, warps):
     torch_side = compile_sm90(launch, plan, specs)
     assert n_warps == torch_side.metadata.num_warps == warps and cc == 90
     assert shared == torch_side.metadata.shared <= 232448 and name == torch_side.metadata.name
-    assert ptx == torch_side.asm["ptx"] and "setmaxnreg" in ptx
+    expected = torch_side.asm["ptx"]
+    if launch.scratch:  # JAX's reads its global scratch from the last output (jaxlib passes none)
+        expected = launcher.scratch_from_last_output(expected, name, torch_side.metadata.global_scratch_align)
+        assert expected != torch_side.asm["ptx"]
+    assert ptx == expected and "setmaxnreg" in ptx
     return torch_side
+
+
+@pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
+def test_scratch_from_last_output():
+    """The Gluon forward makes its TMA descriptors in Triton's global scratch, the parameter after
+    its last output (then the profiler's), which jaxlib passes as null: JAX's PTX loads the last
+    output's address instead, rounded up to the scratch's alignment, and nothing else changes."""
+    import re
+
+    from ato_jax import launcher
+
+    launch, plan, specs = _gluon_launches("forward")
+    compiled = compile_sm90(launch, plan, specs)
+    name, ptx, align = compiled.metadata.name, compiled.asm["ptx"], compiled.metadata.global_scratch_align
+    params = sorted(int(i) for i in re.findall(rf"\.param [^\n]*\b{name}_param_(\d+)\b", ptx))
+    n = len(params)
+    assert params == list(range(n)) and align == 128
+    patched = launcher.scratch_from_last_output(ptx, name, align)
+    assert f"[{name}_param_{n - 2}]" in ptx and f"[{name}_param_{n - 2}]" not in patched
+    removed = [line for line in ptx.splitlines() if line not in patched.splitlines()]
+    added = [line.strip() for line in patched.splitlines() if line not in ptx.splitlines()]
+    assert len(removed) == 1 and re.fullmatch(r"\s*ld\.param\.b64 \t%rd\d+, \[\w+\];", removed[0])
+    reg = removed[0].split()[1].rstrip(",")
+    assert added == [f"ld.param.b64 \t{reg}, [{name}_param_{n - 3}];", f"add.s64 \t{reg}, {reg}, 127;",
+                     f"and.b64 \t{reg}, {reg}, -128;"]
 
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")

@@ -3,8 +3,9 @@
 Triton's tl front end waits for every wgmma before the next instruction; this kernel keeps
 the QK wgmma of key tile j in flight beside the PV wgmma of tile j - 1 and runs the softmax
 of tile j under the PV (as FlashAttention 3's intra-warpgroup overlap). Warp-specialised:
-a 4-warp producer fills a ring of STAGES K/V tiles by cp.async (pointers, no TMA
-descriptors: jax-triton launches it as any kernel), synchronised by mbarriers; two consumer
+a 4-warp producer fills a ring of STAGES K/V tiles by TMA, from descriptors the kernel makes in
+Triton's global scratch (from JAX, where jaxlib passes none, its launch's last output:
+ato_jax.launcher.scratch_from_last_output), synchronised by mbarriers; two consumer
 warpgroups take 64 query rows each, at CONSUMER_REGS registers a thread (setmaxnreg).
 
 The math is kernels.fa_fwd_kernel's with no option but a window, padding lengths, ALiBi and
@@ -27,7 +28,7 @@ blocks (BS: _tile_start, _head_list).
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier,
+from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier, tma,
                                                              warpgroup_mma, warpgroup_mma_wait)
 
 from ato_core.launch import kernel
@@ -277,9 +278,30 @@ def _fill(a_bufs, b_bufs, ready, empty, A, B, a_off, b_off, N, san, sbn, lo, hi,
 @gluon.jit
 def _producer(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, lo, hi, BLOCK_N: gl.constexpr,
               D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, LIST=None, BS: gl.constexpr = 0):
-    """K/V tiles [lo, hi) into the ring (BS: of LIST's blocks)."""
+    """K/V tiles [lo, hi) into the ring by cp.async (BS: of LIST's blocks)."""
     _fill(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, lo, hi, 0, BLOCK_N, D, STAGES, CHUNK, LIST,
           BS)
+
+
+@gluon.jit
+def _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, hi, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """K/V tiles [lo, hi) into the ring by TMA (descriptors over the program's [kv_len, D] rows:
+    rows past kv_len land as zeros): one arrival on ready[slot] expecting both tiles' bytes."""
+    for j in range(hi - lo):
+        slot = j % STAGES
+        mbarrier.wait(empty.index(slot), ((j // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(slot), 2 * k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [(lo + j) * BLOCK_N, 0], ready.index(slot), k_bufs.index(slot))
+        tma.async_copy_global_to_shared(v_desc, [(lo + j) * BLOCK_N, 0], ready.index(slot), v_bufs.index(slot))
+
+
+@gluon.jit
+def _descriptor(A, a_off, san, n, BLOCK_N: gl.constexpr, D: gl.constexpr):
+    """A TMA descriptor of [BLOCK_N, D] tiles over the n rows (at least 1, as TMA needs) of
+    [., D] at A + a_off, san apart (a multiple of 8: 16 bytes), made in the kernel (Triton's
+    global scratch: the launch's last output, plans.TMA_SCRATCH bytes a program for two)."""
+    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], A.dtype.element_ty)
+    return tma.make_tensor_descriptor(A + a_off, [gl.maximum(n, 1), D], [san, 1], [BLOCK_N, D], layout)
 
 
 @gluon.jit
@@ -321,21 +343,23 @@ def _held(A, B, a_off, b_off, san, sbn, start, N, R: gl.constexpr, D: gl.constex
 
 
 @gluon.jit
-def _forward_buffers(dtype: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+def _forward_buffers(dtype: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+                     ARRIVALS: gl.constexpr = 128):
     """A forward program's shared memory, unfilled: its consumers' query tiles and the ring of
-    STAGES K / V tiles with its barriers: (q0, q1, k_bufs, v_bufs, ready, empty)."""
+    STAGES K / V tiles with its barriers (_ring): (q0, q1, k_bufs, v_bufs, ready, empty)."""
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
     q0 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
     q1 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
-    k_bufs, v_bufs, ready, empty = _tile_ring(dtype, BLOCK_N, D, STAGES)
+    k_bufs, v_bufs, ready, empty = _tile_ring(dtype, BLOCK_N, D, STAGES, ARRIVALS)
     return q0, q1, k_bufs, v_bufs, ready, empty
 
 
 @gluon.jit
-def _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+def _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+                  ARRIVALS: gl.constexpr = 128):
     """_forward_buffers with the consumers' query rows [start_m, start_m + 2 ROWS) (zeros from n_q
     on) loaded and fenced."""
-    q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES)
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES, ARRIVALS)
     _load_rows(q0, Q, q_off, sqn, start_m, n_q, D)
     _load_rows(q1, Q, q_off, sqn, start_m + ROWS, n_q, D)
     fence_async_shared()
@@ -357,24 +381,26 @@ def _query_program(Hq, G, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def _tile_ring(dtype: gl.constexpr, TILE: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+def _tile_ring(dtype: gl.constexpr, TILE: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+               ARRIVALS: gl.constexpr = 128):
     """A ring of STAGES pairs of [TILE, D] tiles (K / V, or Q / dO) with its barriers (_ring):
     (a_bufs, b_bufs, ready, empty)."""
     layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE, D], dtype)
     a_bufs = gl.allocate_shared_memory(dtype, [STAGES, TILE, D], layout)
     b_bufs = gl.allocate_shared_memory(dtype, [STAGES, TILE, D], layout)
-    ready, empty = _ring(STAGES)
+    ready, empty = _ring(STAGES, ARRIVALS)
     return a_bufs, b_bufs, ready, empty
 
 
 @gluon.jit
-def _ring(STAGES: gl.constexpr):
-    """The ring's (ready, empty) barriers: ready[slot] completes when the producer's 128 threads
-    have arrived (their copies landed), empty[slot] when both consumers have."""
+def _ring(STAGES: gl.constexpr, ARRIVALS: gl.constexpr = 128):
+    """The ring's (ready, empty) barriers: ready[slot] completes when the producer's ARRIVALS
+    arrivals are in and its copies landed (128: each cp.async thread; 1: the TMA producer's, with
+    the tile's bytes expected), empty[slot] when both consumers have arrived."""
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=128)
+        mbarrier.init(ready.index(i), count=ARRIVALS)
         mbarrier.init(empty.index(i), count=2)
     return ready, empty
 
@@ -473,11 +499,11 @@ def _key_tiles(start_m, Nk, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl
     return lo, full_lo, full_hi, hi
 
 
-@kernel(inputs=8, outputs=3, gluon=True)
+@kernel(inputs=8, outputs=4, gluon=True)
 def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, qk_scale, left, right, cap_in,
                          cap_out, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob,
-                         soh, son, Tq, Tk, O, LSE, LSE2, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
-                         STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                         soh, son, Tq, Tk, O, LSE, LSE2, SCRATCH, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                         D: gl.constexpr, STAGES: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                          CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
                          KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False,
                          SEGMENTS: gl.constexpr = False, VARLEN: gl.constexpr = False):
@@ -493,7 +519,8 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk
     KSEG[b, j] (strides sqsb, sqsn, sksb, sksn; the key tiles narrowed, _segment_tiles). Causal:
     the last query blocks (the most keys) run first. VARLEN: as kernels.fa_fwd_kernel's, grid (cdiv(Nq, 128), (B + 1) *
     Hq), q, k, v, o packed (batch strides 0, Tq and Tk rows), lse [Hq, Tq]; slot B fills the
-    rows outside every sequence (_fill_unwritten)."""
+    rows outside every sequence (_fill_unwritten). SCRATCH: Triton's global scratch, where the
+    K / V TMA descriptors are made (_descriptor; the launch's last output, never named here)."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -518,7 +545,9 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk
     else:
         lse_off = bh.to(gl.int64) * Nq
 
-    q0, q1, k_bufs, v_bufs, ready, empty = _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N, D, STAGES)
+    k_desc = _descriptor(K, k_off, skn, kv_len, BLOCK_N, D)
+    v_desc = _descriptor(V, v_off, svn, kv_len, BLOCK_N, D)
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N, D, STAGES, 1)
     tiles = _live(_key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N), start_m, q_len,
                   Q_LENS or VARLEN)
     seg = (QSEG + b.to(gl.int64) * sqsb, sqsn, KSEG + b.to(gl.int64) * sksb, sksn)
@@ -533,8 +562,7 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk
         (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
                      lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m + ROWS, tiles,
                      None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
-        (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], BLOCK_N,
-                     D, STAGES, CHUNK)),
+        (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], BLOCK_N, STAGES)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 

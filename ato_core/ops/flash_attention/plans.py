@@ -14,7 +14,7 @@ from typing import NamedTuple, Optional, Tuple
 from ato_core import checks
 from . import kernels as kern
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, optional_output,
-                             row_alignment, row_major_strides)
+                             row_alignment, row_major_strides, scratch_buffer)
 from ato_core.layout import LAYOUTS, as_bhnd, axes, bhnd_strides, check_layout, laid_out  # noqa: F401
 from ato_core.target import Target
 
@@ -379,10 +379,13 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
 
-# The Gluon forward (hopper.py): the ring depth, key rows a cp.async pass, and the registers of
-# the producer and consumer warpgroups (setmaxnreg; 240 x 256 + 24 x 128 fill the 64K a block
+# The Gluon kernels (hopper.py): the ring depth, key rows a cp.async pass (block-sparse's forward;
+# the dense one loads by TMA), and the registers of the producer and consumer warpgroups (setmaxnreg; 240 x 256 + 24 x 128 fill the 64K a block
 # may hold). The fastest on an H100 (results flash_gluon.txt): 240 spare the consumers' spills.
 HOPPER = {"BLOCK_N": 128, "STAGES": 3, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
+# The global scratch a forward program makes its K and V TMA descriptors in (hopper._descriptor):
+# 128 bytes each (test_compile_sm90 checks the compiled kernel's need against it).
+TMA_SCRATCH = 256
 HOPPER_HEAD_DIMS = (128,)
 # the option arrays the Gluon kernels take (their pointer order), and those the backward's apply
 HOPPER_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes", "q_segment_ids", "kv_segment_ids")
@@ -482,13 +485,16 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: 
                  named: dict) -> Plan:
     arrays, opt_scalars, const = geo.options(options, named, causal, scale)
     o, o_strides = geo.output("o", True, q.dtype)
+    grid = geo.grid(True)
     launch = Launch(
-        kern.hopper.fa_fwd_hopper_kernel, geo.grid(True), ("q", "k", "v", *arrays),
+        kern.hopper.fa_fwd_hopper_kernel, grid, ("q", "k", "v", *arrays),
         (geo.Hq, geo.Hq // geo.Hkv, geo.Nq, geo.Nk, scale * LOG2E, *opt_scalars, *geo.strides(q), *geo.strides(k),
          *geo.strides(v), *o_strides, *geo.tail()),
         (o, Buffer("lse", geo.rows(), "float32"),
-         optional_output("lse_base2", geo.rows(), "float32", const["ALIBI"] or const["SOFTCAP"])),
-        {"CAUSAL": causal, "D": geo.D, **HOPPER, **const}, num_warps=4,
+         optional_output("lse_base2", geo.rows(), "float32", const["ALIBI"] or const["SOFTCAP"]),
+         scratch_buffer("tma_scratch", grid, TMA_SCRATCH)),
+        {"CAUSAL": causal, "D": geo.D, **{k: v for k, v in HOPPER.items() if k != "CHUNK"}, **const}, num_warps=4,
+        scratch=True,
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
