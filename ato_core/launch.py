@@ -95,10 +95,7 @@ SCRATCH_ALIGN = 128
 def scratch_buffer(name: str, grid: Sequence[int], per_program: int) -> Buffer:
     """A launch's global scratch (Launch.scratch): ``per_program`` bytes for each program of
     ``grid``, SCRATCH_ALIGN - 1 more for the rounding up (int32 words)."""
-    programs = 1
-    for g in grid:
-        programs *= g
-    return Buffer(name, (cdiv(programs * per_program + SCRATCH_ALIGN - 1, 4),), "int32")
+    return Buffer(name, (cdiv(math.prod(grid) * per_program + SCRATCH_ALIGN - 1, 4),), "int32")
 
 
 def optional_output(name: str, shape: Sequence[int], dtype: str, present: bool, zeroed: bool = False) -> Buffer:

@@ -375,6 +375,32 @@ def test_jax_target_without_a_gluon_launcher(monkeypatch):
     assert launcher.target_for() == h100()
 
 
+def test_torch_scratch_is_the_launch_output():
+    """A Launch.scratch launch from torch: Triton's launcher gets the launch's last output as its
+    global scratch allocation (refused, naming the sizes, when too small or misaligned), and the
+    caller's own allocator (triton.set_allocator) is back after the launch."""
+    import contextvars
+
+    import triton
+    from triton.runtime import _allocation
+
+    def check():
+        mine = lambda size, align, stream: None  # noqa: E731
+        triton.set_allocator(mine)
+        out = torch.empty(64, dtype=torch.int32)
+        with ato_torch.launcher._scratch(out):
+            allocate = _allocation._allocator.get()
+            assert allocate(256, 4, None) is out
+            with pytest.raises(RuntimeError, match="257 bytes aligned to 4 asked, the launch's last output has 256"):
+                allocate(257, 4, None)
+        with ato_torch.launcher._scratch(out[1:]):  # 4 bytes in: never 128-byte aligned
+            with pytest.raises(RuntimeError, match="16 bytes aligned to 128 asked"):
+                _allocation._allocator.get()(16, 128, None)
+        assert _allocation._allocator.get() is mine
+
+    contextvars.copy_context().run(check)
+
+
 def test_torch_spec_alignment():
     """ato_torch's ArraySpec says whether a tensor's data is 16-byte aligned (from its storage
     offset), which the Hopper forward needs."""

@@ -40,7 +40,7 @@ def cp_async_forward(q, k, v, causal):
     (launch,) = plan.launches
     assert launch.name == "fa_fwd_hopper_kernel" and launch.scratch
     launch = dataclasses.replace(launch, kernel=old.fa_fwd_hopper_kernel, outputs=launch.outputs[:3],
-                                 constexprs={**launch.constexprs, "CHUNK": plans.HOPPER["CHUNK"]}, scratch=False)
+                                 constexprs={**launch.constexprs, "CHUNK": plans.CP_ASYNC_CHUNK}, scratch=False)
     plan = Plan((launch,), plan.results)
     return lambda: run_plan(plan, {"q": q, "k": k, "v": v}, target)
 

@@ -159,7 +159,8 @@ def block_sparse_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: Ar
             hopper.bs_fwd_hopper_kernel, geo.grid(True), ("q", "k", "v", "rows", "rows_count"),
             (Hq, Hq // Hkv, Nq, Nk, Mq, Mk, scale * fa_plans.LOG2E, *geo.strides(q), *geo.strides(k), *geo.strides(v),
              *o_strides),
-            (o, Buffer("lse", geo.rows(), "float32")), {"CAUSAL": causal, "BS": block_size, "D": D, **fa_plans.HOPPER},
+            (o, Buffer("lse", geo.rows(), "float32")),
+            {"CAUSAL": causal, "BS": block_size, "D": D, **fa_plans.HOPPER, "CHUNK": fa_plans.CP_ASYNC_CHUNK},
             num_warps=4)
         return Plan((lists, launch), ("o", "lse", "rows", "rows_count"))
     launch = Launch(
@@ -241,8 +242,9 @@ def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, ge
 # cab_split_kernel; An @ An's (BM, BN, BK, warps, stages), its BM, BN, warps the score tiles';
 # the elements of F a warp of a cab_select_kernel program ranks (one warp a program up to a row
 # of 512, then more warps, at most CAB_SELECT_MAX_WARPS, for one longer row): a program stops
-# when its rows are done, so one row a program where a warp holds it. The interpreter's are small, so that test shapes
-# span several tiles. GPU: the fastest on an H100 (results block_sparse-sweep.txt 19, 24, 29).
+# when its rows are done, so one row a program where a warp holds it. The interpreter's are
+# small, so that test shapes span several tiles. GPU: the fastest on an H100 (results
+# block_sparse-sweep.txt 19, 24, 29).
 CAB_TILES = {"gpu": (64, 64, 4), "interpreter": (16, 16, 4)}
 CAB_DOT_TILES = {"gpu": (64, 64, 32, 4, 3), "interpreter": (16, 16, 16, 4, 1)}
 CAB_SELECT_ELEMENTS = {"gpu": 512, "interpreter": 64}

@@ -379,10 +379,12 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
 
-# The Gluon kernels (hopper.py): the ring depth, key rows a cp.async pass (block-sparse's forward;
-# the dense one loads by TMA), and the registers of the producer and consumer warpgroups (setmaxnreg; 240 x 256 + 24 x 128 fill the 64K a block
-# may hold). The fastest on an H100 (results flash_gluon.txt): 240 spare the consumers' spills.
-HOPPER = {"BLOCK_N": 128, "STAGES": 3, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
+# The Gluon forward (hopper.py): the ring depth and the registers of the producer and consumer
+# warpgroups (setmaxnreg; 240 x 256 + 24 x 128 fill the 64K a block may hold). The fastest on an
+# H100 (results flash_gluon.txt): 240 spare the consumers' spills. A producer that copies by
+# cp.async (block-sparse's forward; the dense one loads by TMA) takes CP_ASYNC_CHUNK rows a pass.
+HOPPER = {"BLOCK_N": 128, "STAGES": 3, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
+CP_ASYNC_CHUNK = 32
 # The global scratch a forward program makes its K and V TMA descriptors in (hopper._descriptor):
 # 128 bytes each (test_compile_sm90 checks the compiled kernel's need against it).
 TMA_SCRATCH = 256
@@ -493,7 +495,7 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: 
         (o, Buffer("lse", geo.rows(), "float32"),
          optional_output("lse_base2", geo.rows(), "float32", const["ALIBI"] or const["SOFTCAP"]),
          scratch_buffer("tma_scratch", grid, TMA_SCRATCH)),
-        {"CAUSAL": causal, "D": geo.D, **{k: v for k, v in HOPPER.items() if k != "CHUNK"}, **const}, num_warps=4,
+        {"CAUSAL": causal, "D": geo.D, **HOPPER, **const}, num_warps=4,
         scratch=True,
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
