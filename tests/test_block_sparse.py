@@ -187,7 +187,7 @@ def test_block_sparse_bnhd_layout_is_bhnd():
 def test_hopper_kernels_chosen_where_they_apply():
     """On an H100 (Target.gluon) blocks of 128 and 256 at D 128, fp16 / bf16, run the Gluon
     forward, dK / dV and dQ (grids of 128 rows or keys; the backward on the columns); blocks of 64,
-    another D, fp32, rows cp.async cannot copy (do's alone: the portable backward), the
+    another D, fp32, rows TMA cannot copy (do's alone: the portable backward), the
     interpreter: the portable kernels."""
     import dataclasses
 

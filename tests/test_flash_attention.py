@@ -197,7 +197,7 @@ def test_hopper_forward_chosen_where_it_applies():
     """On an H100 (Target.gluon) the forward plan launches the Gluon kernel for fp16 / bf16 at
     D 128 with causal, GQA, Nq != Nk, a window, softcap, q / kv lengths, ALiBi, segment ids and
     either layout; the portable kernel for anything it does not cover (fp32, another D, another
-    option, no key, tuned settings, rows that cp.async cannot copy: a storage offset or a stride
+    option, no key, tuned settings, rows that TMA cannot copy: a storage offset or a stride
     off 16 bytes); never under the interpreter or with gluon off."""
     from ato_core.testing import gpu_spec, h100
 
@@ -255,7 +255,7 @@ def test_hopper_backward_chosen_where_it_applies():
     """The backward plan on an H100 launches the Gluon dK / dV and dQ
     kernels after the portable delta kernel where the Gluon forward applies (GQA, Nq != Nk,
     causal or not, either layout, a window, q / kv lengths, ALiBi: reading the forward's base-2
-    lse; softcap too), do laid out as cp.async needs; the portable kernels otherwise."""
+    lse; softcap too), do laid out as TMA needs; the portable kernels otherwise."""
     from ato_core.testing import gpu_spec, h100
 
     def bwd(q, k, do=None, target=h100(), **kw):
@@ -311,7 +311,7 @@ def test_hopper_varlen_chosen_where_it_applies():
     the longest sequence and a slot after the last, cu_seqlens in the lengths' places, packed
     strides with batch stride 0, lse [Hq, Tq], Tq and Tk the last scalars) for fp16 / bf16 at D
     128 with causal, GQA, a window, softcap and ALiBi; the portable kernels for dropout, another
-    D, no query or key rows, rows cp.async cannot copy, or the backward switched off."""
+    D, no query or key rows, rows TMA cannot copy, or the backward switched off."""
     from ato_core.testing import gpu_spec, h100
 
     cu = gpu_spec((4,), "int32")

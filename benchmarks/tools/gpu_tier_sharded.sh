@@ -5,7 +5,8 @@
 # process on an H100, past what fits in a device command beside anything else.
 # Memory: each process keeps its own JAX and torch pools. Beside other shards the largest
 # flash-attention tests ran out of the H100's 80 GB (2026-11-21, 5 shards; 2026-11-23, 4
-# shards): the tests that HEAVY_K (a pytest -k expression) selects run in shard 0 alone, the
+# shards; 2026-11-28, 8 shards: 3 of 112 Hopper and block-sparse tests): the tests that HEAVY_K
+# (a pytest -k expression) selects run in shard 0 alone, the
 # rest in the other shards.
 # Usage (repository root, .whl carried): bash benchmarks/tools/gpu_tier_sharded.sh [PYTEST_K] [SHARDS]
 # SHARD_TIMEOUT (seconds, default 540) stops each shard, so the summary is still written

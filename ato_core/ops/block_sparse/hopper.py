@@ -1,6 +1,6 @@
 """Block-sparse attention on Hopper (sm_90), in Gluon: flash_attention's Hopper kernels
 (flash_attention/hopper.py) walking bs_lists_kernel's lists of kept blocks instead of ranges of
-tiles. The forward: a cp.async producer warpgroup fills a ring of K/V tiles, two consumer
+tiles. The forward: a TMA producer warpgroup fills a ring of K/V tiles, two consumer
 warpgroups of 64 query rows run the QK wgmma of tile j beside the PV wgmma of tile j - 1; the
 backward (after the portable delta kernel): dQ in the forward's form on the same row lists, dK /
 dV holding 128 keys and streaming the Q / dO tiles of each query head's column list.
@@ -19,21 +19,22 @@ strides (the plans check).
 from triton.experimental.gluon import language as gl
 
 from ato_core.launch import kernel
-from ..flash_attention.hopper import (KEYS, ROWS, _consumer, _dkdv_consumer, _dkdv_producer, _dq_consumer,
-                                      _forward_smem, _head, _held, _key_program, _producer, _query_program, _strides8,
-                                      _tile_ring)
+from ..flash_attention.hopper import (KEYS, ROWS, _consumer, _descriptor, _dkdv_consumer, _dkdv_producer,
+                                      _dq_consumer, _forward_smem, _head, _head_descriptor, _held, _key_program,
+                                      _query_program, _strides8, _tile_ring, _tma_producer)
 from .kernels import _masked_tail
 
 
-@kernel(inputs=5, outputs=2, gluon=True)
+@kernel(inputs=5, outputs=3, gluon=True)
 def bs_fwd_hopper_kernel(Q, K, V, LIST, COUNT, Hq, G, Nq, Nk, Mq, Mk, qk_scale, sqb, sqh, sqn, skb, skh, skn, svb, svh,
-                         svn, sob, soh, son, O, LSE, CAUSAL: gl.constexpr, BS: gl.constexpr, BLOCK_N: gl.constexpr,
-                         D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                         svn, sob, soh, son, O, LSE, SCRATCH, CAUSAL: gl.constexpr, BS: gl.constexpr,
+                         BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                          CONSUMER_REGS: gl.constexpr):
     """Grid (cdiv(Nq, 128), B * Hq), 4 warps (the first consumer; 12 in all). o and lse of query
     rows [128 i, 128 i + 128) over the kept key blocks of their query block (LIST [B * Hq * Mq,
     Mk], COUNT [B * Hq * Mq]: bs_lists_kernel's rows). qk_scale = softmax_scale * log2(e).
-    Causal: the last query blocks (the most keys) run first."""
+    Causal: the last query blocks (the most keys) run first. K / V by TMA (flash's _tma_producer;
+    SCRATCH: Triton's global scratch, the descriptors')."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -54,7 +55,9 @@ def bs_fwd_hopper_kernel(Q, K, V, LIST, COUNT, Hq, G, Nq, Nk, Mq, Mk, qk_scale, 
     o_off = _head(b, h, 0, sob, soh, son, False)
     lse_off = gl.program_id(1).to(gl.int64) * Nq
 
-    q0, q1, k_bufs, v_bufs, ready, empty = _forward_smem(Q, q_off, sqn, start_m, Nq, BLOCK_N, D, STAGES)
+    k_desc = _descriptor(K, k_off, skn, Nk, BLOCK_N, D)
+    v_desc = _descriptor(V, v_off, svn, Nk, BLOCK_N, D)
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_smem(Q, q_off, sqn, start_m, Nq, BLOCK_N, D, STAGES, 1)
     gl.warp_specialize([
         (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE, o_off, lse_off, son, Nq, Nq, Nk, shift, shift,
                      qk_scale, 0.0, (0.0, 0.0), (Q, 0, Q, 0), shift, start_m, tiles, listed, CAUSAL, False, False,
@@ -62,8 +65,7 @@ def bs_fwd_hopper_kernel(Q, K, V, LIST, COUNT, Hq, G, Nq, Nk, Mq, Mk, qk_scale, 
         (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE, o_off, lse_off, son, Nq, Nq, Nk, shift, shift,
                      qk_scale, 0.0, (0.0, 0.0), (Q, 0, Q, 0), shift, start_m + ROWS, tiles, listed, CAUSAL, False,
                      False, False, False, False, BLOCK_N, D, STAGES, BS)),
-        (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, 0, count * per, BLOCK_N, D, STAGES,
-                     CHUNK, listed, BS)),
+        (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, 0, count * per, BLOCK_N, STAGES, listed, BS)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -72,13 +74,14 @@ def bs_fwd_hopper_kernel(Q, K, V, LIST, COUNT, Hq, G, Nq, Nk, Mq, Mk, qk_scale, 
 # head (bs_lists_kernel's columns; per head, as the mask is). LSE2, DELTA: [B, Hq, Nq] fp32.
 
 
-@kernel(inputs=8, outputs=1, gluon=True)
+@kernel(inputs=8, outputs=2, gluon=True)
 def bs_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, Nk, Mq, Mk, qk_scale, sm_scale, sqb, sqh,
-                            sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh, sdqn, DQ,
+                            sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh, sdqn, DQ, SCRATCH,
                             CAUSAL: gl.constexpr, BS: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-                            CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                            PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
     """Grid (cdiv(Nq, 128), B * Hq), 4 warps (12 in all): dQ of query rows [128 i, 128 i + 128)
-    over the key tiles (KEYS rows) of their query block's kept blocks (LIST, COUNT: the rows)."""
+    over the key tiles (KEYS rows) of their query block's kept blocks (LIST, COUNT: the rows).
+    K / V by TMA (SCRATCH: Triton's global scratch, the descriptors')."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -97,11 +100,13 @@ def bs_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, Nk
     q_off = _head(b, h, 0, sqb, sqh, sqn, False)
     do_off = _head(b, h, 0, sdob, sdoh, sdon, False)
     q0_s, q1_s, do0_s, do1_s = _held(Q, DO, q_off, do_off, sqn, sdon, m0, Nq, ROWS, D)
-    k_bufs, v_bufs, ready, empty = _tile_ring(dtype, KEYS, D, STAGES)
+    k_bufs, v_bufs, ready, empty = _tile_ring(dtype, KEYS, D, STAGES, 1)
     dq_off = _head(b, h, 0, sdqb, sdqh, sdqn, False)
     k_off = _head(b, hk, 0, skb, skh, skn, False)
     v_off = _head(b, hk, 0, svb, svh, svn, False)
     lse_off = gl.program_id(1).to(gl.int64) * Nq
+    k_desc = _descriptor(K, k_off, skn, Nk, KEYS, D)
+    v_desc = _descriptor(V, v_off, svn, Nk, KEYS, D)
     gl.warp_specialize([
         (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk,
                         shift, shift, shift, qk_scale, sm_scale, 0.0, (0.0, 0.0), m0, tiles, listed, CAUSAL, False,
@@ -109,21 +114,19 @@ def bs_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, Nk
         (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, Nk,
                         shift, shift, shift, qk_scale, sm_scale, 0.0, (0.0, 0.0), m0 + ROWS, tiles, listed, CAUSAL,
                         False, False, False, D, STAGES, BS)),
-        (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, 0, count * per, KEYS, D, STAGES,
-                     CHUNK, listed, BS)),
+        (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, 0, count * per, KEYS, STAGES, listed, BS)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-@kernel(inputs=8, outputs=2, gluon=True)
+@kernel(inputs=8, outputs=3, gluon=True)
 def bs_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, Nk, Mq, Mk, qk_scale, sm_scale, sqb,
                               sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb, sdkh, sdkn, sdvb, sdvh,
-                              sdvn, DK, DV, CAUSAL: gl.constexpr, BS: gl.constexpr, D: gl.constexpr,
-                              STAGES: gl.constexpr, CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                              CONSUMER_REGS: gl.constexpr):
+                              sdvn, DK, DV, SCRATCH, CAUSAL: gl.constexpr, BS: gl.constexpr, D: gl.constexpr,
+                              STAGES: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
     """Grid (cdiv(Nk, 2 KEYS), B * Hkv), 4 warps (12 in all): dK and dV of keys [128 i, 128 i +
     128) (within one key block) over the query tiles (ROWS rows) of the blocks that keep it, for
     each of the G query heads of kv head hk (LIST, COUNT: the columns, [B * Hq * Mk, Mq]). The
-    producer is the default partition, as in flash's."""
+    producer is the default partition, as in flash's; Q / dO by TMA (SCRATCH: the descriptors')."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -137,15 +140,17 @@ def bs_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, 
     k_off = _head(b, hk, 0, skb, skh, skn, False)
     v_off = _head(b, hk, 0, svb, svh, svn, False)
     k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, Nk, KEYS, D)
-    q_bufs, do_bufs, ready, empty = _tile_ring(dtype, ROWS, D, STAGES)
+    q_bufs, do_bufs, ready, empty = _tile_ring(dtype, ROWS, D, STAGES, 1)
     dk_off = _head(b, hk, 0, sdkb, sdkh, sdkn, False)
     dv_off = _head(b, hk, 0, sdvb, sdvh, sdvn, False)
     shift = Nk - Nq
     zero = k0 * 0
     tiles = (zero, zero, zero, zero)  # (each head's: _listed_query_tiles)
+    heads = (hk * G).to(gl.int64)
+    q_desc = _head_descriptor(Q, b.to(gl.int64) * sqb + heads * sqh, sqh, sqn, G, Nq, ROWS, D)
+    do_desc = _head_descriptor(DO, b.to(gl.int64) * sdob + heads * sdoh, sdoh, sdon, G, Nq, ROWS, D)
     gl.warp_specialize([
-        (_dkdv_producer, (q_bufs, do_bufs, ready, empty, Q, DO, b.to(gl.int64) * sqb, b.to(gl.int64) * sdob, sqh, sdoh,
-                          sqn, sdon, G, hk, Nq, 0, 0, lists, D, STAGES, CHUNK, BS)),
+        (_dkdv_producer, (q_bufs, do_bufs, ready, empty, q_desc, do_desc, G, zero, zero, lists, STAGES, BS)),
         (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, Q, DK, DV, dk_off, dv_off, sdkn, sdvn,
                           0, 0, b * Hq, Nq, 0, G, hk, b, 0, Nq, Nk, Nk, shift, shift, shift, qk_scale, sm_scale,
                           (0.0, 0.0), k0, tiles, lists, CAUSAL, False, False, False, False, False, D, STAGES, BS)),

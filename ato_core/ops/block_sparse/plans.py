@@ -8,7 +8,7 @@ from typing import Tuple
 
 from ato_core import checks
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, row_alignment,
-                             row_major_strides)
+                             row_major_strides, scratch_buffer)
 from ato_core.layout import as_bhnd, bhnd_strides, laid_out
 from ato_core.target import Target
 
@@ -123,7 +123,7 @@ HOPPER_MIN_BLOCK = 128
 def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, block_size: int,
                     target: Target) -> bool:
     """Whether the forward (and, with do's rows, the backward) runs the Gluon kernels: flash
-    attention's Gluon conditions (a Hopper GPU, fp16 / bf16, D 128, a key, rows cp.async can
+    attention's Gluon conditions (a Hopper GPU, fp16 / bf16, D 128, a key, rows TMA can
     copy) and blocks of at least 128."""
     return (hopper is not None and block_size >= HOPPER_MIN_BLOCK
             and fa_plans._gluon_applies(q, D, Nk, target, fa_plans.Options(), ())
@@ -155,13 +155,13 @@ def block_sparse_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: Ar
     if _hopper_forward(q, k, v, D, Nk, block_size, target):
         geo = fa_plans._Gluon(B, Hq, Hkv, Nq, Nk, D, layout)
         o, o_strides = geo.output("o", True, q.dtype)
+        grid = geo.grid(True)
         launch = Launch(
-            hopper.bs_fwd_hopper_kernel, geo.grid(True), ("q", "k", "v", "rows", "rows_count"),
+            hopper.bs_fwd_hopper_kernel, grid, ("q", "k", "v", "rows", "rows_count"),
             (Hq, Hq // Hkv, Nq, Nk, Mq, Mk, scale * fa_plans.LOG2E, *geo.strides(q), *geo.strides(k), *geo.strides(v),
              *o_strides),
-            (o, Buffer("lse", geo.rows(), "float32")),
-            {"CAUSAL": causal, "BS": block_size, "D": D, **fa_plans.HOPPER, "CHUNK": fa_plans.CP_ASYNC_CHUNK},
-            num_warps=4)
+            (o, Buffer("lse", geo.rows(), "float32"), scratch_buffer("tma_scratch", grid, fa_plans.TMA_SCRATCH)),
+            {"CAUSAL": causal, "BS": block_size, "D": D, **fa_plans.HOPPER}, num_warps=4, scratch=True)
         return Plan((lists, launch), ("o", "lse", "rows", "rows_count"))
     launch = Launch(
         kern.bs_fwd_kernel, (cdiv(Nq, fwd.m), B * Hq), ("q", "k", "v", "rows", "rows_count"),
@@ -227,12 +227,15 @@ def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, ge
     const = {"CAUSAL": causal, "BS": block_size, "D": geo.D, **fa_plans.HOPPER_BWD}
     (dk, dk_strides), (dv, dv_strides) = geo.output("dk", False, k.dtype), geo.output("dv", False, v.dtype)
     dq, dq_strides = geo.output("dq", True, q.dtype)
-    dkdv = Launch(hopper.bs_bwd_dkdv_hopper_kernel, geo.grid(False),
+    key_grid, query_grid = geo.grid(False), geo.grid(True)
+    dkdv = Launch(hopper.bs_bwd_dkdv_hopper_kernel, key_grid,
                   ("q", "k", "v", "do", "lse2", "delta", "cols", "cols_count"), (*head, *dk_strides, *dv_strides),
-                  (dk, dv), const, num_warps=4)
-    dq = Launch(hopper.bs_bwd_dq_hopper_kernel, geo.grid(True),
-                ("q", "k", "v", "do", "lse2", "delta", "rows", "rows_count"), (*head, *dq_strides), (dq,), const,
-                num_warps=4)
+                  (dk, dv, scratch_buffer("tma_scratch_dkdv", key_grid, fa_plans.TMA_SCRATCH)), const, num_warps=4,
+                  scratch=True)
+    dq = Launch(hopper.bs_bwd_dq_hopper_kernel, query_grid,
+                ("q", "k", "v", "do", "lse2", "delta", "rows", "rows_count"), (*head, *dq_strides),
+                (dq, scratch_buffer("tma_scratch_dq", query_grid, fa_plans.TMA_SCRATCH)), const, num_warps=4,
+                scratch=True)
     return dkdv, dq
 
 

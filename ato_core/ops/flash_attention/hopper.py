@@ -16,7 +16,7 @@ biased scores in base 2 before the maximum), any Nq, Nk >= 1, o and the natural-
 [B, Hq, Nq] (a query that sees no key: o = 0, lse = -inf). The row maximum is taken on the
 raw scores and p = 2^(s * qk_scale - m * qk_scale) in one FMA a score; only key tiles that
 cross the causal diagonal, a window edge or Nk are masked. fp16 / bf16, D = 128; b, h
-and n strides multiples of 8 elements (16 bytes, cp.async's width), unit d strides (the
+and n strides multiples of 8 elements (16 bytes, as TMA needs), unit d strides (the
 plan checks: plans._hopper_forward). Benchmarks: results README, "flash_attention on Hopper".
 
 The backward's dK / dV and dQ kernels (fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel) take
@@ -28,8 +28,8 @@ blocks (BS: _tile_start, _head_list).
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier, tma,
-                                                             warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                             warpgroup_mma_wait)
 
 from ato_core.launch import kernel
 from ato_core.triton_helpers import aligned, tanh_rcp
@@ -251,48 +251,18 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
 
 
 @gluon.jit
-def _fill(a_bufs, b_bufs, ready, empty, A, B, a_off, b_off, N, san, sbn, lo, hi, c0, TILE: gl.constexpr,
-          D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, LIST=None, BS: gl.constexpr = 0):
-    """Row tiles [lo, hi) of two [N, D] arrays (rows san, sbn apart; rows past N zero-filled;
-    BS: tiles of LIST's blocks, _tile_start) by cp.async into the ring's slots for its c0-th
-    tile on; each of the partition's 128 threads arrives on ready[slot] (noinc) when its copies
-    land; waits on empty[slot] (both consumers) before reusing a slot."""
-    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
-    offs_r = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, ld))
-    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
-    for j in range(hi - lo):
-        c = c0 + j
-        slot = c % STAGES
-        start = _tile_start(lo, j, LIST, TILE, BS)  # (a list entry's load in flight during the wait)
-        mbarrier.wait(empty.index(slot), ((c // STAGES) & 1) ^ 1)
-        for r in gl.static_range(TILE // CHUNK):
-            rows = start + r * CHUNK + offs_r
-            inside = (rows < N)[:, None]
-            a_ptrs = A + a_off + rows.to(gl.int64)[:, None] * san + offs_d[None, :]
-            b_ptrs = B + b_off + rows.to(gl.int64)[:, None] * sbn + offs_d[None, :]
-            async_copy.async_copy_global_to_shared(a_bufs.index(slot).slice(r * CHUNK, CHUNK), a_ptrs, mask=inside)
-            async_copy.async_copy_global_to_shared(b_bufs.index(slot).slice(r * CHUNK, CHUNK), b_ptrs, mask=inside)
-        async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
-
-
-@gluon.jit
-def _producer(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, lo, hi, BLOCK_N: gl.constexpr,
-              D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, LIST=None, BS: gl.constexpr = 0):
-    """K/V tiles [lo, hi) into the ring by cp.async (BS: of LIST's blocks)."""
-    _fill(k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, Nk, skn, svn, lo, hi, 0, BLOCK_N, D, STAGES, CHUNK, LIST,
-          BS)
-
-
-@gluon.jit
-def _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, hi, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """K/V tiles [lo, hi) into the ring by TMA (descriptors over the program's [kv_len, D] rows:
-    rows past kv_len land as zeros): one arrival on ready[slot] expecting both tiles' bytes."""
+def _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, hi, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                  LIST=None, BS: gl.constexpr = 0):
+    """K/V tiles [lo, hi) into the ring by TMA (BS: of LIST's blocks, _tile_start; descriptors
+    over the program's [kv_len, D] rows: rows past kv_len land as zeros): one arrival on
+    ready[slot] expecting both tiles' bytes."""
     for j in range(hi - lo):
         slot = j % STAGES
+        start = _tile_start(lo, j, LIST, BLOCK_N, BS)
         mbarrier.wait(empty.index(slot), ((j // STAGES) & 1) ^ 1)
         mbarrier.expect(ready.index(slot), 2 * k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [(lo + j) * BLOCK_N, 0], ready.index(slot), k_bufs.index(slot))
-        tma.async_copy_global_to_shared(v_desc, [(lo + j) * BLOCK_N, 0], ready.index(slot), v_bufs.index(slot))
+        tma.async_copy_global_to_shared(k_desc, [start, 0], ready.index(slot), k_bufs.index(slot))
+        tma.async_copy_global_to_shared(v_desc, [start, 0], ready.index(slot), v_bufs.index(slot))
 
 
 @gluon.jit
@@ -319,7 +289,7 @@ def _load_rows(dst, A, a_off, san, start, N, D: gl.constexpr):
 @gluon.jit
 def _strides8(sb, sh, sn):
     """An array's (b, h, n) strides declared multiples of 8 elements, as the plan checked
-    (16-byte rows for cp.async; triton_helpers.aligned)."""
+    (16-byte rows for TMA and cp.async; triton_helpers.aligned)."""
     return aligned(sb, 8), aligned(sh, 8), aligned(sn, 8)
 
 
@@ -395,8 +365,9 @@ def _tile_ring(dtype: gl.constexpr, TILE: gl.constexpr, D: gl.constexpr, STAGES:
 @gluon.jit
 def _ring(STAGES: gl.constexpr, ARRIVALS: gl.constexpr = 128):
     """The ring's (ready, empty) barriers: ready[slot] completes when the producer's ARRIVALS
-    arrivals are in and its copies landed (128: each cp.async thread; 1: the TMA producer's, with
-    the tile's bytes expected), empty[slot] when both consumers have arrived."""
+    arrivals are in and its copies landed (128: each thread of a cp.async producer, decode's; 1:
+    a TMA producer's, with the tiles' bytes expected), empty[slot] when both consumers have
+    arrived."""
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -825,29 +796,47 @@ def _listed_query_tiles(listed, count, k0, shift, BS: gl.constexpr, CAUSAL: gl.c
 
 
 @gluon.jit
-def _dkdv_producer(q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdoh, sqn, sdon, G, hk, q_len, lo, hi,
-                   lists, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr, BS: gl.constexpr = 0):
+def _head_descriptor(A, a_off, sah, san, G, n, TILE: gl.constexpr, D: gl.constexpr):
+    """A TMA descriptor of [1, TILE, D] tiles over G heads (sah apart) of n rows (at least 1) of
+    [., D] at A + a_off, san apart: rows past n land as zeros (as _descriptor's)."""
+    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([1, TILE, D], A.dtype.element_ty)
+    return tma.make_tensor_descriptor(A + a_off, [G, gl.maximum(n, 1), D], [sah, san, 1], [1, TILE, D], layout)
+
+
+@gluon.jit
+def _dkdv_producer(q_bufs, do_bufs, ready, empty, q_desc, do_desc, G, lo, hi, lists, STAGES: gl.constexpr,
+                   BS: gl.constexpr = 0):
     """Q and dO tiles [lo, hi) (BS: each head's listed blocks, _head_list) of the G query heads of
-    kv head hk, head after head (rows past q_len zero-filled)."""
-    c = hk * 0
+    the program's kv head, head after head, by TMA (_head_descriptor's: one arrival on
+    ready[slot] expecting both tiles' bytes)."""
+    TILE: gl.constexpr = q_bufs.shape[1]
+    D: gl.constexpr = q_bufs.shape[2]
+    c = lo * 0
     for g in range(G):
-        hq = (hk * G + g).to(gl.int64)
+        listed, count = _head_list(lists, g, BS)
+        first = lo
+        n = hi - lo
         if BS:
-            listed, count = _head_list(lists, g, BS)
-            _fill(q_bufs, do_bufs, ready, empty, Q, DO, q_off + hq * sqh, do_off + hq * sdoh, q_len, sqn, sdon, 0,
-                  count * (BS // ROWS), c, ROWS, D, STAGES, CHUNK, listed, BS)
-            c += count * (BS // ROWS)
-        else:
-            _fill(q_bufs, do_bufs, ready, empty, Q, DO, q_off + hq * sqh, do_off + hq * sdoh, q_len, sqn, sdon, lo, hi,
-                  g * (hi - lo), ROWS, D, STAGES, CHUNK)
+            first = 0
+            n = count * (BS // TILE)
+        for j in range(n):
+            slot = c % STAGES
+            start = _tile_start(first, j, listed, TILE, BS)
+            mbarrier.wait(empty.index(slot), ((c // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(slot), 2 * q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [g, start, 0], ready.index(slot),
+                                            q_bufs.index(slot).reshape([1, TILE, D]))
+            tma.async_copy_global_to_shared(do_desc, [g, start, 0], ready.index(slot),
+                                            do_bufs.index(slot).reshape([1, TILE, D]))
+            c += 1
 
 
-@kernel(inputs=11, outputs=2, gluon=True)
+@kernel(inputs=11, outputs=3, gluon=True)
 def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, qk_scale,
                               sm_scale, left, right, cap_in, cap_out, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sqb, sqh, sqn,
                               skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, Tq,
-                              Tk, DK, DV, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-                              CHUNK: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                              Tk, DK, DV, SCRATCH, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+                              PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                               WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False,
                               ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False,
                               SEGMENTS: gl.constexpr = False, VARLEN: gl.constexpr = False):
@@ -861,7 +850,7 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSE
     Only the query tiles that see the program's keys are visited; those crossing the causal
     diagonal, a window edge or kv_len masked. VARLEN: as fa_fwd_hopper_kernel's, grid (cdiv(Nk,
     2 KEYS), (B + 1) * Hkv), LSE2 and DELTA [Hq, Tq]; slot B zero-fills the dK, dV rows outside
-    every sequence."""
+    every sequence. Q / dO by TMA (SCRATCH: Triton's global scratch, the descriptors')."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -878,12 +867,12 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSE
     k_off = _head(b, hk, k_row0, skb, skh, skn, VARLEN)
     v_off = _head(b, hk, k_row0, svb, svh, svn, VARLEN)
     k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, kv_len, KEYS, D)
-    q_bufs, do_bufs, ready, empty = _tile_ring(dtype, ROWS, D, STAGES)
+    q_bufs, do_bufs, ready, empty = _tile_ring(dtype, ROWS, D, STAGES, 1)
 
     dk_off = _head(b, hk, k_row0, sdkb, sdkh, sdkn, VARLEN)
     dv_off = _head(b, hk, k_row0, sdvb, sdvh, sdvn, VARLEN)
-    q_off = b.to(gl.int64) * sqb  # the query heads' at _dkdv_producer
-    do_off = b.to(gl.int64) * sdob
+    q_off = b.to(gl.int64) * sqb + (hk * G).to(gl.int64) * sqh  # the G query heads'
+    do_off = b.to(gl.int64) * sdob + (hk * G).to(gl.int64) * sdoh
     if VARLEN:  # the rows written: the sequence's (the next are another's)
         q_off += q_row0.to(gl.int64) * sqn
         do_off += q_row0.to(gl.int64) * sdon
@@ -900,9 +889,11 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSE
         lse_h0 = b * Hq
         lse_sh = Nq
         lse_row0 = 0
+    q_desc = _head_descriptor(Q, q_off, sqh, sqn, G, q_len, ROWS, D)
+    do_desc = _head_descriptor(DO, do_off, sdoh, sdon, G, q_len, ROWS, D)
     gl.warp_specialize([
-        (_dkdv_producer, (q_bufs, do_bufs, ready, empty, Q, DO, q_off, do_off, sqh, sdoh, sqn, sdon, G, hk, q_len,
-                          tiles[0], tiles[3], (Q, Q, 0, 0, 0), D, STAGES, CHUNK)),
+        (_dkdv_producer, (q_bufs, do_bufs, ready, empty, q_desc, do_desc, G, tiles[0], tiles[3], (Q, Q, 0, 0, 0),
+                          STAGES)),
         (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
                           sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
                           hi_shift, kv_len - q_len, qk_scale, sm_scale, (cap_in, cap_out), k0, tiles, (Q, Q, 0, 0, 0),
@@ -996,11 +987,11 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
              (dq * sm_scale).to(DQ.dtype.element_ty), mask=(offs_r < Nq)[:, None])
 
 
-@kernel(inputs=11, outputs=1, gluon=True)
+@kernel(inputs=11, outputs=2, gluon=True)
 def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, qk_scale,
                             sm_scale, left, right, cap_in, cap_out, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sqb, sqh, sqn,
-                            skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh, sdqn, Tq, Tk, DQ,
-                            CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, CHUNK: gl.constexpr,
+                            skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh, sdqn, Tq, Tk, DQ, SCRATCH,
+                            CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
                             PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False,
                             Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False,
                             SOFTCAP: gl.constexpr = False, SEGMENTS: gl.constexpr = False,
@@ -1009,7 +1000,8 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG,
     held, two consumer warpgroups of ROWS rows, K and V tiles of KEYS rows streamed by the
     producer (only those the rows see). Options as fa_bwd_dkdv_hopper_kernel's. Causal: the
     last query blocks (the most keys) run first. VARLEN: grid (cdiv(Nq, 2 ROWS), (B + 1) * Hq);
-    slot B zero-fills the dQ rows outside every sequence."""
+    slot B zero-fills the dQ rows outside every sequence. K / V by TMA (_tma_producer; SCRATCH:
+    Triton's global scratch, the descriptors')."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -1026,13 +1018,15 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG,
     q_off = _head(b, h, q_row0, sqb, sqh, sqn, VARLEN)
     do_off = _head(b, h, q_row0, sdob, sdoh, sdon, VARLEN)
     q0_s, q1_s, do0_s, do1_s = _held(Q, DO, q_off, do_off, sqn, sdon, m0, q_len, ROWS, D)
-    k_bufs, v_bufs, ready, empty = _tile_ring(dtype, KEYS, D, STAGES)
+    k_bufs, v_bufs, ready, empty = _tile_ring(dtype, KEYS, D, STAGES, 1)
 
     tiles = _live(_key_tiles(m0, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, KEYS), m0, q_len,
                   Q_LENS or VARLEN)
     dq_off = _head(b, h, q_row0, sdqb, sdqh, sdqn, VARLEN)
     k_off = _head(b, hk, k_row0, skb, skh, skn, VARLEN)
     v_off = _head(b, hk, k_row0, svb, svh, svn, VARLEN)
+    k_desc = _descriptor(K, k_off, skn, kv_len, KEYS, D)
+    v_desc = _descriptor(V, v_off, svn, kv_len, KEYS, D)
     if VARLEN:  # the rows written: the sequence's (the next are another's)
         n_q = q_len
         lse_off = h.to(gl.int64) * Tq + q_row0
@@ -1048,6 +1042,5 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG,
         (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, n_q, kv_len,
                         lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, (cap_in, cap_out), m0 + ROWS,
                         tiles, None, CAUSAL, WINDOW, ALIBI, SOFTCAP, D, STAGES)),
-        (_producer, (k_bufs, v_bufs, ready, empty, K, V, k_off, v_off, kv_len, skn, svn, tiles[0], tiles[3], KEYS, D,
-                     STAGES, CHUNK)),
+        (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], KEYS, STAGES)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])

@@ -381,12 +381,10 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
 
 # The Gluon forward (hopper.py): the ring depth and the registers of the producer and consumer
 # warpgroups (setmaxnreg; 240 x 256 + 24 x 128 fill the 64K a block may hold). The fastest on an
-# H100 (results flash_gluon.txt): 240 spare the consumers' spills. A producer that copies by
-# cp.async (block-sparse's forward; the dense one loads by TMA) takes CP_ASYNC_CHUNK rows a pass.
+# H100 (results flash_gluon.txt): 240 spare the consumers' spills. The producers copy by TMA.
 HOPPER = {"BLOCK_N": 128, "STAGES": 3, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
-CP_ASYNC_CHUNK = 32
-# The global scratch a forward program makes its K and V TMA descriptors in (hopper._descriptor):
-# 128 bytes each (test_compile_sm90 checks the compiled kernel's need against it).
+# The global scratch a Gluon program makes its two TMA descriptors in (hopper._descriptor,
+# _head_descriptor): 128 bytes each (test_compile_sm90 checks the compiled kernel's need).
 TMA_SCRATCH = 256
 HOPPER_HEAD_DIMS = (128,)
 # the option arrays the Gluon kernels take (their pointer order), and those the backward's apply
@@ -416,9 +414,9 @@ def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, t
 
 
 def _cp_async_rows(*specs: ArraySpec) -> bool:
-    """Whether the Gluon kernels' cp.async can copy these arrays' rows ([B, H, N, D], or packed
-    [T, H, D]; 16 bytes a copy): 16-byte aligned, unit d stride, the other strides multiples of
-    8 elements."""
+    """Whether the Gluon kernels' cp.async (16 bytes a copy) and TMA can copy these arrays' rows
+    ([B, H, N, D], or packed [T, H, D]): 16-byte aligned, unit d stride, the other strides
+    multiples of 8 elements."""
     rows = all(s.strides[-1] == 1 and s.aligned for s in specs)
     return rows and alignment(*(st for s in specs for st in s.strides[:-1])) >= 8
 
@@ -504,10 +502,10 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: 
 # The Gluon backward (hopper.fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel) where it applies;
 # False runs the portable backward kernels everywhere (a switch for comparing the two).
 HOPPER_BACKWARD = True
-# As HOPPER's: the ring's depth (Q / dO tiles for dK / dV, K / V tiles for dQ), rows a cp.async
-# pass, the partitions' registers (the dK / dV producer is the default partition: PRODUCER_REGS
-# is the dQ kernel's). Not tuned yet.
-HOPPER_BWD = {"STAGES": 2, "CHUNK": 32, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
+# As HOPPER's: the ring's depth (Q / dO tiles for dK / dV, K / V tiles for dQ), the partitions'
+# registers (the dK / dV producer is the default partition: PRODUCER_REGS is the dQ kernel's).
+# Not tuned yet.
+HOPPER_BWD = {"STAGES": 2, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
 
 
 def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D: int, Nk: int, target: Target,
@@ -530,10 +528,13 @@ def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: Arra
     const = {"CAUSAL": causal, "D": geo.D, **HOPPER_BWD, **o_const}
     (dk, dk_strides), (dv, dv_strides) = geo.output("dk", False, k.dtype), geo.output("dv", False, v.dtype)
     dq, dq_strides = geo.output("dq", True, q.dtype)
-    dkdv = Launch(kern.hopper.fa_bwd_dkdv_hopper_kernel, geo.grid(False), inputs,
-                  (*common, *dk_strides, *dv_strides, *geo.tail()), (dk, dv), const, num_warps=4)
-    dq = Launch(kern.hopper.fa_bwd_dq_hopper_kernel, geo.grid(True), inputs,
-                (*common, *dq_strides, *geo.tail()), (dq,), const, num_warps=4)
+    key_grid, query_grid = geo.grid(False), geo.grid(True)
+    dkdv = Launch(kern.hopper.fa_bwd_dkdv_hopper_kernel, key_grid, inputs,
+                  (*common, *dk_strides, *dv_strides, *geo.tail()),
+                  (dk, dv, scratch_buffer("tma_scratch_dkdv", key_grid, TMA_SCRATCH)), const, num_warps=4,
+                  scratch=True)
+    dq = Launch(kern.hopper.fa_bwd_dq_hopper_kernel, query_grid, inputs, (*common, *dq_strides, *geo.tail()),
+                (dq, scratch_buffer("tma_scratch_dq", query_grid, TMA_SCRATCH)), const, num_warps=4, scratch=True)
     return dkdv, dq
 
 
