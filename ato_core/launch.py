@@ -86,6 +86,8 @@ class Buffer:
     # an absent optional output). An adapter may pass any array of this dtype: ato_torch one
     # shared scratch tensor instead of an allocation per call; JAX an output of ``shape``.
     placeholder: bool = False
+    # Triton's global scratch (scratch_buffer): a launch's last output, if any (Launch.scratch).
+    scratch: bool = False
 
 
 # Triton aligns its global scratch to at most this; ato_jax rounds the buffer's address up to it.
@@ -95,7 +97,7 @@ SCRATCH_ALIGN = 128
 def scratch_buffer(name: str, grid: Sequence[int], per_program: int) -> Buffer:
     """A launch's global scratch (Launch.scratch): ``per_program`` bytes for each program of
     ``grid``, SCRATCH_ALIGN - 1 more for the rounding up (int32 words)."""
-    return Buffer(name, (cdiv(math.prod(grid) * per_program + SCRATCH_ALIGN - 1, 4),), "int32")
+    return Buffer(name, (cdiv(math.prod(grid) * per_program + SCRATCH_ALIGN - 1, 4),), "int32", scratch=True)
 
 
 def optional_output(name: str, shape: Sequence[int], dtype: str, present: bool, zeroed: bool = False) -> Buffer:
@@ -130,10 +132,6 @@ class Launch:
     # A cap on registers a thread (Triton's maxnreg; None: the compiler's choice), so that more
     # programs fit an SM. It changes register allocation, not the instructions' results.
     maxnreg: Optional[int] = None
-    # The kernel uses Triton's global scratch (TMA descriptors made in the kernel): its last
-    # output is that scratch (scratch_buffer), which ato_torch hands to Triton's launcher as its
-    # allocation and ato_jax's PTX reads in place of the parameter jaxlib passes as null.
-    scratch: bool = False
     # Filled by an adapter that launches compiled binaries itself (ato_torch.launcher): its
     # per-launch cache of them. Not part of the launch's description.
     compiled: dict = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)
@@ -144,6 +142,14 @@ class Launch:
         defaults = constexpr_defaults(self.kernel)
         if any(n not in self.constexprs for n in defaults):
             object.__setattr__(self, "constexprs", {**defaults, **self.constexprs})
+
+    @property
+    def scratch(self) -> bool:
+        """Whether the kernel uses Triton's global scratch (TMA descriptors made in the kernel):
+        its last output is that scratch (scratch_buffer), which ato_torch hands to Triton's
+        launcher as its allocation and ato_jax's PTX reads in place of the parameter jaxlib
+        passes as null."""
+        return bool(self.outputs) and self.outputs[-1].scratch
 
     @property
     def empty(self) -> bool:
@@ -216,6 +222,8 @@ def check_launch(launch: "Launch") -> None:
     want = (n_in, runtime - n_in - n_out, n_out)
     if got != want:
         raise TypeError(f"{launch.name}: expected (inputs, scalars, outputs) = {want}, got {got}")
+    if any(b.scratch for b in launch.outputs[:-1]):
+        raise TypeError(f"{launch.name}: a global scratch buffer (scratch_buffer) must be the last output")
     names = {p.name: p for p in params if p.is_constexpr}
     unknown = sorted(set(launch.constexprs) - set(names))
     missing = sorted(n for n, p in names.items() if n not in launch.constexprs and p.default is inspect.Parameter.empty)

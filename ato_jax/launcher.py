@@ -76,6 +76,9 @@ def import_jax_triton():
 
 
 MAXNREG = "ato_maxnreg"
+# A Gluon launch's declaration that its last output is the kernel's global scratch (Launch.scratch),
+# a metaparameter as MAXNREG; _compile_gluon refuses a kernel whose need differs from it.
+SCRATCH = "ato_scratch"
 
 
 def _take_maxnreg(triton_lib) -> None:
@@ -112,7 +115,9 @@ def _compile_gluon(triton_lib) -> None:
     ato_core.launch.kernel(gluon=True)) is compiled from a GluonASTSource, with the signature,
     pointer specialisation and constants jax-triton builds (its own code, below), and launched
     with the warps of all its partitions (metadata.num_warps) and its register cap (MAXNREG):
-    the binary torch's launcher builds from the same launch."""
+    the binary torch's launcher builds from the same launch. A kernel that uses global scratch
+    reads it from its last output (scratch_from_last_output), which its launch must declare
+    (SCRATCH)."""
     create = triton_lib.get_or_create_triton_kernel
     if getattr(create, "ato_gluon", False):
         return
@@ -124,7 +129,12 @@ def _compile_gluon(triton_lib) -> None:
 
     def get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, *, num_warps, num_stages, num_ctas,
                       compute_capability, enable_fp_fusion, metaparams, dump):
+        declared = metaparams.get(SCRATCH, False)
+        metaparams = {k: v for k, v in metaparams.items() if k != SCRATCH}
         if not getattr(fn, "is_gluon", lambda: False)():
+            if declared:
+                raise RuntimeError(f"{fn.__name__}: a global scratch output on a kernel that is not Gluon (jax-triton "
+                                   "passes its scratch parameter as null)")
             return create(backend_init_func, platform, fn, arg_dtypes, scalar_args, num_warps=num_warps,
                           num_stages=num_stages, num_ctas=num_ctas, compute_capability=compute_capability,
                           enable_fp_fusion=enable_fp_fusion, metaparams=metaparams, dump=dump)
@@ -145,7 +155,7 @@ def _compile_gluon(triton_lib) -> None:
         constants.update({fn.arg_names[i]: 1 for i, _, v in scalar_args if v == 1})
         signature.update((c, "constexpr") for c in constants)
         key = (fn, tuple(signature.items()), tuple(spec), tuple(constants.items()), num_warps, num_stages, num_ctas, cc,
-               enable_fp_fusion, cap)
+               enable_fp_fusion, cap, declared)
         if key not in cache:
             options = {"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas,
                        "enable_fp_fusion": enable_fp_fusion}
@@ -154,6 +164,10 @@ def _compile_gluon(triton_lib) -> None:
             compiled = triton.compile(GluonASTSource(fn, signature, constexprs=constants, attrs=attrs),
                                       target=GPUTarget("cuda", cc, 32), options=options)
             meta, ptx = compiled.metadata, compiled.asm["ptx"]
+            if bool(meta.global_scratch_size) != declared:  # a scratch read from a real output: wrong results
+                raise RuntimeError(f"{meta.name}: {meta.global_scratch_size} bytes of global scratch a program, its "
+                                   f"launch declares {'a' if declared else 'no'} scratch output "
+                                   "(ato_core.launch.scratch_buffer, its last)")
             if meta.global_scratch_size:
                 ptx = scratch_from_last_output(ptx, meta.name, meta.global_scratch_align)
             cache[key] = lib.TritonKernel(meta.name, meta.num_warps, num_ctas, meta.shared, ptx, "", cc)
@@ -237,6 +251,8 @@ def triton_call_kwargs(launch, api_04: bool) -> dict:
         kw.update(out_shape=out, enable_fp_fusion=launch.fp_fusion)
         if launch.maxnreg:
             kw[MAXNREG] = launch.maxnreg  # (taken out by _take_maxnreg)
+        if launch.scratch:
+            kw[SCRATCH] = True  # (taken out by _compile_gluon)
     return kw
 
 

@@ -113,11 +113,13 @@ def _check_scratch(launch, compiled, what):
     last output holds that scratch for every program, with room to align it."""
     import math
 
+    from ato_core.launch import itemsize
+
     need, align = compiled.metadata.global_scratch_size, compiled.metadata.global_scratch_align
     assert bool(need) == launch.scratch, f"{what}: global scratch {need} bytes, Launch.scratch {launch.scratch}"
     if need:
         out = launch.outputs[-1]
-        held = math.prod(out.shape) * {"int32": 4}[out.dtype]
+        held = math.prod(out.shape) * itemsize(out.dtype)
         assert held >= math.prod(launch.grid) * need + align - 1, f"{what}: scratch {held} bytes"
 
 
@@ -434,6 +436,23 @@ def test_gluon_register_cap_reaches_jax():
 def _compiles_alike_for_jax(launch, plan, specs, warps):
     """test_gluon_compiles_alike_for_jax's check of one Gluon launch of ``warps`` warps in all;
     returns torch's compiled kernel."""
+    from ato_jax import launcher
+
+    name, n_warps, _, shared, ptx, _, cc = _jax_compile(launch, plan, specs)
+    torch_side = compile_sm90(launch, plan, specs)
+    assert n_warps == torch_side.metadata.num_warps == warps and cc == 90
+    assert shared == torch_side.metadata.shared <= 232448 and name == torch_side.metadata.name
+    expected = torch_side.asm["ptx"]
+    if launch.scratch:  # JAX's reads its global scratch from the last output (jaxlib passes none)
+        expected = launcher.scratch_from_last_output(expected, name, torch_side.metadata.global_scratch_align)
+        assert expected != torch_side.asm["ptx"]
+    assert ptx == expected and "setmaxnreg" in ptx
+    return torch_side
+
+
+def _jax_compile(launch, plan, specs):
+    """The TritonKernel arguments ato_jax's _compile_gluon makes of a Gluon launch, with a
+    stand-in for jax-triton's library, as jax-triton calls it for triton_call_kwargs' call."""
     import types
 
     import numpy as np
@@ -455,21 +474,14 @@ def _compiles_alike_for_jax(launch, plan, specs, warps):
                   + [_scalar_type(v) for v in scalars]
                   + ["*" + _TT[b.dtype] for b in launch.outputs])
     scalar_args = [(n_in + i, arg_dtypes[n_in + i], v) for i, v in enumerate(scalars)]
-    kw = {launcher.MAXNREG: launch.maxnreg} if launch.maxnreg else {}  # (as triton_call_kwargs passes it)
+    # the metaparameters besides the constexprs, as triton_call_kwargs passes them
+    kw = {k: v for k, v in launcher.triton_call_kwargs(launch, False).items()
+          if k in (launcher.MAXNREG, launcher.SCRATCH)}
     kernel, _ = lib.get_or_create_triton_kernel(
         lambda device, cc: CUDABackend(GPUTarget("cuda", cc, 32)), "CUDA", launch.kernel, arg_dtypes, scalar_args,
         num_warps=launch.num_warps, num_stages=launch.num_stages, num_ctas=1, compute_capability=90,
         enable_fp_fusion=launch.fp_fusion, metaparams=dict(launch.constexprs, **kw), dump=False)
-    name, n_warps, _, shared, ptx, _, cc = kernel
-    torch_side = compile_sm90(launch, plan, specs)
-    assert n_warps == torch_side.metadata.num_warps == warps and cc == 90
-    assert shared == torch_side.metadata.shared <= 232448 and name == torch_side.metadata.name
-    expected = torch_side.asm["ptx"]
-    if launch.scratch:  # JAX's reads its global scratch from the last output (jaxlib passes none)
-        expected = launcher.scratch_from_last_output(expected, name, torch_side.metadata.global_scratch_align)
-        assert expected != torch_side.asm["ptx"]
-    assert ptx == expected and "setmaxnreg" in ptx
-    return torch_side
+    return kernel
 
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
@@ -495,6 +507,21 @@ def test_scratch_from_last_output():
     reg = removed[0].split()[1].rstrip(",")
     assert added == [f"ld.param.b64 \t{reg}, [{name}_param_{n - 3}];", f"add.s64 \t{reg}, {reg}, 127;",
                      f"and.b64 \t{reg}, {reg}, -128;"]
+
+
+@pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
+def test_jax_refuses_an_undeclared_scratch():
+    """A Gluon kernel that needs global scratch while its launch's last output is not a
+    scratch_buffer would, from JAX, read a real output as its scratch: refused when compiled."""
+    import dataclasses
+
+    launch, plan, specs = _gluon_launches("dq")
+    assert launch.scratch
+    plain = dataclasses.replace(launch.outputs[-1], scratch=False)
+    undeclared = dataclasses.replace(launch, outputs=(*launch.outputs[:-1], plain))
+    assert not undeclared.scratch
+    with pytest.raises(RuntimeError, match="bytes of global scratch a program, its launch declares no scratch output"):
+        _jax_compile(undeclared, plan, specs)
 
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")

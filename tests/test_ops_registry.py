@@ -15,7 +15,7 @@ import ato_jax
 import ato_jax.ops
 import ato_torch
 import ato_torch.ops
-from ato_core.launch import ArraySpec, Buffer, Launch, Plan, alignment, cdiv, kernel, numel
+from ato_core.launch import ArraySpec, Buffer, Launch, Plan, alignment, cdiv, kernel, numel, scratch_buffer
 from ato_core.op import Op
 from ato_core.ops import OPS
 from ato_core.target import INTERPRETER
@@ -102,6 +102,24 @@ def test_a_launch_is_checked_against_its_kernel_signature():
         args.update(change)
         with pytest.raises(TypeError, match="scale_kernel"):
             Launch(**args)
+
+
+@kernel(inputs=1, outputs=2)
+def scale_pair_kernel(X, n, alpha, Y, Z, BLOCK: tl.constexpr):  # (never launched: its Launch is checked)
+    pass
+
+
+def test_a_launch_scratch_is_its_last_output():
+    """Launch.scratch (the kernel's global scratch, which the adapters hand it) is whether its
+    last output is a scratch_buffer; a scratch buffer anywhere else is refused at plan time."""
+    y = Buffer("y", (4,), "float32")
+    scratch = scratch_buffer("scratch", (3, 2), 256)
+    assert scratch.shape == (cdiv(6 * 256 + 127, 4),) and scratch.dtype == "int32"
+    args = dict(kernel=scale_pair_kernel, grid=(1,), inputs=("x",), scalars=(4, 1.0), constexprs={"BLOCK": 16})
+    assert Launch(outputs=(y, scratch), **args).scratch
+    assert not Launch(outputs=(y, Buffer("z", (4,), "float32")), **args).scratch
+    with pytest.raises(TypeError, match="scale_pair_kernel: a global scratch buffer .* must be the last output"):
+        Launch(outputs=(scratch, y), **args)
 
 
 def test_a_plan_that_reads_what_it_is_not_given_fails_when_built():

@@ -161,7 +161,7 @@ def block_sparse_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, mask: Ar
             (Hq, Hq // Hkv, Nq, Nk, Mq, Mk, scale * fa_plans.LOG2E, *geo.strides(q), *geo.strides(k), *geo.strides(v),
              *o_strides),
             (o, Buffer("lse", geo.rows(), "float32"), scratch_buffer("tma_scratch", grid, fa_plans.TMA_SCRATCH)),
-            {"CAUSAL": causal, "BS": block_size, "D": D, **fa_plans.HOPPER}, num_warps=4, scratch=True)
+            {"CAUSAL": causal, "BS": block_size, "D": D, **fa_plans.HOPPER}, num_warps=4)
         return Plan((lists, launch), ("o", "lse", "rows", "rows_count"))
     launch = Launch(
         kern.bs_fwd_kernel, (cdiv(Nq, fwd.m), B * Hq), ("q", "k", "v", "rows", "rows_count"),
@@ -230,12 +230,10 @@ def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, ge
     key_grid, query_grid = geo.grid(False), geo.grid(True)
     dkdv = Launch(hopper.bs_bwd_dkdv_hopper_kernel, key_grid,
                   ("q", "k", "v", "do", "lse2", "delta", "cols", "cols_count"), (*head, *dk_strides, *dv_strides),
-                  (dk, dv, scratch_buffer("tma_scratch_dkdv", key_grid, fa_plans.TMA_SCRATCH)), const, num_warps=4,
-                  scratch=True)
+                  (dk, dv, scratch_buffer("tma_scratch_dkdv", key_grid, fa_plans.TMA_SCRATCH)), const, num_warps=4)
     dq = Launch(hopper.bs_bwd_dq_hopper_kernel, query_grid,
                 ("q", "k", "v", "do", "lse2", "delta", "rows", "rows_count"), (*head, *dq_strides),
-                (dq, scratch_buffer("tma_scratch_dq", query_grid, fa_plans.TMA_SCRATCH)), const, num_warps=4,
-                scratch=True)
+                (dq, scratch_buffer("tma_scratch_dq", query_grid, fa_plans.TMA_SCRATCH)), const, num_warps=4)
     return dkdv, dq
 
 

@@ -494,7 +494,6 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: 
          optional_output("lse_base2", geo.rows(), "float32", const["ALIBI"] or const["SOFTCAP"]),
          scratch_buffer("tma_scratch", grid, TMA_SCRATCH)),
         {"CAUSAL": causal, "D": geo.D, **HOPPER, **const}, num_warps=4,
-        scratch=True,
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
@@ -531,10 +530,9 @@ def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: Arra
     key_grid, query_grid = geo.grid(False), geo.grid(True)
     dkdv = Launch(kern.hopper.fa_bwd_dkdv_hopper_kernel, key_grid, inputs,
                   (*common, *dk_strides, *dv_strides, *geo.tail()),
-                  (dk, dv, scratch_buffer("tma_scratch_dkdv", key_grid, TMA_SCRATCH)), const, num_warps=4,
-                  scratch=True)
+                  (dk, dv, scratch_buffer("tma_scratch_dkdv", key_grid, TMA_SCRATCH)), const, num_warps=4)
     dq = Launch(kern.hopper.fa_bwd_dq_hopper_kernel, query_grid, inputs, (*common, *dq_strides, *geo.tail()),
-                (dq, scratch_buffer("tma_scratch_dq", query_grid, TMA_SCRATCH)), const, num_warps=4, scratch=True)
+                (dq, scratch_buffer("tma_scratch_dq", query_grid, TMA_SCRATCH)), const, num_warps=4)
     return dkdv, dq
 
 
