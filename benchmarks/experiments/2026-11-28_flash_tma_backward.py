@@ -8,9 +8,6 @@ calls (JAX), best of 3 alternating rounds. Not a test. On the GPU machine, after
     python benchmarks/experiments/2026-11-28_flash_tma_backward.py
 """
 import dataclasses
-import importlib.util
-import subprocess
-import tempfile
 import time
 
 import torch
@@ -23,14 +20,9 @@ from ato_core.launch import Plan
 from ato_core.ops.flash_attention import plans
 from ato_core.target import cuda_target
 from ato_torch.launcher import run_plan, spec
+from benchmarks.tools.ab import module_at
 
-_source = subprocess.check_output(["git", "show", "f4747df:ato_core/ops/flash_attention/hopper.py"], text=True)
-_file = tempfile.NamedTemporaryFile("w", suffix="_hopper_cp_async.py", delete=False)
-_file.write(_source.replace("from .packed import", "from ato_core.ops.flash_attention.packed import"))
-_file.close()
-_spec = importlib.util.spec_from_file_location("hopper_cp_async", _file.name)
-old = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(old)
+old = module_at("f4747df", "ato_core/ops/flash_attention/hopper.py")  # the cp.async producers
 
 
 def backward(q, k, v, o, lse, do, causal, cp_async):
@@ -41,9 +33,9 @@ def backward(q, k, v, o, lse, do, causal, cp_async):
     assert dkdv.name == "fa_bwd_dkdv_hopper_kernel" and dkdv.scratch and dq.scratch
     if cp_async:
         dkdv = dataclasses.replace(dkdv, kernel=old.fa_bwd_dkdv_hopper_kernel, outputs=dkdv.outputs[:2],
-                                   constexprs={**dkdv.constexprs, "CHUNK": 32}, scratch=False)
+                                   constexprs={**dkdv.constexprs, "CHUNK": 32})
         dq = dataclasses.replace(dq, kernel=old.fa_bwd_dq_hopper_kernel, outputs=dq.outputs[:1],
-                                 constexprs={**dq.constexprs, "CHUNK": 32}, scratch=False)
+                                 constexprs={**dq.constexprs, "CHUNK": 32})
     plan = Plan((delta, dkdv, dq), plan.results, plan.dense)
     env = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do}
     return lambda: run_plan(plan, env, target)

@@ -7,9 +7,6 @@ Not a test. On the GPU machine, after ``source benchmarks/tools/gpu_env.sh``:
     python benchmarks/experiments/2026-11-28_flash_tma_table.py
 """
 import dataclasses
-import importlib.util
-import subprocess
-import tempfile
 import time
 
 import torch
@@ -22,15 +19,9 @@ from ato_core.launch import Plan
 from ato_core.ops.flash_attention import plans
 from ato_core.target import cuda_target
 from ato_torch.launcher import run_plan, spec
+from benchmarks.tools.ab import module_at
 
-# hopper.py before the TMA producer, as a module of its own (its one relative import made absolute)
-_source = subprocess.check_output(["git", "show", "a98a2ba:ato_core/ops/flash_attention/hopper.py"], text=True)
-_file = tempfile.NamedTemporaryFile("w", suffix="_hopper_cp_async.py", delete=False)
-_file.write(_source.replace("from .packed import", "from ato_core.ops.flash_attention.packed import"))
-_file.close()
-_spec = importlib.util.spec_from_file_location("hopper_cp_async", _file.name)
-old = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(old)
+old = module_at("a98a2ba", "ato_core/ops/flash_attention/hopper.py")  # the cp.async producers
 
 
 def cp_async_forward(q, k, v, causal):
@@ -40,7 +31,7 @@ def cp_async_forward(q, k, v, causal):
     (launch,) = plan.launches
     assert launch.name == "fa_fwd_hopper_kernel" and launch.scratch
     launch = dataclasses.replace(launch, kernel=old.fa_fwd_hopper_kernel, outputs=launch.outputs[:3],
-                                 constexprs={**launch.constexprs, "CHUNK": plans.CP_ASYNC_CHUNK}, scratch=False)
+                                 constexprs={**launch.constexprs, "CHUNK": 32})
     plan = Plan((launch,), plan.results)
     return lambda: run_plan(plan, {"q": q, "k": k, "v": v}, target)
 

@@ -5,9 +5,13 @@ side, each round in the other order.
 
 ``load(path, *modules)`` imports ``modules`` (default ato_torch) from the ato_core, ato_torch,
 ato_jax and ato_cli found in ``path`` (e.g. a copy of another checkout's), after dropping any
-loaded before; ``alternate(fns, rounds, time_fn)`` times each function once a round."""
+loaded before; ``alternate(fns, rounds, time_fn)`` times each function once a round;
+``module_at(commit, path)`` one module file as it was at a commit, beside the current tree."""
 import importlib
+import importlib.util
+import subprocess
 import sys
+import tempfile
 
 
 def load(path, *modules):
@@ -33,3 +37,18 @@ def alternate(fns: dict, rounds: int, time_fn) -> dict:
         for key in (list(fns) if r % 2 == 0 else list(reversed(list(fns)))):
             res[key].append(time_fn(fns[key]))
     return res
+
+
+def module_at(commit: str, path: str):
+    """The module file ``path`` (e.g. ato_core/ops/flash_attention/hopper.py) as it was at
+    ``commit`` (git, from the repository root), loaded as a module of its own beside the current
+    one; its relative imports resolve in the current package."""
+    source = subprocess.check_output(["git", "show", f"{commit}:{path}"], text=True)
+    with tempfile.NamedTemporaryFile("w", suffix=f"_{commit}.py", delete=False) as f:
+        f.write(source)
+    package = path.removesuffix(".py").replace("/", ".").rpartition(".")[0]
+    spec = importlib.util.spec_from_file_location(f"{package}._at_{commit}", f.name)
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = package
+    spec.loader.exec_module(module)
+    return module
