@@ -6,7 +6,8 @@ side, each round in the other order.
 ``load(path, *modules)`` imports ``modules`` (default ato_torch) from the ato_core, ato_torch,
 ato_jax and ato_cli found in ``path`` (e.g. a copy of another checkout's), after dropping any
 loaded before; ``alternate(fns, rounds, time_fn)`` times each function once a round;
-``module_at(commit, path)`` one module file as it was at a commit, beside the current tree."""
+``module_at(commit, path)`` one module file as it was at a commit, beside the current tree;
+``module_from_source(source, path, tag)`` one edited."""
 import importlib
 import importlib.util
 import subprocess
@@ -43,11 +44,18 @@ def module_at(commit: str, path: str):
     """The module file ``path`` (e.g. ato_core/ops/flash_attention/hopper.py) as it was at
     ``commit`` (git, from the repository root), loaded as a module of its own beside the current
     one; its relative imports resolve in the current package."""
-    source = subprocess.check_output(["git", "show", f"{commit}:{path}"], text=True)
-    with tempfile.NamedTemporaryFile("w", suffix=f"_{commit}.py", delete=False) as f:
+    return module_from_source(subprocess.check_output(["git", "show", f"{commit}:{path}"], text=True), path,
+                              f"at_{commit}")
+
+
+def module_from_source(source: str, path: str, tag: str):
+    """``source`` loaded as a module of its own (named after ``tag``) beside the module file
+    ``path``, its relative imports resolved in path's package: a module file edited by an
+    experiment, or as it was at a commit."""
+    with tempfile.NamedTemporaryFile("w", suffix=f"_{tag}.py", delete=False) as f:
         f.write(source)
     package = path.removesuffix(".py").replace("/", ".").rpartition(".")[0]
-    spec = importlib.util.spec_from_file_location(f"{package}._at_{commit}", f.name)
+    spec = importlib.util.spec_from_file_location(f"{package}._{tag}", f.name)
     module = importlib.util.module_from_spec(spec)
     module.__package__ = package
     spec.loader.exec_module(module)

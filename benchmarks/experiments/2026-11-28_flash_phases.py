@@ -1,0 +1,155 @@
+"""Where a Gluon forward program's time goes (issue 25's window, issue 22's short sequences): the
+forward kernel (hopper.py, edited here into a copy: _edited) stamps the SM's clock64 at five
+points of each program into an extra output, read by consumer warpgroup 0: 0 the kernel's start
+(after its indices), 1 after the query tiles' load (_forward_smem), 2 when the first QK is done
+(the first K/V tile landed), 3 after the last PV, 4 after o and lse are stored; with its SM and
+its tiles. Per shape: median cycles of setup (1 - 0), first tile (2 - 1), the other tiles (3 - 2,
+and per tile), epilogue (4 - 3) and the gap to the next program on the same SM (launch,
+teardown), and their share of an SM's time. B1 H32 Nq16384 D128 bf16 (the window bench's rows)
+and B4 H32 N4096 causal. The stamps' stores cost a little; the copy's o is checked against
+ato's. Not a test. On the GPU machine, after ``source benchmarks/tools/gpu_env.sh``:
+    python benchmarks/experiments/2026-11-28_flash_phases.py
+"""
+import dataclasses
+import os
+
+import numpy as np
+import torch
+
+from ato_core.launch import Buffer, Plan
+from ato_core.ops.flash_attention import plans
+from ato_core.target import cuda_target
+from ato_torch.launcher import run_plan, spec
+from benchmarks.tools.ab import module_from_source
+
+PATH = "ato_core/ops/flash_attention/hopper.py"
+STAMPS = '''
+
+@gluon.jit
+def _stamp(TIMES, k):
+    """clock64 into TIMES[program, k] (the phases experiment)."""
+    if TIMES is not None:
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        z = gl.zeros([1], gl.int32, lay)
+        t = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [z], dtype=gl.int64, is_pure=False, pack=1)
+        pid = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
+        gl.store(TIMES + pid.to(gl.int64) * 8 + k + z, t)
+
+
+@gluon.jit
+def _put(TIMES, k, value):
+    """value into TIMES[program, k]; k = 5: the SM's id."""
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    z = gl.zeros([1], gl.int32, lay)
+    if k == 5:
+        v = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [z], dtype=gl.int32, is_pure=True, pack=1)
+    else:
+        v = z + value
+    pid = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
+    gl.store(TIMES + pid.to(gl.int64) * 8 + k + z, v.to(gl.int64))
+'''
+EDITS = [  # (old, new), each old found exactly once
+    ("@kernel(inputs=8, outputs=4, gluon=True)\ndef fa_fwd_hopper_kernel(",
+     "@kernel(inputs=8, outputs=5, gluon=True)\ndef fa_fwd_hopper_kernel("),
+    ("soh, son, Tq, Tk, O, LSE, LSE2, SCRATCH, CAUSAL: gl.constexpr, BLOCK_N",
+     "soh, son, Tq, Tk, O, LSE, LSE2, TIMES, SCRATCH, CAUSAL: gl.constexpr, BLOCK_N"),
+    ("    BLOCK_M: gl.constexpr = 2 * ROWS\n    pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)\n",
+     "    BLOCK_M: gl.constexpr = 2 * ROWS\n    pid_m, b, h, hk = _query_program(Hq, G, CAUSAL)\n"
+     "    _stamp(TIMES, 0)\n"),
+    ("_forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N, D, STAGES, 1)\n",
+     "_forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N, D, STAGES, 1)\n    _stamp(TIMES, 1)\n"),
+    ("    shift = kv_len - q_len\n    gl.warp_specialize([",
+     "    shift = kv_len - q_len\n    _put(TIMES, 5, 0)\n    _put(TIMES, 6, tiles[3] - tiles[0])\n"
+     "    gl.warp_specialize(["),
+    ("start_m, tiles, None,\n                     CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),\n"
+     "        (_consumer, (q1",
+     "start_m, tiles, None,\n                     CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, 0, TIMES)),\n"
+     "        (_consumer, (q1"),
+    ("SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,\n              BS: gl.constexpr = 0):",
+     "SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,\n"
+     "              BS: gl.constexpr = 0, TIMES=None):"),
+    ("WINDOW, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES, BS)\n", "WINDOW, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES, BS, TIMES)\n"),
+    ("BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BS: gl.constexpr):",
+     "BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BS: gl.constexpr, TIMES=None):"),
+    ("k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)\n"
+     "    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))\n",
+     "k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)\n"
+     "    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))\n    _stamp(TIMES, 2)\n"),
+    ("    if ALIBI or SOFTCAP:  # m is in base 2 already\n", "    _stamp(TIMES, 3)\n    if ALIBI or SOFTCAP:  # m is in base 2 already\n"),
+    ('        gl.store(LSE2 + lse_off + offs_m, gl.where(empty_row, float("inf"), lse2), mask=offs_m < Nq)\n',
+     '        gl.store(LSE2 + lse_off + offs_m, gl.where(empty_row, float("inf"), lse2), mask=offs_m < Nq)\n'
+     '    _stamp(TIMES, 4)\n'),
+]
+
+
+def _edited():
+    source = open(os.path.join(os.path.dirname(__file__), "..", "..", PATH)).read()
+    for old, new in EDITS:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    return module_from_source(source + STAMPS, PATH, "phases")
+
+
+def stamped(hop, q, k, v, causal, window):
+    """(o, times [programs, 8] int64) of ato's forward plan with the stamping kernel."""
+    target = cuda_target(q.device.index or 0)
+    launch = stamped_launch(hop, spec(q, "q"), spec(k, "k"), spec(v, "v"), causal, window, target)
+    programs = launch.grid[0] * launch.grid[1]
+    o, t = run_plan(Plan((launch,), ("o", "times")), {"q": q, "k": k, "v": v}, target)
+    return o, t.view(programs, 8).cpu().numpy()
+
+
+def stamped_launch(hop, q, k, v, causal, window, target):
+    """ato's forward launch (specs q, k, v) with the stamping kernel and its times output."""
+    options = plans.Options(window=plans.check_window(window)) if window else plans.NO_OPTIONS
+    plan = plans.forward_plan(q, k, v, causal=causal, softmax_scale=None, target=target, options=options)
+    (launch,) = plan.launches
+    assert launch.name == "fa_fwd_hopper_kernel"
+    programs = launch.grid[0] * launch.grid[1]
+    times = Buffer("times", (programs * 8,), "int64", zeroed=True)
+    return dataclasses.replace(launch, kernel=hop.fa_fwd_hopper_kernel,
+                               outputs=(*launch.outputs[:3], times, launch.outputs[3]))
+
+
+def report(name, t):
+    setup, first, body, epi = (t[:, i + 1] - t[:, i] for i in range(4))
+    tiles = t[:, 6]
+    order = np.lexsort((t[:, 0], t[:, 5]))
+    same_sm = t[order[1:], 5] == t[order[:-1], 5]
+    gap = (t[order[1:], 0] - t[order[:-1], 4])[same_sm]
+    multi = tiles > 1
+    per_tile = np.median(body[multi] / (tiles[multi] - 1)) if multi.any() else float("nan")
+    fixed = np.mean(setup + first + epi) + np.mean(gap)
+    span = np.mean(t[:, 4] - t[:, 0]) + np.mean(gap)
+    print(f"  {name:30s} programs {len(t):5d}, tiles {tiles.mean():5.1f} | median cycles: setup {np.median(setup):6.0f}"
+          f"  first tile {np.median(first):6.0f}  other tiles {np.median(body):8.0f} ({per_tile:5.0f} a tile)"
+          f"  epilogue {np.median(epi):6.0f}  gap {np.median(gap):6.0f} | fixed {fixed / per_tile:4.1f} tiles,"
+          f" {fixed / span:.2f} of an SM's time", flush=True)
+
+
+def main():
+    import ato_torch
+    hop = _edited()
+    print(f"GPU {torch.cuda.get_device_name()}; the Gluon forward, bf16 D128; SM clock64 cycles", flush=True)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(1, 32, 16384, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    kv = torch.randn(1, 32, 16384, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    rows = [("causal Nk 16384", q, kv, True, None), ("window (4096, 0) Nk 16384", q, kv, True, (4096, 0)),
+            ("full Nk 4224 (33 tiles)", q, kv[:, :, :4224], False, None),
+            ("full Nk 1024 (8 tiles)", q, kv[:, :, :1024], False, None),
+            ("full Nk 128 (1 tile)", q, kv[:, :, :128], False, None)]
+    q4 = torch.randn(4, 32, 4096, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    rows.append(("B4 H32 N4096 causal", q4, q4, True, None))
+    for name, qq, k, causal, window in rows:
+        k = k.contiguous()
+        o, t = stamped(hop, qq, k, k, causal, window)
+        o_ref = ato_torch.flash_attention(qq, k, k, causal=causal, window_size=window)
+        for _ in range(3):  # warm, then the last run's stamps
+            o, t = stamped(hop, qq, k, k, causal, window)
+        torch.cuda.synchronize()
+        assert torch.equal(o, o_ref), name
+        report(name, t)
+
+
+if __name__ == "__main__":
+    main()
