@@ -7,11 +7,14 @@ its tiles. Per shape: median cycles of setup (1 - 0), first tile (2 - 1), the ot
 and per tile), epilogue (4 - 3) and the gap to the next program on the same SM (launch,
 teardown), and their share of an SM's time. B1 H32 Nq16384 D128 bf16 (the window bench's rows)
 and B4 H32 N4096 causal. The stamps' stores cost a little; the copy's o is checked against
-ato's. Not a test. On the GPU machine, after ``source benchmarks/tools/gpu_env.sh``:
-    python benchmarks/experiments/2026-11-28_flash_phases.py
+ato's. With --persistent (2026-11-28_flash_persistent_tma.patch applied): the persistent kernel's
+items instead (setup: the wait for its query tile; gap: from one item's stores to the next
+item's start). Not a test. On the GPU machine, after ``source benchmarks/tools/gpu_env.sh``:
+    python benchmarks/experiments/2026-11-28_flash_phases.py [--persistent]
 """
 import dataclasses
 import os
+import sys
 
 import numpy as np
 import torch
@@ -26,27 +29,33 @@ PATH = "ato_core/ops/flash_attention/hopper.py"
 STAMPS = '''
 
 @gluon.jit
-def _stamp(TIMES, k):
-    """clock64 into TIMES[program, k] (the phases experiment)."""
+def _stamp(TIMES, k, at=None):
+    """clock64 into TIMES[at, k] (at: the program, by default; the phases experiment)."""
     if TIMES is not None:
         lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
         z = gl.zeros([1], gl.int32, lay)
         t = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [z], dtype=gl.int64, is_pure=False, pack=1)
-        pid = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
-        gl.store(TIMES + pid.to(gl.int64) * 8 + k + z, t)
+        gl.store(TIMES + _row(at) * 8 + k + z, t)
 
 
 @gluon.jit
-def _put(TIMES, k, value):
-    """value into TIMES[program, k]; k = 5: the SM's id."""
+def _put(TIMES, k, value, at=None):
+    """value into TIMES[at, k]; k = 5: the SM's id."""
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     z = gl.zeros([1], gl.int32, lay)
     if k == 5:
         v = gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [z], dtype=gl.int32, is_pure=True, pack=1)
     else:
         v = z + value
-    pid = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)
-    gl.store(TIMES + pid.to(gl.int64) * 8 + k + z, v.to(gl.int64))
+    gl.store(TIMES + _row(at) * 8 + k + z, v.to(gl.int64))
+
+
+@gluon.jit
+def _row(at):
+    if at is None:
+        return (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)).to(gl.int64)
+    else:
+        return at.to(gl.int64)
 '''
 EDITS = [  # (old, new), each old found exactly once
     ("@kernel(inputs=8, outputs=4, gluon=True)\ndef fa_fwd_hopper_kernel(",
@@ -82,33 +91,70 @@ EDITS = [  # (old, new), each old found exactly once
 ]
 
 
-def _edited():
+# With experiments/2026-11-28_flash_persistent_tma.patch applied (--persistent): the persistent
+# kernel's consumers stamp each item (row 2 w + consumer): 0 before its query tile's wait, 1 after
+# it, 2-4 as above; 5, 6 its SM and tiles.
+PERSISTENT_EDITS = [
+    ("@kernel(inputs=8, outputs=4, gluon=True)\ndef fa_fwd_hopper_persistent_kernel(",
+     "@kernel(inputs=8, outputs=5, gluon=True)\ndef fa_fwd_hopper_persistent_kernel("),
+    ("son, B, O, LSE, LSE2, SCRATCH, CAUSAL: gl.constexpr,", "son, B, O, LSE, LSE2, TIMES, SCRATCH, CAUSAL: gl.constexpr,"),
+    ("out = (O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, (cap_in, cap_out))",
+     "out = (O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, (cap_in, cap_out), TIMES)"),
+    ("    O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, cap = out\n",
+     "    O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, cap, TIMES = out\n"),
+    ("    mbarrier.wait(q_ready, it & 1)\n",
+     "    row = w * 2 + half // ROWS\n    _stamp(TIMES, 0, row)\n    mbarrier.wait(q_ready, it & 1)\n"
+     "    _stamp(TIMES, 1, row)\n    _put(TIMES, 5, 0, row)\n    _put(TIMES, 6, tiles[3] - tiles[0], row)\n"),
+    ("BLOCK_N, D, STAGES, 0, c, q_empty, True)", "BLOCK_N, D, STAGES, 0, c, q_empty, True, TIMES, row)"),
+    ("BS: gl.constexpr = 0, c0=0, q_free=None, Q_FREE: gl.constexpr = False):",
+     "BS: gl.constexpr = 0, c0=0, q_free=None, Q_FREE: gl.constexpr = False, TIMES=None, at=None):"),
+    ("BLOCK_N, STAGES, BS, c0, q_free, Q_FREE)", "BLOCK_N, STAGES, BS, c0, q_free, Q_FREE, TIMES, at)"),
+    ("BS: gl.constexpr, c0, q_free, Q_FREE: gl.constexpr):",
+     "BS: gl.constexpr, c0, q_free, Q_FREE: gl.constexpr, TIMES=None, at=None):"),
+    ("k_bufs.index(c0 % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)\n"
+     "    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))\n",
+     "k_bufs.index(c0 % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)\n"
+     "    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))\n    _stamp(TIMES, 2, at)\n"),
+    ("    if ALIBI or SOFTCAP:  # m is in base 2 already\n",
+     "    _stamp(TIMES, 3, at)\n    if ALIBI or SOFTCAP:  # m is in base 2 already\n"),
+    ('        gl.store(LSE2 + lse_off + offs_m, gl.where(empty_row, float("inf"), lse2), mask=offs_m < Nq)\n',
+     '        gl.store(LSE2 + lse_off + offs_m, gl.where(empty_row, float("inf"), lse2), mask=offs_m < Nq)\n'
+     '    _stamp(TIMES, 4, at)\n'),
+]
+
+
+def _edited(persistent=False):
     source = open(os.path.join(os.path.dirname(__file__), "..", "..", PATH)).read()
-    for old, new in EDITS:
+    for old, new in (PERSISTENT_EDITS if persistent else EDITS):
         assert source.count(old) == 1, old
         source = source.replace(old, new)
     return module_from_source(source + STAMPS, PATH, "phases")
 
 
 def stamped(hop, q, k, v, causal, window):
-    """(o, times [programs, 8] int64) of ato's forward plan with the stamping kernel."""
+    """(o, times [rows, 8] int64) of ato's forward plan with the stamping kernel (rows: its
+    programs; persistent: its items, consumer warpgroup 0's)."""
     target = cuda_target(q.device.index or 0)
-    launch = stamped_launch(hop, spec(q, "q"), spec(k, "k"), spec(v, "v"), causal, window, target)
-    programs = launch.grid[0] * launch.grid[1]
+    launch, rows = stamped_launch(hop, spec(q, "q"), spec(k, "k"), spec(v, "v"), causal, window, target)
     o, t = run_plan(Plan((launch,), ("o", "times")), {"q": q, "k": k, "v": v}, target)
-    return o, t.view(programs, 8).cpu().numpy()
+    t = t.view(rows, 8).cpu().numpy()
+    return o, (t[0::2] if launch.name.endswith("persistent_kernel") else t)
 
 
 def stamped_launch(hop, q, k, v, causal, window, target):
-    """ato's forward launch (specs q, k, v) with the stamping kernel and its times output."""
+    """(ato's forward launch (specs q, k, v) with the stamping kernel and its times output, the
+    rows of times)."""
     options = plans.Options(window=plans.check_window(window)) if window else plans.NO_OPTIONS
     plan = plans.forward_plan(q, k, v, causal=causal, softmax_scale=None, target=target, options=options)
     (launch,) = plan.launches
-    assert launch.name == "fa_fwd_hopper_kernel"
-    programs = launch.grid[0] * launch.grid[1]
-    times = Buffer("times", (programs * 8,), "int64", zeroed=True)
-    return dataclasses.replace(launch, kernel=hop.fa_fwd_hopper_kernel,
-                               outputs=(*launch.outputs[:3], times, launch.outputs[3]))
+    if launch.name == "fa_fwd_hopper_persistent_kernel":  # a row a consumer an item
+        rows = 2 * -(-q.shape[2] // 128) * q.shape[0] * q.shape[1]
+    else:
+        assert launch.name == "fa_fwd_hopper_kernel"
+        rows = launch.grid[0] * launch.grid[1]
+    times = Buffer("times", (rows * 8,), "int64", zeroed=True)
+    return dataclasses.replace(launch, kernel=getattr(hop, launch.name),
+                               outputs=(*launch.outputs[:3], times, launch.outputs[3])), rows
 
 
 def report(name, t):
@@ -129,8 +175,10 @@ def report(name, t):
 
 def main():
     import ato_torch
-    hop = _edited()
-    print(f"GPU {torch.cuda.get_device_name()}; the Gluon forward, bf16 D128; SM clock64 cycles", flush=True)
+    persistent = "--persistent" in sys.argv
+    hop = _edited(persistent)
+    print(f"GPU {torch.cuda.get_device_name()}; the Gluon forward{' (persistent: a row an item)' if persistent else ''},"
+          f" bf16 D128; SM clock64 cycles", flush=True)
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(1, 32, 16384, 128, device="cuda", dtype=torch.bfloat16, generator=g)
     kv = torch.randn(1, 32, 16384, 128, device="cuda", dtype=torch.bfloat16, generator=g)
