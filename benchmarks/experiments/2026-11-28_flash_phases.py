@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 import torch
+from triton.testing import do_bench
 
 from ato_core.launch import Buffer, Plan
 from ato_core.ops.flash_attention import plans
@@ -134,11 +135,19 @@ def _edited(persistent=False):
 def stamped(hop, q, k, v, causal, window):
     """(o, times [rows, 8] int64) of ato's forward plan with the stamping kernel (rows: its
     programs; persistent: its items, consumer warpgroup 0's)."""
+    run, rows, persistent = stamped_run(hop, q, k, v, causal, window)
+    o, t = run()
+    t = t.view(rows, 8).cpu().numpy()
+    return o, (t[0::2] if persistent else t)
+
+
+def stamped_run(hop, q, k, v, causal, window):
+    """(a call of the stamping launch, its rows of times, whether it is the persistent kernel)."""
     target = cuda_target(q.device.index or 0)
     launch, rows = stamped_launch(hop, spec(q, "q"), spec(k, "k"), spec(v, "v"), causal, window, target)
-    o, t = run_plan(Plan((launch,), ("o", "times")), {"q": q, "k": k, "v": v}, target)
-    t = t.view(rows, 8).cpu().numpy()
-    return o, (t[0::2] if launch.name.endswith("persistent_kernel") else t)
+    plan = Plan((launch,), ("o", "times"))
+    return (lambda: run_plan(plan, {"q": q, "k": k, "v": v}, target), rows,
+            launch.name.endswith("persistent_kernel"))
 
 
 def stamped_launch(hop, q, k, v, causal, window, target):
@@ -157,7 +166,9 @@ def stamped_launch(hop, q, k, v, causal, window, target):
                                outputs=(*launch.outputs[:3], times, launch.outputs[3])), rows
 
 
-def report(name, t):
+def report(name, t, us):
+    """The phases' medians, and the SMs' clock: their cycles from first start to last store over
+    the kernel's time ``us`` (a kernel that idles less may run at a lower clock: the power cap)."""
     setup, first, body, epi = (t[:, i + 1] - t[:, i] for i in range(4))
     tiles = t[:, 6]
     order = np.lexsort((t[:, 0], t[:, 5]))
@@ -171,6 +182,10 @@ def report(name, t):
           f"  first tile {np.median(first):6.0f}  other tiles {np.median(body):8.0f} ({per_tile:5.0f} a tile)"
           f"  epilogue {np.median(epi):6.0f}  gap {np.median(gap):6.0f} | fixed {fixed / per_tile:4.1f} tiles,"
           f" {fixed / span:.2f} of an SM's time", flush=True)
+    sms = np.unique(t[:, 5])
+    cycles = np.mean([t[t[:, 5] == sm, 4].max() - t[t[:, 5] == sm, 0].min() for sm in sms])
+    print(f"  {'':30s} kernel {us:8.1f} us, {len(sms)} SMs busy for {cycles:9.0f} cycles on average:"
+          f" {cycles / us:5.0f} MHz", flush=True)
 
 
 def main():
@@ -196,7 +211,8 @@ def main():
             o, t = stamped(hop, qq, k, k, causal, window)
         torch.cuda.synchronize()
         assert torch.equal(o, o_ref), name
-        report(name, t)
+        us = do_bench(stamped_run(hop, qq, k, k, causal, window)[0], warmup=10, rep=100, return_mode="median") * 1e3
+        report(name, t, us)
 
 
 if __name__ == "__main__":
