@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Session 45's prepared forward measurements in one device command (about 4 minutes on an H100):
+# Session 45's prepared forward measurements in one device command (about 6 minutes on an H100):
 # the per-item kernel's phases and clock, the same for the persistent form (its patch applied to a
-# copy of the tree), and the A/B of Q by TMA in the producer (its patch applied likewise). The
+# copy of the tree), and the A/Bs of Q by TMA in the producer and of a stale row maximum (FlashAttention
+# 4's conditional rescale; each patch applied likewise). The
 # device's work tree stays as carried: each patch goes to a copy under /tmp.
 # Usage (repository root, .whl carried): bash benchmarks/experiments/2026-11-28_flash_phases_gpu.sh
 set -uo pipefail
@@ -20,4 +21,7 @@ run_in_copy benchmarks/experiments/2026-11-28_flash_persistent_tma.patch \
   timeout 150 python3 benchmarks/experiments/2026-11-28_flash_phases.py --persistent 2>&1 | grep -v Warn
 echo "== Q by TMA in the producer (2026-11-28_flash_q_tma.patch) against the kernel before it"
 run_in_copy benchmarks/experiments/2026-11-28_flash_q_tma.patch \
+  timeout 200 python3 benchmarks/experiments/2026-11-28_flash_q_tma.py "$root/ato_core/ops/flash_attention/hopper.py" 2>&1 | grep -v Warn
+echo "== a stale row maximum, the accumulator rescaled only when one grows by more than 2^8 (2026-11-28_flash_stale_max.patch)"
+run_in_copy benchmarks/experiments/2026-11-28_flash_stale_max.patch \
   timeout 200 python3 benchmarks/experiments/2026-11-28_flash_q_tma.py "$root/ato_core/ops/flash_attention/hopper.py" 2>&1 | grep -v Warn

@@ -11,7 +11,9 @@ no device time was left. On the GPU machine:
     source benchmarks/tools/gpu_env.sh
     python benchmarks/experiments/2026-11-28_flash_q_tma.py /tmp/old_hopper.py
 Then, if it is faster: the GPU tier -k '(hopper and not block_sparse) or flash_attention_cross'
-(the tests expect fa_fwd_hopper_kernel still), memcheck, and flash_gluon.txt 30.
+(the tests expect fa_fwd_hopper_kernel still), memcheck, and flash_gluon.txt 30. The same A/B
+serves 2026-11-28_flash_stale_max.patch (its o differs from the old kernel's in rounding: the
+differences are printed).
 """
 import dataclasses
 import sys
@@ -60,7 +62,10 @@ def main():
         o_old, lse_old = old_forward(q, k, v, causal, **kw)()
         same = torch.equal(o, o_old) and torch.equal(lse, lse_old)
         ok &= same
-        print(f"  B{B} Hq{Hq} Hkv{Hkv} {Nq}x{Nk} causal={causal} {kw}: o, lse == old kernel's {same}", flush=True)
+        diff = (o.float() - o_old.float()).abs().max() / o_old.float().abs().max()
+        print(f"  B{B} Hq{Hq} Hkv{Hkv} {Nq}x{Nk} causal={causal} {kw}: o, lse == old kernel's {same}"
+              + ("" if same else f" (max |o - o_old| / max |o_old| {float(diff):.2e},"
+                 f" lse {float((lse - lse_old).abs().max()):.2e})"), flush=True)
     print("bits:", ok, flush=True)
     for B, Hq, Hkv, N, causal, kw in [(4, 32, 32, 4096, False, {}), (4, 32, 32, 4096, True, {}),
                                       (1, 32, 32, 16384, True, {}), (1, 32, 32, 16384, True, dict(window_size=(4096, 0))),
