@@ -3,9 +3,9 @@ K/V tiles (2026-11-28_flash_q_tma.patch: hopper._forward_producer, the Q, K and 
 there; the consumers wait on a q_ready barrier), against the kernel before it (the 4 default warps
 load Q, then the producer starts; its hopper.py given as argv[1], loaded beside the patched one)
 through the same plan: o and lse bit for bit, then forward times against SDPA cuDNN's. do_bench
-medians, best of 3 alternating rounds (us). Not a test. Prepared in session 45 (compiles for sm_90
-alike for torch and JAX, scratch checks pass: test_compile_sm90 -k 'gluon or scratch'), not run:
-no device time was left. On the GPU machine:
+medians, best of 3 alternating rounds (tools/ab.alternate; us). Not a test. Prepared in session
+45 (compiles for sm_90 alike for torch and JAX, scratch checks pass: test_compile_sm90 -k 'gluon
+or scratch'), not run: no device time was left. On the GPU machine:
     cp ato_core/ops/flash_attention/hopper.py /tmp/old_hopper.py
     git apply benchmarks/experiments/2026-11-28_flash_q_tma.patch
     source benchmarks/tools/gpu_env.sh
@@ -28,7 +28,7 @@ from ato_core.launch import Plan
 from ato_core.ops.flash_attention import plans
 from ato_core.target import cuda_target
 from ato_torch.launcher import run_plan, spec
-from benchmarks.tools.ab import module_from_source
+from benchmarks.tools.ab import alternate, module_from_source
 
 old = module_from_source(open(sys.argv[1]).read(), "ato_core/ops/flash_attention/hopper.py", "old")
 
@@ -78,10 +78,7 @@ def main():
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=Hq != Hkv)
             fns["cuDNN"] = sdpa
-        t = {n: [] for n in fns}
-        for _ in range(3):
-            for n, f in fns.items():
-                t[n].append(do_bench(f, warmup=25, rep=200, return_mode="median") * 1e3)
+        t = alternate(fns, 3, lambda f: do_bench(f, warmup=25, rep=200, return_mode="median") * 1e3)
         b = {n: min(x) for n, x in t.items()}
         line = (f"  B{B} Hq{Hq} Hkv{Hkv} N{N} {'causal' if causal else 'full'} {kw or ''}: new {b['new']:8.1f}"
                 f"  old {b['old']:8.1f} us  new / old {b['new'] / b['old']:.3f}")
