@@ -192,13 +192,37 @@ def test_gluon_only_with_the_triton_it_was_written_for(monkeypatch):
         target.has_gluon.cache_clear()
 
 
+@pytest.mark.parametrize("Nq,Nk,causal,window", [
+    (1000, 1000, True, None), (4096, 4096, True, (1024, None)), (777, 300, False, None), (300, 700, False, (64, 32)),
+    (129, 4097, True, (300, 0)), (4097, 129, True, None), (1000, 1500, False, (0, 0)), (1, 1, True, None),
+    (700, 700, False, (100, 50)), (300, 4500, True, (700, None))])
+def test_mean_key_tiles_counts_the_visited_tiles(Nq, Nk, causal, window):
+    """plans.mean_key_tiles (the persistent forward's rule) equals the key tiles of 128 that a
+    block of 128 queries has an allowed key in (causal and the window bottom-right aligned),
+    counted from the dense mask, on average over the blocks."""
+    left, right = window or (None, None)
+    i = np.arange(Nq)[:, None] + (Nk - Nq)
+    j = np.arange(Nk)[None, :]
+    allowed = np.ones((Nq, Nk), bool)
+    if causal or right is not None:
+        allowed &= j <= i + (0 if causal else right)
+    if left is not None:
+        allowed &= j >= i - left
+    rows = np.zeros((-(-Nq // 128), Nk), bool)
+    np.logical_or.at(rows, np.arange(Nq) // 128, allowed)
+    tiles = np.zeros((rows.shape[0], -(-Nk // 128)), bool)
+    np.logical_or.at(tiles.T, np.arange(Nk) // 128, rows.T)
+    assert fa_core.mean_key_tiles(Nq, Nk, causal, window) == pytest.approx(tiles.sum(1).mean(), abs=1e-12)
+
+
 @needs_gluon
 def test_hopper_forward_chosen_where_it_applies():
     """On an H100 (Target.gluon) the forward plan launches the Gluon kernel for fp16 / bf16 at
     D 128 with causal, GQA, Nq != Nk, a window, softcap, q / kv lengths, ALiBi, segment ids and
-    either layout; the portable kernel for anything it does not cover (fp32, another D, another
-    option, no key, tuned settings, rows that TMA cannot copy: a storage offset or a stride
-    off 16 bytes); never under the interpreter or with gluon off."""
+    either layout (its persistent form where a query block's key tiles are few on average and
+    no kv lengths are given); the portable kernel for anything it does not cover (fp32, another
+    D, another option, no key, tuned settings, rows that TMA cannot copy: a storage offset or a
+    stride off 16 bytes); never under the interpreter or with gluon off."""
     from ato_core.testing import gpu_spec, h100
 
     def fwd(q, k, target=h100(), **kw):
@@ -207,33 +231,39 @@ def test_hopper_forward_chosen_where_it_applies():
         return plan.launches[0]
 
     q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 700, 128))
+    persistent = "fa_fwd_hopper_persistent_kernel"
     launch = fwd(q, k)
-    assert launch.name == "fa_fwd_hopper_kernel"
-    assert launch.grid == (8, 16) and launch.scalars[:4] == (8, 4, 1000, 700)
+    assert launch.name == persistent  # 8 x 16 items of 128 rows over the SMs, B last
+    assert launch.grid == (min(8 * 16, h100().num_sms), 1) and launch.scalars[:4] == (8, 4, 1000, 700)
+    assert launch.scalars[-1:] == (2,)
     assert fwd(gpu_spec((2, 1000, 8, 128), "float16"), gpu_spec((2, 700, 2, 128), "float16"), layout="bnhd",
-               causal=False).name == "fa_fwd_hopper_kernel"
+               causal=False).name == persistent
     window = fwd(q, k, options=fa_core.Options(window=(64, None)))
-    assert window.name == "fa_fwd_hopper_kernel" and window.constexprs["WINDOW"]
+    assert window.name == persistent and window.constexprs["WINDOW"]
     assert window.scalars[5:7] == (64, 0) and launch.scalars[5:7] == (1000 + 700 + 1, 0)
     lengths = fwd(q, k, arrays=(None, None, gpu_spec((2,), "int64")) + (None,) * 5)
-    assert lengths.name == "fa_fwd_hopper_kernel"
+    assert lengths.name == "fa_fwd_hopper_kernel" and lengths.grid == (8, 16)  # kv lengths: one item a program
     assert lengths.inputs == ("q", "k", "v", "q", "kv_lengths", "q", "q", "q")
     assert lengths.constexprs["KV_LENS"] and not lengths.constexprs["Q_LENS"] and not lengths.constexprs["ALIBI"]
     for slopes, strides in ((gpu_spec((8,), "float32"), (0, 1)), (gpu_spec((2, 8), "float32"), (8, 1))):
         plan = fa_core.forward_plan(q, k, k, causal=True, softmax_scale=None, target=h100(),
                                     arrays=(slopes,) + (None,) * 7)
         alibi, = plan.launches
-        assert alibi.name == "fa_fwd_hopper_kernel" and alibi.constexprs["ALIBI"]
+        assert alibi.name == persistent and alibi.constexprs["ALIBI"]
         assert alibi.inputs[5] == "alibi_slopes" and alibi.scalars[9:11] == strides
         assert plan.buffer("lse_base2").shape == (2, 8, 1000)  # the backward's base-2 lse
     capped = fa_core.forward_plan(q, k, k, causal=True, softmax_scale=0.1, target=h100(),
                                   options=fa_core.Options(window=(64, None), softcap=30.0))
-    assert capped.launches[0].name == "fa_fwd_hopper_kernel" and capped.launches[0].constexprs["SOFTCAP"]
+    assert capped.launches[0].name == persistent and capped.launches[0].constexprs["SOFTCAP"]
     assert capped.launches[0].scalars[7:9] == (0.1 / 30.0, 30.0 * fa_core.LOG2E)  # cap_in, cap_out
     assert capped.buffer("lse_base2").shape == (2, 8, 1000) and not launch.constexprs["SOFTCAP"]
     segments = (None,) * 3 + (gpu_spec((2, 1000), "int32"), gpu_spec((2, 700), "int64"), None, None, None)
     seg = fwd(q, k, arrays=segments)
-    assert seg.name == "fa_fwd_hopper_kernel" and seg.constexprs["SEGMENTS"] and not launch.constexprs["SEGMENTS"]
+    assert seg.name == persistent and seg.constexprs["SEGMENTS"] and not launch.constexprs["SEGMENTS"]
+    # long items (64.5 key tiles a query block on average): one a program; a window shortens them
+    long_q, long_k = gpu_spec((1, 4, 16384, 128)), gpu_spec((1, 4, 16384, 128))
+    assert fwd(long_q, long_k).name == "fa_fwd_hopper_kernel"
+    assert fwd(long_q, long_k, options=fa_core.Options(window=(4096, None))).name == persistent
     assert seg.inputs[6:] == ("q_segment_ids", "kv_segment_ids") and seg.scalars[11:15] == (1000, 1, 700, 1)
     portable = [
         fwd(gpu_spec((2, 8, 1000, 128), "float32"), gpu_spec((2, 2, 700, 128), "float32")),

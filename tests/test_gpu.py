@@ -292,9 +292,11 @@ def _check_hopper_case(case, backward_kernels):
     """_check_hopper of a built case (flash_attention or flash_attention_varlen)."""
     forward, backward = _plans(case)
     launches = forward.launches + backward.launches[1:]
-    expected = ["fa_fwd_hopper_kernel", *backward_kernels] if _hopper() else \
-        ["fa_fwd_kernel", "fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
-    assert [launch.name for launch in launches] == expected
+    names = [launch.name for launch in launches]
+    if _hopper():  # the forward's persistent form or one item a program (plans._hopper_plan)
+        assert names[0] in HOPPER_FORWARD and names[1:] == backward_kernels, names
+    else:
+        assert names == ["fa_fwd_kernel", "fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
     _RESULTS.pop(case, None)  # run now: another test (other plans) may have run this very case
     t, j, _ = _check(case)
     ran = os.environ.get("ATO_TRITON_JIT_LAUNCH") or all(launch.compiled for launch in launches)
@@ -346,6 +348,65 @@ def test_flash_attention_hopper_segments_gpu(dims, window, causal, lengths, alib
     """Segment ids on the Gluon forward, the portable dK / dV and dQ after it (_check_hopper)."""
     _check_hopper(dims, window, causal, lengths, alibi, dtype, ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"],
                   segments=segments[0], segments_sorted=segments[1])
+
+
+HOPPER_FORWARD = ("fa_fwd_hopper_persistent_kernel", "fa_fwd_hopper_kernel")
+# The persistent forward against one item a program: GQA, Nq != Nk, windows, softcap with ALiBi,
+# q lengths, segment ids, bnhd, a single row, more items than SMs (B H Nq causal; Hkv; Nk; options).
+HOPPER_PERSISTENT_CASES = [
+    ((2, 8, 1000, True), (2, 1500), dict(window_size=(300, 0))),
+    ((2, 8, 777, False), (2, 300), dict()),
+    ((2, 4, 700, False), (4, 700), dict(window_size=(100, 50))),
+    ((2, 8, 1000, True), (2, 1000), dict(softcap=30.0, alibi=True)),
+    ((2, 4, 900, True), (2, 1100), dict(q_lengths=True)),
+    ((2, 4, 1024, True), (2, 1024), dict(segments=True)),
+    ((2, 4, 513, False), (2, 700), dict(layout="bnhd")),
+    ((3, 2, 1, True), (2, 1), dict()),
+    ((16, 16, 1024, True), (16, 1024), dict()),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_flash_attention_hopper_persistent_gpu(dtype):
+    """The Gluon forward's persistent form (plans.HOPPER_PERSISTENT) gives o and lse bit for bit
+    those of one item a program: the same tiles in the same order, whatever program takes them."""
+    import torch
+
+    import ato_torch
+    from ato_core.ops.flash_attention import plans
+    from helpers import clear_plans
+
+    if not _hopper():
+        pytest.skip("the Gluon kernels run on sm_90 only")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    dt = getattr(torch, dtype)
+    for (B, Hq, Nq, causal), (Hkv, Nk), kw in HOPPER_PERSISTENT_CASES:
+        kw = dict(kw)
+        bnhd = kw.get("layout") == "bnhd"
+        shape = (lambda h, n: (B, n, h, 128)) if bnhd else (lambda h, n: (B, h, n, 128))
+        q = torch.randn(shape(Hq, Nq), device="cuda", generator=g).to(dt)
+        k, v = (torch.randn(shape(Hkv, Nk), device="cuda", generator=g).to(dt) for _ in range(2))
+        if kw.pop("alibi", False):
+            kw["alibi_slopes"] = torch.rand(B, Hq, device="cuda", generator=g)
+        if kw.pop("q_lengths", False):
+            kw["q_lengths"] = torch.tensor([Nq - 333, Nq], device="cuda", dtype=torch.int32)
+        if kw.pop("segments", False):
+            kw["segment_ids"] = (torch.arange(Nq, device="cuda") * 5 // Nq).expand(B, Nq).to(torch.int32).contiguous()
+        got = {}
+        try:
+            for on in (True, False):
+                plans.HOPPER_PERSISTENT = on
+                clear_plans("flash_attention", plans.forward_plan)
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    got[on] = ato_torch.flash_attention(q, k, v, causal=causal, return_lse=True, **kw)
+                    torch.cuda.synchronize()
+                ran = {e.name for e in prof.events() if e.name.startswith("fa_fwd")}
+                assert ran == {HOPPER_FORWARD[0 if on else 1]}, (on, ran)
+        finally:
+            plans.HOPPER_PERSISTENT = True
+            clear_plans("flash_attention", plans.forward_plan)
+        for a, b in zip(got[True], got[False]):
+            assert torch.equal(a, b), ((B, Hq, Nq, causal), (Hkv, Nk), kw)
 
 
 def test_flash_attention_hopper_needs_aligned_rows_gpu():

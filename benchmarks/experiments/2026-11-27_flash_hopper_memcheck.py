@@ -6,7 +6,9 @@ out-of-range accesses and races on its shared-memory ring.
     compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py [--backward]
 
 --backward: with plans.HOPPER_BACKWARD on (the Gluon dK / dV and dQ kernels, windows and lengths too);
---alibi: the ALiBi cases alone; --softcap: the softcap cases alone; --segments: the segment-id ones.
+--alibi: the ALiBi cases alone; --softcap: the softcap cases alone; --segments: the segment-id ones;
+--per-item: the forward one item a program (plans.HOPPER_PERSISTENT off; on, the cases without kv
+lengths run its persistent form).
 """
 import sys
 
@@ -40,9 +42,13 @@ CASES = [
                                             softcap=30.0)),
     # segment ids (forward on the Gluon kernel), out of order, with a window and lengths
     (3, 2, 1, 300, 700, torch.bfloat16, dict(causal=True, window_size=(200, None), lengths=True, segments=True)),
+    # (session 46) q lengths alone (the persistent forward takes them), more items than SMs
+    (3, 2, 1, 300, 500, torch.bfloat16, dict(causal=True, window_size=(100, None), q_lengths_only=True)),
+    (4, 16, 4, 1000, 1000, torch.bfloat16, dict(causal=True)),
 ]
 
 plans.HOPPER_BACKWARD = "--backward" in sys.argv
+plans.HOPPER_PERSISTENT = "--per-item" not in sys.argv
 for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     if "--alibi" in sys.argv and "alibi" not in kw:  # the ALiBi cases alone
         continue
@@ -58,6 +64,8 @@ for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     if kw.pop("lengths", False):
         kw["q_lengths"] = torch.tensor([Nq - 1, 0, Nq // 2][:B], device="cuda", dtype=torch.int32)
         kw["kv_lengths"] = torch.tensor([Nk, Nk // 3, 0][:B], device="cuda", dtype=torch.int64)
+    if kw.pop("q_lengths_only", False):
+        kw["q_lengths"] = torch.tensor([Nq - 1, 0, Nq // 2][:B], device="cuda", dtype=torch.int32)
     if kw.pop("segments", False):  # 3 ids in random order
         kw["segment_ids"] = tuple(torch.randint(0, 3, (B, n), device="cuda", generator=g, dtype=torch.int32)
                                   for n in (Nq, Nk))

@@ -1,13 +1,12 @@
-"""Session 45's persistent Gluon forward (2026-11-28_flash_persistent_tma.patch: K/V and Q by TMA
+"""Session 45's persistent Gluon forward (its .patch, in the tree since session 46: K/V and Q by TMA
 through 4-D descriptors over all heads, made once a program; the next item's Q and first K/V tiles
 loaded under the last one's PV and epilogue; items dealt round by round, reversed every other round)
 against the per-item grid (plans.HOPPER_PERSISTENT = False) and cuDNN (SDPA's backend): o and lse
 bit for bit at odd shapes with every option it takes (and ato_jax's o bit for bit torch's), then
 forward times. do_bench medians, best of 3 alternating rounds. Not a test. Results: flash_gluon.txt
-29 (not kept). On the GPU machine, under a timeout (a wrong phase waits forever):
-    git apply benchmarks/experiments/2026-11-28_flash_persistent_tma.patch
+29b (a wrong run: the op's plan cache held the persistent plan for both) and 30. On the GPU machine:
     source benchmarks/tools/gpu_env.sh
-    timeout 300 python benchmarks/experiments/2026-11-28_flash_persistent_tma.py [--no-bits] [--no-jax]
+    timeout 300 python benchmarks/experiments/2026-11-28_flash_persistent_tma.py [--no-bits] [--no-jax] [--rule]
 """
 import sys
 
@@ -17,12 +16,22 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import ato_torch
+from ato_core.ops import OPS
 from ato_core.ops.flash_attention import plans
+
+RULE = plans.PERSISTENT_MAX_TILES
+# --rule: shapes around plans.PERSISTENT_MAX_TILES (mean key tiles an item: 64, 128, 32.5, 48.75, 64.5, 16.5)
+RULE_SHAPES = [(2, 32, 32, 8192, dict()), (1, 32, 32, 16384, dict()), (2, 32, 32, 8192, dict(causal=True)),
+               (1, 16, 4, 16384, dict(causal=True, window_size=(8192, 0))), (1, 32, 8, 16384, dict(causal=True)),
+               (4, 32, 8, 4096, dict(causal=True))]
 
 
 def persistent(on):
+    """The persistent forward at every shape (on), or one item a program."""
     plans.HOPPER_PERSISTENT = on
+    plans.PERSISTENT_MAX_TILES = float("inf") if on else RULE
     plans.forward_plan.cache_clear()
+    OPS["flash_attention"].cached_forward.cache_clear()  # the op's own plan cache too
 
 
 def rand(*shape, g):
@@ -85,8 +94,16 @@ def jax_bits():
     return same
 
 
-def timings():
-    shapes = [(4, 32, 32, 4096, dict()), (4, 32, 32, 4096, dict(causal=True)), (1, 32, 32, 16384, dict(causal=True)),
+def launched(f):
+    """The names of the CUDA kernels that f() runs (the check that a toggle took effect)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        f()
+        torch.cuda.synchronize()
+    return sorted({e.name for e in prof.events() if "fa_fwd" in e.name})
+
+
+def timings(rule=False):
+    shapes = RULE_SHAPES if rule else [(4, 32, 32, 4096, dict()), (4, 32, 32, 4096, dict(causal=True)), (1, 32, 32, 16384, dict(causal=True)),
               (1, 32, 32, 16384, dict(causal=True, window_size=(4096, 0))), (2, 32, 8, 8192, dict(causal=True)),
               (16, 16, 16, 1024, dict(causal=True)), (8, 16, 16, 2048, dict()),
               (4, 32, 32, 4096, dict(causal=True, softcap=30.0))]
@@ -102,6 +119,9 @@ def timings():
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=Hq != Hkv)
             runs["SDPA cuDNN"] = sdpa
+        for on in (True, False):
+            persistent(on)
+            print(f"    launches with HOPPER_PERSISTENT={on}: {launched(runs['persistent'])}", flush=True)
         t = {n: [] for n in runs}
         for _ in range(3):
             for n, f in runs.items():
@@ -116,7 +136,7 @@ def timings():
             line += (f", / cuDNN {best['persistent'] / best['SDPA cuDNN']:.3f}"
                      f" (one-item {best['one-item grid'] / best['SDPA cuDNN']:.3f})")
         print(line, flush=True)
-    persistent(True)
+    plans.HOPPER_PERSISTENT, plans.PERSISTENT_MAX_TILES = True, RULE
 
 
 if __name__ == "__main__":
@@ -125,4 +145,4 @@ if __name__ == "__main__":
         print("bits:", bits(), flush=True)
     if "--no-jax" not in sys.argv:
         print("jax:", jax_bits(), flush=True)
-    timings()
+    timings("--rule" in sys.argv)

@@ -7,7 +7,7 @@ its tiles. Per shape: median cycles of setup (1 - 0), first tile (2 - 1), the ot
 and per tile), epilogue (4 - 3) and the gap to the next program on the same SM (launch,
 teardown), and their share of an SM's time. B1 H32 Nq16384 D128 bf16 (the window bench's rows)
 and B4 H32 N4096 causal. The stamps' stores cost a little; the copy's o is checked against
-ato's. With --persistent (2026-11-28_flash_persistent_tma.patch applied): the persistent kernel's
+ato's. With --persistent (plans.HOPPER_PERSISTENT at every shape; without, off): the persistent kernel's
 items instead (setup: the wait for its query tile; gap: from one item's stores to the next
 item's start). Not a test. On the GPU machine, after ``source benchmarks/tools/gpu_env.sh``:
     python benchmarks/experiments/2026-11-28_flash_phases.py [--persistent]
@@ -191,6 +191,9 @@ def report(name, t, us):
 def main():
     import ato_torch
     persistent = "--persistent" in sys.argv
+    plans.HOPPER_PERSISTENT = persistent  # the form asked for at every shape (its stamps differ)
+    plans.PERSISTENT_MAX_TILES = float("inf")
+    plans.forward_plan.cache_clear()
     hop = _edited(persistent)
     print(f"GPU {torch.cuda.get_device_name()}; the Gluon forward{' (persistent: a row an item)' if persistent else ''},"
           f" bf16 D128; SM clock64 cycles", flush=True)

@@ -21,5 +21,7 @@ for i in "${!pids[@]}"; do
   code=$?
   summary=$(grep "ERROR SUMMARY" "${logs[i]}" | tail -1)
   [ $code -eq 124 ] && summary="stopped at MEMCHECK_TIMEOUT ${MEMCHECK_TIMEOUT:-240} s, no summary"
+  # a script that fails part-way still prints "0 errors" for what it ran: say so
+  [ $code -ne 0 ] && [ $code -ne 124 ] && summary="${summary:+$summary; }the script FAILED (exit $code)"
   echo "$(basename "${logs[i]}"): ${summary:-no summary (exit $code)}"
 done

@@ -168,32 +168,35 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, start_n, p, m_i, l_i, acc, s_
 def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift,
             hi_shift, alibi, tiles, LIST, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
             WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BS: gl.constexpr):
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BS: gl.constexpr, c0, q_free, Q_FREE: gl.constexpr):
     """(m, l, acc) over key tiles [lo, hi) (at least one): masked but for [full_lo, full_hi)
     (tiles = (lo, full_lo, full_hi, hi), _key_tiles, _segment_tiles); BS: tiles of LIST's blocks
-    (_tile_start)."""
+    (_tile_start). The tiles are the ring's c0-th on; Q_FREE: an arrival on q_free once the last
+    QK is done (the query tile may be refilled)."""
     lo, full_lo, full_hi, hi = tiles
     kseg = _tile_segments(alibi, _tile_start(lo, 0, LIST, BLOCK_N, BS), offs_sn, Nk, SEGMENTS)
-    mbarrier.wait(ready.index(0), 0)
+    mbarrier.wait(ready.index(c0 % STAGES), (c0 // STAGES) & 1)
     fence_async_shared()
-    s_tok = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s_tok = warpgroup_mma(q_smem, k_bufs.index(c0 % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
     p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, _tile_start(lo, 0, LIST, BLOCK_N, BS), offs_sn, Nk,
                                   lo_shift, hi_shift, alibi, kseg, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS)
     if WINDOW or SEGMENTS:  # the tiles that cross the window's lower edge, or not one segment's
         for j in range(1, full_lo - lo):
-            p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, _tile_start(lo, j, LIST, BLOCK_N, BS),
+            p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, c0 + j, _tile_start(lo, j, LIST, BLOCK_N, BS),
                                      p, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi,
                                      p_layout, o_layout, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS, STAGES)
     for j in range(gl.maximum(full_lo - lo, 1), full_hi - lo):
-        p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, _tile_start(lo, j, LIST, BLOCK_N, BS), p, m_i,
+        p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, c0 + j, _tile_start(lo, j, LIST, BLOCK_N, BS), p, m_i,
                                  l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout,
                                  o_layout, CAUSAL, WINDOW, False, ALIBI, SOFTCAP, SEGMENTS, STAGES)
     for j in range(gl.maximum(full_hi - lo, 1), hi - lo):
-        p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, j, _tile_start(lo, j, LIST, BLOCK_N, BS), p, m_i,
+        p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, c0 + j, _tile_start(lo, j, LIST, BLOCK_N, BS), p, m_i,
                                  l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout,
                                  o_layout, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS, STAGES)
-    last = (hi - lo - 1) % STAGES
+    if Q_FREE:
+        mbarrier.arrive(q_free, count=1)
+    last = (c0 + hi - lo - 1) % STAGES
     o_tok = warpgroup_mma(gl.convert_layout(p.to(v_bufs.dtype), p_layout), v_bufs.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
     mbarrier.arrive(empty.index(last), count=1)
@@ -205,12 +208,13 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
               hi_shift, qk_scale, slope2, cap, seg, shift, start_m, tiles, LIST, CAUSAL: gl.constexpr,
               WINDOW: gl.constexpr, Q_LENS: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
               SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-              BS: gl.constexpr = 0):
+              BS: gl.constexpr = 0, c0=0, q_free=None, Q_FREE: gl.constexpr = False):
     """One warpgroup: query rows [start_m, start_m + ROWS); writes their o and lse (Q_LENS: rows
     from q_len on get o = 0, lse = -inf), with ALIBI (head slope2; shift = kv_len - q_len) or
     SOFTCAP (cap: _capped's) also the base-2 lse LSE2 (+inf for those rows) that the backward
     reads. Nk: the keys of this batch. SEGMENTS: seg = (the batch's query segment ids, their
-    stride, its key segment ids, their stride). BS: the key tiles are LIST's blocks (_tile_start)."""
+    stride, its key segment ids, their stride). BS: the key tiles are LIST's blocks (_tile_start).
+    c0, q_free, Q_FREE: as _attend's (with no tile, the arrival at once)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -230,7 +234,9 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
     if tiles[3] > tiles[0]:
         m_i, l_i, acc = _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m,
                                 offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, LIST, p_layout, o_layout, CAUSAL,
-                                WINDOW, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES, BS)
+                                WINDOW, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES, BS, c0, q_free, Q_FREE)
+    elif Q_FREE:
+        mbarrier.arrive(q_free, count=1)
     if ALIBI or SOFTCAP:  # m is in base 2 already
         qk_scale = 1.0
     empty_row = l_i == 0.0
@@ -252,17 +258,26 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
 
 @gluon.jit
 def _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, hi, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  LIST=None, BS: gl.constexpr = 0):
+                  LIST=None, BS: gl.constexpr = 0, c0=0, head=None):
     """K/V tiles [lo, hi) into the ring by TMA (BS: of LIST's blocks, _tile_start; descriptors
-    over the program's [kv_len, D] rows: rows past kv_len land as zeros): one arrival on
-    ready[slot] expecting both tiles' bytes."""
+    over the program's [kv_len, D] rows: rows past kv_len land as zeros), as its c0-th tiles on:
+    one arrival on ready[slot] expecting both tiles' bytes. head = (b, kv head): the
+    descriptors are _heads_descriptor's."""
+    D: gl.constexpr = k_bufs.shape[2]
     for j in range(hi - lo):
-        slot = j % STAGES
+        c = c0 + j
+        slot = c % STAGES
         start = _tile_start(lo, j, LIST, BLOCK_N, BS)
-        mbarrier.wait(empty.index(slot), ((j // STAGES) & 1) ^ 1)
+        mbarrier.wait(empty.index(slot), ((c // STAGES) & 1) ^ 1)
         mbarrier.expect(ready.index(slot), 2 * k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [start, 0], ready.index(slot), k_bufs.index(slot))
-        tma.async_copy_global_to_shared(v_desc, [start, 0], ready.index(slot), v_bufs.index(slot))
+        if head is None:
+            tma.async_copy_global_to_shared(k_desc, [start, 0], ready.index(slot), k_bufs.index(slot))
+            tma.async_copy_global_to_shared(v_desc, [start, 0], ready.index(slot), v_bufs.index(slot))
+        else:
+            tma.async_copy_global_to_shared(k_desc, [head[0], head[1], start, 0], ready.index(slot),
+                                            k_bufs.index(slot).reshape([1, 1, BLOCK_N, D]))
+            tma.async_copy_global_to_shared(v_desc, [head[0], head[1], start, 0], ready.index(slot),
+                                            v_bufs.index(slot).reshape([1, 1, BLOCK_N, D]))
 
 
 @gluon.jit
@@ -341,10 +356,17 @@ def _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N: gl.constexpr, D: gl.cons
 def _query_program(Hq, G, CAUSAL: gl.constexpr):
     """(query block, batch, query head, kv head) of a program of grid (query blocks, B * Hq);
     causal: the last query blocks (the most keys) first."""
-    pid_m = gl.program_id(0)
+    return _work(gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), gl.num_programs(0), Hq, G, CAUSAL)
+
+
+@gluon.jit
+def _work(w, n_m, Hq, G, CAUSAL: gl.constexpr):
+    """(query block, batch, query head, kv head) of work item w = (b Hq + h) n_m + i of n_m query
+    blocks a head; causal: i = 0 is the last block (the most keys)."""
+    pid_m = w % n_m
     if CAUSAL:
-        pid_m = gl.num_programs(0) - 1 - pid_m
-    bh = gl.program_id(1)
+        pid_m = n_m - 1 - pid_m
+    bh = w // n_m
     b = bh // Hq
     h = bh % Hq
     return pid_m, b, h, h // G
@@ -535,6 +557,165 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk
                      None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
         (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], BLOCK_N, STAGES)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+@kernel(inputs=8, outputs=4, gluon=True)
+def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, qk_scale, left, right,
+                                    cap_in, cap_out, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sqb, sqh, sqn, skb, skh, skn,
+                                    svb, svh, svn, sob, soh, son, B, O, LSE, LSE2, SCRATCH, CAUSAL: gl.constexpr,
+                                    BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+                                    PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                                    WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
+                                    KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False,
+                                    SOFTCAP: gl.constexpr = False, SEGMENTS: gl.constexpr = False,
+                                    VARLEN: gl.constexpr = False):
+    """fa_fwd_hopper_kernel's forward, dense [B, H, N, D] with no KV_LENS (K/V rows past a head's
+    Nk keys land as zeros, through one descriptor over all heads), as a persistent kernel: grid
+    (programs, 1), each taking one work item a round (_work: items in fa_fwd_hopper_kernel's grid
+    order; _snake: which a program takes). The producer loads the next item's query tiles once the
+    consumers' last QK is done, with its first K/V tiles, under their last PV and epilogue: what
+    a program of the one-item grid pays in series (loads, descriptors, launch). B: the batch."""
+    gl.static_assert(not KV_LENS and not VARLEN, "the persistent forward reads no lengths of keys")
+    sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
+    skb, skh, skn = _strides8(skb, skh, skn)
+    svb, svh, svn = _strides8(svb, svh, svn)
+    sob, soh, son = _strides8(sob, soh, son)
+    n_m = gl.cdiv(Nq, 2 * ROWS)
+    q_desc = _heads_descriptor(Q, B, Hq, Nq, sqb, sqh, sqn, ROWS, D)
+    k_desc = _heads_descriptor(K, B, Hq // G, Nk, skb, skh, skn, BLOCK_N, D)
+    v_desc = _heads_descriptor(V, B, Hq // G, Nk, svb, svh, svn, BLOCK_N, D)
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES, 1)
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_ready, count=1)
+    mbarrier.init(q_empty, count=2)
+    fence_async_shared()
+    gl.thread_barrier()
+    item = (QLEN, QSEG, KSEG, Hq, G, Nq, Nk, left, right, sqsb, sqsn, sksb, sksn, n_m, n_m * B * Hq)
+    out = (O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, (cap_in, cap_out))
+    gl.warp_specialize([
+        (_persistent_consumer, (q0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
+                                Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
+        (_persistent_consumer, (q1, ROWS, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
+                                Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
+        (_persistent_producer, (q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc, item,
+                                CAUSAL, WINDOW, Q_LENS, SEGMENTS, BLOCK_N, STAGES)),
+    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+@gluon.jit
+def _heads_descriptor(A, B, H, n, sab, sah, san, TILE: gl.constexpr, D: gl.constexpr):
+    """A TMA descriptor of [1, 1, TILE, D] tiles over an array [B, H, n, D] (n >= 1; strides sab,
+    sah, san, 1): rows past n land as zeros."""
+    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([1, 1, TILE, D], A.dtype.element_ty)
+    return tma.make_tensor_descriptor(A, [B, H, n, D], [sab, sah, san, 1], [1, 1, TILE, D], layout)
+
+
+@gluon.jit
+def _item(w, item, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, SEGMENTS: gl.constexpr,
+          BLOCK_N: gl.constexpr):
+    """Work item w of the persistent forward: (b, h, kv head, start_m, q_len, kv_len, lo_shift,
+    hi_shift, tiles, seg), as fa_fwd_hopper_kernel's program finds them."""
+    QLEN, QSEG, KSEG, Hq, G, Nq, Nk, left, right, sqsb, sqsn, sksb, sksn, n_m, n_items = item
+    pid_m, b, h, hk = _work(w, n_m, Hq, G, CAUSAL)
+    start_m = pid_m * (2 * ROWS)
+    _, q_len, _, kv_len, lo_shift, hi_shift = _lengths(QLEN, QLEN, b, 0, Nq, Nk, Nq, Nk, left, right, Q_LENS, False,
+                                                       False)
+    tiles = _live(_key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, 2 * ROWS, BLOCK_N), start_m, q_len,
+                  Q_LENS)
+    seg = (QSEG + b.to(gl.int64) * sqsb, sqsn, KSEG + b.to(gl.int64) * sksb, sksn)
+    if SEGMENTS:
+        tiles = _segment_tiles(tiles, seg[0], sqsn, seg[2], sksn, start_m, Nq, kv_len, 2 * ROWS, BLOCK_N)
+    return b, h, hk, start_m, q_len, kv_len, lo_shift, hi_shift, tiles, seg
+
+
+@gluon.jit
+def _persistent_consumer(q_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item,
+                         CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, ALIBI: gl.constexpr,
+                         SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
+                         STAGES: gl.constexpr):
+    """A consumer warpgroup of the persistent forward: rows [start_m + half, + ROWS) of each of
+    its program's items (_consumer's work), its query tile awaited on q_ready and freed on
+    q_empty, in _snake's order; c counts the ring's tiles, it the query tiles."""
+    c = 0
+    it = 0
+    for r in range(gl.cdiv(item[14], gl.num_programs(0))):
+        w = _snake(r)
+        if w < item[14]:
+            c, it = _consumer_item(q_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, w, c, it,
+                                   CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)
+
+
+@gluon.jit
+def _consumer_item(q_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, w, c, it,
+                   CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, ALIBI: gl.constexpr,
+                   SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
+                   STAGES: gl.constexpr):
+    """_persistent_consumer's work item w, the ring's c-th tile on and the it-th query tile: (c,
+    it) after it."""
+    O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, cap = out
+    Hq = item[3]
+    Nq = item[5]
+    b, h, hk, start_m, q_len, kv_len, lo_shift, hi_shift, tiles, seg = _item(w, item, CAUSAL, WINDOW, Q_LENS,
+                                                                             SEGMENTS, BLOCK_N)
+    slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, 0, ALIBI, False)
+    mbarrier.wait(q_ready, it & 1)
+    _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, _head(b, h, 0, sob, soh, son, False),
+              (b * Hq + h).to(gl.int64) * Nq, son, Nq, q_len, kv_len, lo_shift, hi_shift, qk_scale, slope2, cap,
+              seg, kv_len - q_len, start_m + half, tiles, None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS,
+              BLOCK_N, D, STAGES, 0, c, q_empty, True)
+    c += gl.maximum(tiles[3] - tiles[0], 0)
+    it += 1
+    return c, it
+
+
+@gluon.jit
+def _snake(r):
+    """The work item of this program in round r of a persistent grid: programs take the items of
+    a round in order, and in reverse every other round, so that items heaviest first (causal)
+    spread evenly (a round-robin gives the first programs the heaviest of every round)."""
+    P = gl.num_programs(0)
+    p = gl.program_id(0)
+    return r * P + p + (r % 2) * (P - 1 - 2 * p)
+
+
+@gluon.jit
+def _persistent_producer(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc, item,
+                         CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, SEGMENTS: gl.constexpr,
+                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """The persistent forward's loads: for each item, its first STAGES - 1 K/V tiles (their slots
+    are the last item's, so they come free without the next query tile), its query tiles once
+    q_empty says both consumers are done with the last, then its other K/V tiles."""
+    c = 0
+    it = 0
+    for r in range(gl.cdiv(item[14], gl.num_programs(0))):
+        w = _snake(r)
+        if w < item[14]:
+            c, it = _producer_item(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc,
+                                   item, w, c, it, CAUSAL, WINDOW, Q_LENS, SEGMENTS, BLOCK_N, STAGES)
+
+
+@gluon.jit
+def _producer_item(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc, item, w, c, it,
+                   CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, SEGMENTS: gl.constexpr,
+                   BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """_persistent_producer's work item w: (c, it) after it, as _consumer_item's."""
+    D: gl.constexpr = k_bufs.shape[2]
+    b, h, hk, start_m, q_len, kv_len, lo_shift, hi_shift, tiles, seg = _item(w, item, CAUSAL, WINDOW, Q_LENS,
+                                                                             SEGMENTS, BLOCK_N)
+    lo = tiles[0]
+    hi = gl.maximum(tiles[3], lo)
+    first = gl.minimum(hi, lo + (STAGES - 1))
+    _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, first, BLOCK_N, STAGES, None, 0, c, (b, hk))
+    mbarrier.wait(q_empty, (it & 1) ^ 1)
+    mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_ready, q0.reshape([1, 1, ROWS, D]))
+    tma.async_copy_global_to_shared(q_desc, [b, h, start_m + ROWS, 0], q_ready, q1.reshape([1, 1, ROWS, D]))
+    _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, first, hi, BLOCK_N, STAGES, None, 0,
+                  c + (first - lo), (b, hk))
+    c += hi - lo
+    it += 1
+    return c, it
 
 
 SCAN = gl.constexpr(16)  # tiles of segment ids a step of _segment_tiles reads

@@ -364,7 +364,8 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     scale = resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
     if settings is None and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays):
-        return _hopper_plan(q, k, v, _Gluon(B, Hq, Hkv, Nq, Nk, D, layout), causal, scale, options, named)
+        return _hopper_plan(q, k, v, _Gluon(B, Hq, Hkv, Nq, Nk, D, layout), causal, scale, options, named,
+                            target)
     cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     launch = Launch(
@@ -386,6 +387,13 @@ HOPPER = {"BLOCK_N": 128, "STAGES": 3, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240
 # The global scratch a Gluon program makes its two TMA descriptors in (hopper._descriptor,
 # _head_descriptor): 128 bytes each (test_compile_sm90 checks the compiled kernel's need).
 TMA_SCRATCH = 256
+# The dense forward without kv lengths runs persistent (hopper.fa_fwd_hopper_persistent_kernel,
+# three descriptors a program) where its items are short: a program's fixed cost (5-6 key tiles,
+# results flash_gluon.txt 29c) then overlaps the last item's work. On an H200 it took 0.78-0.96x
+# the per-item time at 4.5 to 32 key tiles an item on average, 1.02x at 65 (section 30).
+HOPPER_PERSISTENT = True
+PERSISTENT_MAX_TILES = 40
+PERSISTENT_SCRATCH = 384
 HOPPER_HEAD_DIMS = (128,)
 # the option arrays the Gluon kernels take (their pointer order), and those the backward's apply
 HOPPER_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes", "q_segment_ids", "kv_segment_ids")
@@ -481,18 +489,37 @@ class _Gluon(NamedTuple):
         return arrays, scalars, const
 
 
+def mean_key_tiles(Nq: int, Nk: int, causal: bool, window, rows: int = 128, tile: int = 128) -> float:
+    """The key tiles (of ``tile`` keys) a block of ``rows`` queries visits, on average over the
+    blocks: causal and the window (left, right) bottom-right aligned, as the kernels skip tiles."""
+    left, right = window if window is not None else (None, None)
+    right = 0 if causal else right
+    shift = Nk - Nq
+    total = 0
+    for m in range(0, Nq, rows):
+        lo = 0 if left is None else min(max(m + shift - left, 0), Nk)
+        hi = Nk if right is None else min(max(min(m + rows, Nq) + shift + right, 0), Nk)
+        total += max(cdiv(hi, tile) - lo // tile, 0)
+    return total / max(cdiv(Nq, rows), 1)
+
+
 def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: bool, scale: float, options: Options,
-                 named: dict) -> Plan:
+                 named: dict, target: Target) -> Plan:
     arrays, opt_scalars, const = geo.options(options, named, causal, scale)
     o, o_strides = geo.output("o", True, q.dtype)
-    grid = geo.grid(True)
+    kern_fn, grid, tail, scratch = kern.hopper.fa_fwd_hopper_kernel, geo.grid(True), geo.tail(), TMA_SCRATCH
+    if HOPPER_PERSISTENT and not geo.packed and not const["KV_LENS"] and \
+            mean_key_tiles(geo.Nq, geo.Nk, causal, options.window) <= PERSISTENT_MAX_TILES:
+        items = math.prod(grid)
+        kern_fn, grid, tail, scratch = (kern.hopper.fa_fwd_hopper_persistent_kernel, (min(items, target.num_sms), 1),
+                                        (geo.B,), PERSISTENT_SCRATCH)
     launch = Launch(
-        kern.hopper.fa_fwd_hopper_kernel, grid, ("q", "k", "v", *arrays),
+        kern_fn, grid, ("q", "k", "v", *arrays),
         (geo.Hq, geo.Hq // geo.Hkv, geo.Nq, geo.Nk, scale * LOG2E, *opt_scalars, *geo.strides(q), *geo.strides(k),
-         *geo.strides(v), *o_strides, *geo.tail()),
+         *geo.strides(v), *o_strides, *tail),
         (o, Buffer("lse", geo.rows(), "float32"),
          optional_output("lse_base2", geo.rows(), "float32", const["ALIBI"] or const["SOFTCAP"]),
-         scratch_buffer("tma_scratch", grid, TMA_SCRATCH)),
+         scratch_buffer("tma_scratch", grid, scratch)),
         {"CAUSAL": causal, "D": geo.D, **HOPPER, **const}, num_warps=4,
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
@@ -635,7 +662,7 @@ def varlen_forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySpe
     scale = resolve_scale(softmax_scale, D)
     if settings is None and _hopper_varlen(q, k, v, D, Hkv, Tq, Tk, target, options, seed):
         geo = _Gluon(B, Hq, Hkv, max_seqlen_q, max_seqlen_k, D, packed=(Tq, Tk))
-        return _hopper_plan(q, k, v, geo, causal, scale, options, {"alibi_slopes": alibi})
+        return _hopper_plan(q, k, v, geo, causal, scale, options, {"alibi_slopes": alibi}, target)
     o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, seed, causal, scale, B, Hq, max_seqlen_q,
                                                               max_seqlen_k)
     launch = Launch(
