@@ -367,7 +367,8 @@ def _gluon_launches(which):
     dV or dQ launch, GQA, Nq != Nk, causal, with a window, or (which ending in "lengths") q and
     kv lengths, or ("alibi") [B, Hq] ALiBi slopes, or ("softcap") softcap with a window, ALiBi and
     lengths, or ("segments") segment ids with a window, or ("varlen") packed sequences with a
-    window and [B, Hq] ALiBi slopes."""
+    window and [B, Hq] ALiBi slopes. "persistent": the forward's persistent form with kv lengths
+    (plans.PERSISTENT_KV_LENS) whatever that flag says."""
     from ato_core.ops.flash_attention import plans as fa
     from ato_core.testing import gpu_spec
 
@@ -402,14 +403,21 @@ def _gluon_launches(which):
     else:
         kw = {"options": fa.Options(window=(100, None))}
     if which.startswith("forward"):
-        plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100, **kw)
+        was, fa.PERSISTENT_KV_LENS = fa.PERSISTENT_KV_LENS, "persistent" in which or fa.PERSISTENT_KV_LENS
+        try:
+            fa.forward_plan.cache_clear()
+            plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100, **kw)
+        finally:
+            fa.PERSISTENT_KV_LENS = was
+            fa.forward_plan.cache_clear()
         return plan.launches[0], plan, specs
     plan = fa.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=H100, **kw)
     return plan.launches[1 if which.startswith("dkdv") else 2], plan, specs
 
 
 @pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
-@pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "dkdv lengths", "dq lengths", "forward alibi",
+@pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "forward persistent lengths", "dkdv lengths", "dq lengths",
+                                   "forward alibi",
                                    "dkdv alibi", "dq alibi", "forward varlen", "dkdv varlen", "dq varlen",
                                    "forward softcap", "dkdv softcap", "dq softcap", "forward segments"])
 def test_gluon_compiles_alike_for_jax(which):

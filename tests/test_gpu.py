@@ -363,13 +363,17 @@ HOPPER_PERSISTENT_CASES = [
     ((2, 4, 513, False), (2, 700), dict(layout="bnhd")),
     ((3, 2, 1, True), (2, 1), dict()),
     ((16, 16, 1024, True), (16, 1024), dict()),
+    # kv lengths (Nk, Nk // 3, 0), the keys past them NaN (the persistent form zeroes the last V tile's)
+    ((3, 4, 1000, True), (2, 1000), dict(kv_lengths=True)),
+    ((3, 4, 777, False), (4, 900), dict(kv_lengths=True, window_size=(100, 50), softcap=20.0)),
 ]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_flash_attention_hopper_persistent_gpu(dtype):
     """The Gluon forward's persistent form (plans.HOPPER_PERSISTENT) gives o and lse bit for bit
-    those of one item a program: the same tiles in the same order, whatever program takes them."""
+    those of one item a program: the same tiles in the same order, whatever program takes them;
+    no NaN from keys past kv lengths that hold NaN."""
     import torch
 
     import ato_torch
@@ -380,6 +384,7 @@ def test_flash_attention_hopper_persistent_gpu(dtype):
         pytest.skip("the Gluon kernels run on sm_90 only")
     g = torch.Generator(device="cuda").manual_seed(0)
     dt = getattr(torch, dtype)
+    kv_lens = plans.PERSISTENT_KV_LENS
     for (B, Hq, Nq, causal), (Hkv, Nk), kw in HOPPER_PERSISTENT_CASES:
         kw = dict(kw)
         bnhd = kw.get("layout") == "bnhd"
@@ -392,10 +397,16 @@ def test_flash_attention_hopper_persistent_gpu(dtype):
             kw["q_lengths"] = torch.tensor([Nq - 333, Nq], device="cuda", dtype=torch.int32)
         if kw.pop("segments", False):
             kw["segment_ids"] = (torch.arange(Nq, device="cuda") * 5 // Nq).expand(B, Nq).to(torch.int32).contiguous()
+        if kw.pop("kv_lengths", False):
+            kv_lengths = [Nk, Nk // 3, 0][:B]
+            kw["kv_lengths"] = torch.tensor(kv_lengths, device="cuda", dtype=torch.int32)
+            for b, n in enumerate(kv_lengths):
+                k[b, :, n:] = float("nan")
+                v[b, :, n:] = float("nan")
         got = {}
         try:
             for on in (True, False):
-                plans.HOPPER_PERSISTENT = on
+                plans.HOPPER_PERSISTENT = plans.PERSISTENT_KV_LENS = on
                 clear_plans("flash_attention", plans.forward_plan)
                 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                     got[on] = ato_torch.flash_attention(q, k, v, causal=causal, return_lse=True, **kw)
@@ -403,10 +414,11 @@ def test_flash_attention_hopper_persistent_gpu(dtype):
                 ran = {e.name for e in prof.events() if e.name.startswith("fa_fwd")}
                 assert ran == {HOPPER_FORWARD[0 if on else 1]}, (on, ran)
         finally:
-            plans.HOPPER_PERSISTENT = True
+            plans.HOPPER_PERSISTENT, plans.PERSISTENT_KV_LENS = True, kv_lens
             clear_plans("flash_attention", plans.forward_plan)
         for a, b in zip(got[True], got[False]):
             assert torch.equal(a, b), ((B, Hq, Nq, causal), (Hkv, Nk), kw)
+        assert not got[True][0].isnan().any(), ((B, Hq, Nq, causal), (Hkv, Nk), kw)
 
 
 def test_flash_attention_hopper_needs_aligned_rows_gpu():

@@ -8,7 +8,8 @@ out-of-range accesses and races on its shared-memory ring.
 --backward: with plans.HOPPER_BACKWARD on (the Gluon dK / dV and dQ kernels, windows and lengths too);
 --alibi: the ALiBi cases alone; --softcap: the softcap cases alone; --segments: the segment-id ones;
 --per-item: the forward one item a program (plans.HOPPER_PERSISTENT off; on, the cases without kv
-lengths run its persistent form).
+lengths run its persistent form); --kv-lengths: the persistent form with kv lengths too
+(plans.PERSISTENT_KV_LENS).
 """
 import sys
 
@@ -49,6 +50,7 @@ CASES = [
 
 plans.HOPPER_BACKWARD = "--backward" in sys.argv
 plans.HOPPER_PERSISTENT = "--per-item" not in sys.argv
+plans.PERSISTENT_KV_LENS = "--kv-lengths" in sys.argv or plans.PERSISTENT_KV_LENS
 for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     if "--alibi" in sys.argv and "alibi" not in kw:  # the ALiBi cases alone
         continue

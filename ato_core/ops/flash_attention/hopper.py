@@ -168,11 +168,14 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, start_n, p, m_i, l_i, acc, s_
 def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift,
             hi_shift, alibi, tiles, LIST, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
             WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BS: gl.constexpr, c0, q_free, Q_FREE: gl.constexpr):
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BS: gl.constexpr, c0, q_free, Q_FREE: gl.constexpr,
+            KV_GUARD: gl.constexpr = False):
     """(m, l, acc) over key tiles [lo, hi) (at least one): masked but for [full_lo, full_hi)
     (tiles = (lo, full_lo, full_hi, hi), _key_tiles, _segment_tiles); BS: tiles of LIST's blocks
     (_tile_start). The tiles are the ring's c0-th on; Q_FREE: an arrival on q_free once the last
-    QK is done (the query tile may be refilled)."""
+    QK is done (the query tile may be refilled). KV_GUARD: the ring's rows past the Nk keys hold
+    anything (another batch's keys, NaN): the last V tile's are zeroed before its PV (only the
+    last tile has such rows; K's are masked in the scores)."""
     lo, full_lo, full_hi, hi = tiles
     kseg = _tile_segments(alibi, _tile_start(lo, 0, LIST, BLOCK_N, BS), offs_sn, Nk, SEGMENTS)
     mbarrier.wait(ready.index(c0 % STAGES), (c0 // STAGES) & 1)
@@ -197,6 +200,8 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
     if Q_FREE:
         mbarrier.arrive(q_free, count=1)
     last = (c0 + hi - lo - 1) % STAGES
+    if KV_GUARD:
+        _zero_rows_from(v_bufs.index(last), Nk - _tile_start(lo, hi - lo - 1, LIST, BLOCK_N, BS))
     o_tok = warpgroup_mma(gl.convert_layout(p.to(v_bufs.dtype), p_layout), v_bufs.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
     mbarrier.arrive(empty.index(last), count=1)
@@ -204,17 +209,35 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
 
 
 @gluon.jit
+def _zero_rows_from(buf, n):
+    """Zeros into a shared [TILE, D] tile's rows from row n on (the rows before it as they were),
+    by the calling warpgroup, 16 rows at a time; then a fence for the async proxy (wgmma). The
+    other consumer warpgroup may write the same tile at once: both write the same values."""
+    TILE: gl.constexpr = buf.shape[0]
+    D: gl.constexpr = buf.shape[1]
+    R: gl.constexpr = 16
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
+    for c in gl.static_range(TILE // R):
+        if (c + 1) * R > n:
+            part = buf.slice(c * R, R)
+            x = part.load(ld)
+            rows = c * R + gl.arange(0, R, layout=gl.SliceLayout(1, ld))
+            part.store(gl.where((rows < n)[:, None], x, gl.zeros_like(x)))
+    fence_async_shared()
+
+
+@gluon.jit
 def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, Nq, q_len, Nk, lo_shift,
               hi_shift, qk_scale, slope2, cap, seg, shift, start_m, tiles, LIST, CAUSAL: gl.constexpr,
               WINDOW: gl.constexpr, Q_LENS: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
               SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-              BS: gl.constexpr = 0, c0=0, q_free=None, Q_FREE: gl.constexpr = False):
+              BS: gl.constexpr = 0, c0=0, q_free=None, Q_FREE: gl.constexpr = False, KV_GUARD: gl.constexpr = False):
     """One warpgroup: query rows [start_m, start_m + ROWS); writes their o and lse (Q_LENS: rows
     from q_len on get o = 0, lse = -inf), with ALIBI (head slope2; shift = kv_len - q_len) or
     SOFTCAP (cap: _capped's) also the base-2 lse LSE2 (+inf for those rows) that the backward
     reads. Nk: the keys of this batch. SEGMENTS: seg = (the batch's query segment ids, their
     stride, its key segment ids, their stride). BS: the key tiles are LIST's blocks (_tile_start).
-    c0, q_free, Q_FREE: as _attend's (with no tile, the arrival at once)."""
+    c0, q_free, Q_FREE, KV_GUARD: as _attend's (with no tile, the arrival at once)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -234,7 +257,7 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
     if tiles[3] > tiles[0]:
         m_i, l_i, acc = _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m,
                                 offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, LIST, p_layout, o_layout, CAUSAL,
-                                WINDOW, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES, BS, c0, q_free, Q_FREE)
+                                WINDOW, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES, BS, c0, q_free, Q_FREE, KV_GUARD)
     elif Q_FREE:
         mbarrier.arrive(q_free, count=1)
     if ALIBI or SOFTCAP:  # m is in base 2 already
@@ -569,13 +592,14 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq
                                     KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False,
                                     SOFTCAP: gl.constexpr = False, SEGMENTS: gl.constexpr = False,
                                     VARLEN: gl.constexpr = False):
-    """fa_fwd_hopper_kernel's forward, dense [B, H, N, D] with no KV_LENS (K/V rows past a head's
-    Nk keys land as zeros, through one descriptor over all heads), as a persistent kernel: grid
+    """fa_fwd_hopper_kernel's forward, dense [B, H, N, D] (K/V rows past a head's Nk keys land as
+    zeros, through one descriptor over all heads; KV_LENS: the consumers zero the rows of the last
+    tile past the batch's keys, _zero_rows_from), as a persistent kernel: grid
     (programs, 1), each taking one work item a round (_work: items in fa_fwd_hopper_kernel's grid
     order; _snake: which a program takes). The producer loads the next item's query tiles once the
     consumers' last QK is done, with its first K/V tiles, under their last PV and epilogue: what
     a program of the one-item grid pays in series (loads, descriptors, launch). B: the batch."""
-    gl.static_assert(not KV_LENS and not VARLEN, "the persistent forward reads no lengths of keys")
+    gl.static_assert(not VARLEN, "the persistent forward takes no packed sequences")
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -591,15 +615,15 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq
     mbarrier.init(q_empty, count=2)
     fence_async_shared()
     gl.thread_barrier()
-    item = (QLEN, QSEG, KSEG, Hq, G, Nq, Nk, left, right, sqsb, sqsn, sksb, sksn, n_m, n_m * B * Hq)
+    item = (QLEN, QSEG, KSEG, Hq, G, Nq, Nk, left, right, sqsb, sqsn, sksb, sksn, n_m, n_m * B * Hq, KVLEN)
     out = (O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, (cap_in, cap_out))
     gl.warp_specialize([
         (_persistent_consumer, (q0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
-                                Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
+                                Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
         (_persistent_consumer, (q1, ROWS, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
-                                Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
+                                Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
         (_persistent_producer, (q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc, item,
-                                CAUSAL, WINDOW, Q_LENS, SEGMENTS, BLOCK_N, STAGES)),
+                                CAUSAL, WINDOW, Q_LENS, KV_LENS, SEGMENTS, BLOCK_N, STAGES)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -612,14 +636,14 @@ def _heads_descriptor(A, B, H, n, sab, sah, san, TILE: gl.constexpr, D: gl.const
 
 
 @gluon.jit
-def _item(w, item, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, SEGMENTS: gl.constexpr,
-          BLOCK_N: gl.constexpr):
+def _item(w, item, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
+          SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr):
     """Work item w of the persistent forward: (b, h, kv head, start_m, q_len, kv_len, lo_shift,
     hi_shift, tiles, seg), as fa_fwd_hopper_kernel's program finds them."""
-    QLEN, QSEG, KSEG, Hq, G, Nq, Nk, left, right, sqsb, sqsn, sksb, sksn, n_m, n_items = item
+    QLEN, QSEG, KSEG, Hq, G, Nq, Nk, left, right, sqsb, sqsn, sksb, sksn, n_m, n_items, KVLEN = item
     pid_m, b, h, hk = _work(w, n_m, Hq, G, CAUSAL)
     start_m = pid_m * (2 * ROWS)
-    _, q_len, _, kv_len, lo_shift, hi_shift = _lengths(QLEN, QLEN, b, 0, Nq, Nk, Nq, Nk, left, right, Q_LENS, False,
+    _, q_len, _, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, 0, Nq, Nk, Nq, Nk, left, right, Q_LENS, KV_LENS,
                                                        False)
     tiles = _live(_key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, 2 * ROWS, BLOCK_N), start_m, q_len,
                   Q_LENS)
@@ -631,9 +655,9 @@ def _item(w, item, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.conste
 
 @gluon.jit
 def _persistent_consumer(q_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item,
-                         CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, ALIBI: gl.constexpr,
-                         SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
-                         STAGES: gl.constexpr):
+                         CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
+                         ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr,
+                         D: gl.constexpr, STAGES: gl.constexpr):
     """A consumer warpgroup of the persistent forward: rows [start_m + half, + ROWS) of each of
     its program's items (_consumer's work), its query tile awaited on q_ready and freed on
     q_empty, in _snake's order; c counts the ring's tiles, it the query tiles."""
@@ -643,27 +667,27 @@ def _persistent_consumer(q_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_
         w = _snake(r)
         if w < item[14]:
             c, it = _consumer_item(q_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, w, c, it,
-                                   CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)
+                                   CAUSAL, WINDOW, Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)
 
 
 @gluon.jit
 def _consumer_item(q_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, w, c, it,
-                   CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, ALIBI: gl.constexpr,
-                   SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
-                   STAGES: gl.constexpr):
+                   CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
+                   ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr,
+                   D: gl.constexpr, STAGES: gl.constexpr):
     """_persistent_consumer's work item w, the ring's c-th tile on and the it-th query tile: (c,
     it) after it."""
     O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, cap = out
     Hq = item[3]
     Nq = item[5]
     b, h, hk, start_m, q_len, kv_len, lo_shift, hi_shift, tiles, seg = _item(w, item, CAUSAL, WINDOW, Q_LENS,
-                                                                             SEGMENTS, BLOCK_N)
+                                                                             KV_LENS, SEGMENTS, BLOCK_N)
     slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, 0, ALIBI, False)
     mbarrier.wait(q_ready, it & 1)
     _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, _head(b, h, 0, sob, soh, son, False),
               (b * Hq + h).to(gl.int64) * Nq, son, Nq, q_len, kv_len, lo_shift, hi_shift, qk_scale, slope2, cap,
               seg, kv_len - q_len, start_m + half, tiles, None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS,
-              BLOCK_N, D, STAGES, 0, c, q_empty, True)
+              BLOCK_N, D, STAGES, 0, c, q_empty, True, KV_LENS)
     c += gl.maximum(tiles[3] - tiles[0], 0)
     it += 1
     return c, it
@@ -681,8 +705,8 @@ def _snake(r):
 
 @gluon.jit
 def _persistent_producer(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc, item,
-                         CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, SEGMENTS: gl.constexpr,
-                         BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+                         CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
+                         SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """The persistent forward's loads: for each item, its first STAGES - 1 K/V tiles (their slots
     are the last item's, so they come free without the next query tile), its query tiles once
     q_empty says both consumers are done with the last, then its other K/V tiles."""
@@ -692,17 +716,17 @@ def _persistent_producer(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty,
         w = _snake(r)
         if w < item[14]:
             c, it = _producer_item(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc,
-                                   item, w, c, it, CAUSAL, WINDOW, Q_LENS, SEGMENTS, BLOCK_N, STAGES)
+                                   item, w, c, it, CAUSAL, WINDOW, Q_LENS, KV_LENS, SEGMENTS, BLOCK_N, STAGES)
 
 
 @gluon.jit
 def _producer_item(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc, item, w, c, it,
-                   CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, SEGMENTS: gl.constexpr,
-                   BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+                   CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
+                   SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """_persistent_producer's work item w: (c, it) after it, as _consumer_item's."""
     D: gl.constexpr = k_bufs.shape[2]
     b, h, hk, start_m, q_len, kv_len, lo_shift, hi_shift, tiles, seg = _item(w, item, CAUSAL, WINDOW, Q_LENS,
-                                                                             SEGMENTS, BLOCK_N)
+                                                                             KV_LENS, SEGMENTS, BLOCK_N)
     lo = tiles[0]
     hi = gl.maximum(tiles[3], lo)
     first = gl.minimum(hi, lo + (STAGES - 1))

@@ -387,12 +387,15 @@ HOPPER = {"BLOCK_N": 128, "STAGES": 3, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240
 # The global scratch a Gluon program makes its two TMA descriptors in (hopper._descriptor,
 # _head_descriptor): 128 bytes each (test_compile_sm90 checks the compiled kernel's need).
 TMA_SCRATCH = 256
-# The dense forward without kv lengths runs persistent (hopper.fa_fwd_hopper_persistent_kernel,
+# The dense forward runs persistent (hopper.fa_fwd_hopper_persistent_kernel,
 # three descriptors a program) where its items are short: a program's fixed cost (5-6 key tiles,
 # results flash_gluon.txt 29c) then overlaps the last item's work. On an H200 it took 0.78-0.96x
 # the per-item time at 4.5 to 32 key tiles an item on average, 1.02x at 65 (section 30).
 HOPPER_PERSISTENT = True
 PERSISTENT_MAX_TILES = 40
+# With kv lengths too (the consumers zero the last V tile's rows past a batch's keys): off until
+# the GPU tier has run it (compiled alike for both frameworks on the CPU).
+PERSISTENT_KV_LENS = False
 PERSISTENT_SCRATCH = 384
 HOPPER_HEAD_DIMS = (128,)
 # the option arrays the Gluon kernels take (their pointer order), and those the backward's apply
@@ -508,7 +511,7 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: 
     arrays, opt_scalars, const = geo.options(options, named, causal, scale)
     o, o_strides = geo.output("o", True, q.dtype)
     kern_fn, grid, tail, scratch = kern.hopper.fa_fwd_hopper_kernel, geo.grid(True), geo.tail(), TMA_SCRATCH
-    if HOPPER_PERSISTENT and not geo.packed and not const["KV_LENS"] and \
+    if HOPPER_PERSISTENT and not geo.packed and (PERSISTENT_KV_LENS or not const["KV_LENS"]) and \
             mean_key_tiles(geo.Nq, geo.Nk, causal, options.window) <= PERSISTENT_MAX_TILES:
         items = math.prod(grid)
         kern_fn, grid, tail, scratch = (kern.hopper.fa_fwd_hopper_persistent_kernel, (min(items, target.num_sms), 1),
