@@ -389,8 +389,9 @@ HOPPER = {"BLOCK_N": 128, "STAGES": 3, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240
 TMA_SCRATCH = 256
 # The dense forward runs persistent (hopper.fa_fwd_hopper_persistent_kernel,
 # three descriptors a program) where its items are short: a program's fixed cost (5-6 key tiles,
-# results flash_gluon.txt 29c) then overlaps the last item's work. On an H200 it took 0.78-0.96x
-# the per-item time at 4.5 to 32 key tiles an item on average, 1.02x at 65 (section 30).
+# results flash_gluon.txt 29c) then overlaps the last item's work. On an H200 it took 0.78-0.996x
+# the per-item time at 4.5 to 32.5 key tiles an item on average, 0.99-1.14x from 48 on
+# (NVIDIA_H200-flash_gluon.txt 30c).
 HOPPER_PERSISTENT = True
 PERSISTENT_MAX_TILES = 40
 # With kv lengths too (the consumers zero the last V tile's rows past a batch's keys): off until
