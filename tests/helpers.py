@@ -1,5 +1,6 @@
 """Shared by the CPU-tier test modules: one op case run in both frameworks and the reference."""
 
+import contextlib
 import os
 
 import chex
@@ -258,3 +259,20 @@ def clear_plans(op: str, *plan_fns):
     for fn in plan_fns:
         fn.cache_clear()
     OPS[op].cached_forward.cache_clear()
+
+
+@contextlib.contextmanager
+def plan_settings(op: str, module, plan_fns, **values):
+    """Module-level tuning constants of a plans ``module`` set to ``values`` inside the block,
+    restored after it; op ``op``'s and ``plan_fns``' plan caches emptied on the way in and out
+    (clear_plans), so that no plan of either setting outlives it."""
+    was = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    clear_plans(op, *plan_fns)
+    try:
+        yield
+    finally:
+        for name, value in was.items():
+            setattr(module, name, value)
+        clear_plans(op, *plan_fns)

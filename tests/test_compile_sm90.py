@@ -14,7 +14,7 @@ from ato_core.ops import FAMILIES, OPS
 from ato_core.ops.norms import plans as norms
 from ato_core.ops.rope import plans as rope
 from ato_core.testing import compile_plans, gpu_spec as _spec, h100
-from helpers import SLOW
+from helpers import SLOW, plan_settings
 
 H100 = h100()
 _TT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64", "int32": "i32", "int64": "i64",
@@ -403,13 +403,9 @@ def _gluon_launches(which):
     else:
         kw = {"options": fa.Options(window=(100, None))}
     if which.startswith("forward"):
-        was, fa.PERSISTENT_KV_LENS = fa.PERSISTENT_KV_LENS, "persistent" in which or fa.PERSISTENT_KV_LENS
-        try:
-            fa.forward_plan.cache_clear()
+        with plan_settings("flash_attention", fa, [fa.forward_plan],
+                           PERSISTENT_KV_LENS="persistent" in which or fa.PERSISTENT_KV_LENS):
             plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100, **kw)
-        finally:
-            fa.PERSISTENT_KV_LENS = was
-            fa.forward_plan.cache_clear()
         return plan.launches[0], plan, specs
     plan = fa.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=H100, **kw)
     return plan.launches[1 if which.startswith("dkdv") else 2], plan, specs

@@ -24,7 +24,8 @@ from ato_core.ops.flash_attention import plans as fa_core
 from ato_core import reference as ref
 from ato_core.ops.flash_attention import kernels as fa_kernels
 from ato_core.target import GLUON_TRITON, INTERPRETER, has_gluon
-from helpers import assert_bnhd_is_bhnd, bad_input_arrays, check, check_special, frontend, raises_naming
+from helpers import (assert_bnhd_is_bhnd, bad_input_arrays, check, check_special, frontend, plan_settings,
+                     raises_naming)
 
 FA_CASES = [
     # (B, Hq, Hkv, Nq, Nk, D)
@@ -220,9 +221,10 @@ def test_hopper_forward_chosen_where_it_applies():
     """On an H100 (Target.gluon) the forward plan launches the Gluon kernel for fp16 / bf16 at
     D 128 with causal, GQA, Nq != Nk, a window, softcap, q / kv lengths, ALiBi, segment ids and
     either layout (its persistent form where a query block's key tiles are few on average, not
-    for packed sequences nor, until PERSISTENT_KV_LENS, kv lengths); the portable kernel for anything it does not cover (fp32, another
-    D, another option, no key, tuned settings, rows that TMA cannot copy: a storage offset or a
-    stride off 16 bytes); never under the interpreter or with gluon off."""
+    for packed sequences nor, until PERSISTENT_KV_LENS, kv lengths); the portable kernel for
+    anything it does not cover (fp32, another D, another option, no key, tuned settings, rows
+    that TMA cannot copy: a storage offset or a stride off 16 bytes); never under the
+    interpreter or with gluon off."""
     from ato_core.testing import gpu_spec, h100
 
     def fwd(q, k, target=h100(), **kw):
@@ -244,13 +246,8 @@ def test_hopper_forward_chosen_where_it_applies():
     lengths_arrays = (None, None, gpu_spec((2,), "int64")) + (None,) * 5
     lengths = fwd(q, k, arrays=lengths_arrays)
     assert lengths.name == "fa_fwd_hopper_kernel" and lengths.grid == (8, 16)  # kv lengths: one item a program
-    was, fa_core.PERSISTENT_KV_LENS = fa_core.PERSISTENT_KV_LENS, True
-    try:
-        fa_core.forward_plan.cache_clear()
+    with plan_settings("flash_attention", fa_core, [fa_core.forward_plan], PERSISTENT_KV_LENS=True):
         assert fwd(q, k, arrays=lengths_arrays).name == persistent  # ... or persistent, once the GPU tier runs it
-    finally:
-        fa_core.PERSISTENT_KV_LENS = was
-        fa_core.forward_plan.cache_clear()
     assert lengths.inputs == ("q", "k", "v", "q", "kv_lengths", "q", "q", "q")
     assert lengths.constexprs["KV_LENS"] and not lengths.constexprs["Q_LENS"] and not lengths.constexprs["ALIBI"]
     for slopes, strides in ((gpu_spec((8,), "float32"), (0, 1)), (gpu_spec((2, 8), "float32"), (8, 1))):

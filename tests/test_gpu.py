@@ -378,13 +378,12 @@ def test_flash_attention_hopper_persistent_gpu(dtype):
 
     import ato_torch
     from ato_core.ops.flash_attention import plans
-    from helpers import clear_plans
+    from helpers import plan_settings
 
     if not _hopper():
         pytest.skip("the Gluon kernels run on sm_90 only")
     g = torch.Generator(device="cuda").manual_seed(0)
     dt = getattr(torch, dtype)
-    kv_lens = plans.PERSISTENT_KV_LENS
     for (B, Hq, Nq, causal), (Hkv, Nk), kw in HOPPER_PERSISTENT_CASES:
         kw = dict(kw)
         bnhd = kw.get("layout") == "bnhd"
@@ -404,18 +403,14 @@ def test_flash_attention_hopper_persistent_gpu(dtype):
                 k[b, :, n:] = float("nan")
                 v[b, :, n:] = float("nan")
         got = {}
-        try:
-            for on in (True, False):
-                plans.HOPPER_PERSISTENT = plans.PERSISTENT_KV_LENS = on
-                clear_plans("flash_attention", plans.forward_plan)
-                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                    got[on] = ato_torch.flash_attention(q, k, v, causal=causal, return_lse=True, **kw)
-                    torch.cuda.synchronize()
-                ran = {e.name for e in prof.events() if e.name.startswith("fa_fwd")}
-                assert ran == {HOPPER_FORWARD[0 if on else 1]}, (on, ran)
-        finally:
-            plans.HOPPER_PERSISTENT, plans.PERSISTENT_KV_LENS = True, kv_lens
-            clear_plans("flash_attention", plans.forward_plan)
+        for on in (True, False):
+            with plan_settings("flash_attention", plans, [plans.forward_plan], HOPPER_PERSISTENT=on,
+                               PERSISTENT_KV_LENS=on), \
+                    torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                got[on] = ato_torch.flash_attention(q, k, v, causal=causal, return_lse=True, **kw)
+                torch.cuda.synchronize()
+            ran = {e.name for e in prof.events() if e.name.startswith("fa_fwd")}
+            assert ran == {HOPPER_FORWARD[0 if on else 1]}, (on, ran)
         for a, b in zip(got[True], got[False]):
             assert torch.equal(a, b), ((B, Hq, Nq, causal), (Hkv, Nk), kw)
         assert not got[True][0].isnan().any(), ((B, Hq, Nq, causal), (Hkv, Nk), kw)

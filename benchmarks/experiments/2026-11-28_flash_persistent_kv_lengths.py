@@ -6,12 +6,17 @@ plain causal. do_bench medians, best of 3 alternating rounds. Not a test. On the
 after ``source benchmarks/tools/gpu_env.sh`` (a wrong barrier phase hangs: run it under a timeout):
     timeout 200 python benchmarks/experiments/2026-11-28_flash_persistent_kv_lengths.py
 """
+import sys
+
 import torch
 from triton.testing import do_bench
 
 import ato_torch
 from ato_core.ops import OPS
 from ato_core.ops.flash_attention import plans
+
+sys.path.insert(0, "benchmarks/tools")
+from ab import launched  # noqa: E402
 
 CASES = [((3, 4, 2, 1000, 1000), dict(causal=True)),
          ((3, 4, 4, 777, 900), dict(causal=False, window_size=(100, 50), softcap=20.0))]
@@ -21,13 +26,6 @@ def kv_persistent(on):
     plans.PERSISTENT_KV_LENS = on
     plans.forward_plan.cache_clear()
     OPS["flash_attention"].cached_forward.cache_clear()
-
-
-def launched(f):
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        f()
-        torch.cuda.synchronize()
-    return sorted({e.name for e in prof.events() if e.name.startswith("fa_fwd")})
 
 
 def bits():
@@ -46,7 +44,7 @@ def bits():
             kv_persistent(on)
             call = lambda: ato_torch.flash_attention(q, k, v, kv_lengths=kv_lengths, return_lse=True, **kw)  # noqa
             out[on] = call()
-            print(f"  {on}: {launched(call)}", flush=True)
+            print(f"  {on}: {launched(call, 'fa_fwd')}", flush=True)
         same = all(torch.equal(a, b) for a, b in zip(out[True], out[False]))
         finite = not out[True][0].isnan().any()
         ok &= same and finite

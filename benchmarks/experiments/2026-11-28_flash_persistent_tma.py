@@ -19,6 +19,9 @@ import ato_torch
 from ato_core.ops import OPS
 from ato_core.ops.flash_attention import plans
 
+sys.path.insert(0, "benchmarks/tools")
+from ab import launched  # noqa: E402
+
 RULE = plans.PERSISTENT_MAX_TILES
 # --rule: shapes around plans.PERSISTENT_MAX_TILES (mean key tiles an item: 64, 128, 32.5, 48.75, 64.5, 16.5)
 RULE_SHAPES = [(2, 32, 32, 8192, dict()), (1, 32, 32, 16384, dict()), (2, 32, 32, 8192, dict(causal=True)),
@@ -94,14 +97,6 @@ def jax_bits():
     return same
 
 
-def launched(f):
-    """The names of the CUDA kernels that f() runs (the check that a toggle took effect)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        f()
-        torch.cuda.synchronize()
-    return sorted({e.name for e in prof.events() if "fa_fwd" in e.name})
-
-
 def timings(rule=False):
     shapes = RULE_SHAPES if rule else [(4, 32, 32, 4096, dict()), (4, 32, 32, 4096, dict(causal=True)), (1, 32, 32, 16384, dict(causal=True)),
               (1, 32, 32, 16384, dict(causal=True, window_size=(4096, 0))), (2, 32, 8, 8192, dict(causal=True)),
@@ -121,7 +116,7 @@ def timings(rule=False):
             runs["SDPA cuDNN"] = sdpa
         for on in (True, False):
             persistent(on)
-            print(f"    launches with HOPPER_PERSISTENT={on}: {launched(runs['persistent'])}", flush=True)
+            print(f"    launches with HOPPER_PERSISTENT={on}: {launched(runs['persistent'], 'fa_fwd')}", flush=True)
         t = {n: [] for n in runs}
         for _ in range(3):
             for n, f in runs.items():

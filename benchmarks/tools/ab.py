@@ -7,7 +7,8 @@ side, each round in the other order.
 ato_jax and ato_cli found in ``path`` (e.g. a copy of another checkout's), after dropping any
 loaded before; ``alternate(fns, rounds, time_fn)`` times each function once a round;
 ``module_at(commit, path)`` one module file as it was at a commit, beside the current tree;
-``module_from_source(source, path, tag)`` one edited."""
+``module_from_source(source, path, tag)`` one edited; ``launched(f, prefix)`` the CUDA kernels f()
+runs (the check that a toggle took effect)."""
 import importlib
 import importlib.util
 import subprocess
@@ -60,3 +61,15 @@ def module_from_source(source: str, path: str, tag: str):
     module.__package__ = package
     spec.loader.exec_module(module)
     return module
+
+
+def launched(f, prefix: str = "") -> list:
+    """The sorted names of the CUDA kernels that f() launches whose names start with ``prefix``
+    (torch.profiler): the check that an A/B's toggle took effect (an op's plan cache can hold
+    the other side's plan)."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        f()
+        torch.cuda.synchronize()
+    return sorted({e.name for e in prof.events() if e.name.startswith(prefix)})
