@@ -221,7 +221,7 @@ def test_hopper_forward_chosen_where_it_applies():
     """On an H100 (Target.gluon) the forward plan launches the Gluon kernel for fp16 / bf16 at
     D 128 with causal, GQA, Nq != Nk, a window, softcap, q / kv lengths, ALiBi, segment ids and
     either layout (its persistent form where a query block's key tiles are few on average, not
-    for packed sequences nor, until PERSISTENT_KV_LENS, kv lengths); the portable kernel for
+    for packed sequences; with kv lengths only under PERSISTENT_KV_LENS); the portable kernel for
     anything it does not cover (fp32, another D, another option, no key, tuned settings, rows
     that TMA cannot copy: a storage offset or a stride off 16 bytes); never under the
     interpreter or with gluon off."""
@@ -245,9 +245,10 @@ def test_hopper_forward_chosen_where_it_applies():
     assert window.scalars[5:7] == (64, 0) and launch.scalars[5:7] == (1000 + 700 + 1, 0)
     lengths_arrays = (None, None, gpu_spec((2,), "int64")) + (None,) * 5
     lengths = fwd(q, k, arrays=lengths_arrays)
-    assert lengths.name == "fa_fwd_hopper_kernel" and lengths.grid == (8, 16)  # kv lengths: one item a program
-    with plan_settings("flash_attention", fa_core, [fa_core.forward_plan], PERSISTENT_KV_LENS=True):
-        assert fwd(q, k, arrays=lengths_arrays).name == persistent  # ... or persistent, once the GPU tier runs it
+    assert lengths.name == persistent and lengths.grid == launch.grid
+    with plan_settings("flash_attention", fa_core, [fa_core.forward_plan], PERSISTENT_KV_LENS=False):
+        off = fwd(q, k, arrays=lengths_arrays)
+        assert off.name == "fa_fwd_hopper_kernel" and off.grid == (8, 16)  # flag off: one item a program
     assert lengths.inputs == ("q", "k", "v", "q", "kv_lengths", "q", "q", "q")
     assert lengths.constexprs["KV_LENS"] and not lengths.constexprs["Q_LENS"] and not lengths.constexprs["ALIBI"]
     for slopes, strides in ((gpu_spec((8,), "float32"), (0, 1)), (gpu_spec((2, 8), "float32"), (8, 1))):

@@ -7,4 +7,5 @@ root=$PWD
 patch=$1; shift
 copy=$(mktemp -d /tmp/ato-copy-XXXX)
 cp -r "$root"/ato_core "$root"/ato_torch "$root"/ato_jax "$root"/ato_cli "$root"/benchmarks "$root"/tests "$copy"/
+[ -d "$root/.whl" ] && ln -s "$root/.whl" "$copy/.whl"  # gpu_env.sh, sourced by the tools, installs from it
 cd "$copy" && git apply "$root/$patch" && PYTHONPATH=/tmp/site:$copy "$@"
