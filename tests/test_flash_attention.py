@@ -219,7 +219,7 @@ def test_mean_key_tiles_counts_the_visited_tiles(Nq, Nk, causal, window):
 @needs_gluon
 def test_hopper_forward_chosen_where_it_applies():
     """On an H100 (Target.gluon) the forward plan launches the Gluon kernel for fp16 / bf16 at
-    D 128 with causal, GQA, Nq != Nk, a window, softcap, q / kv lengths, ALiBi, segment ids and
+    D 128 (D 64: its persistent form, where items are long) with causal, GQA, Nq != Nk, a window, softcap, q / kv lengths, ALiBi, segment ids and
     either layout (its persistent form where a query block's key tiles are few on average, not
     for packed sequences; with kv lengths only under PERSISTENT_KV_LENS); the portable kernel for
     anything it does not cover (fp32, another D, another option, no key, tuned settings, rows
@@ -270,6 +270,13 @@ def test_hopper_forward_chosen_where_it_applies():
     long_q, long_k = gpu_spec((1, 4, 16384, 128)), gpu_spec((1, 4, 16384, 128))
     assert fwd(long_q, long_k).name == "fa_fwd_hopper_kernel"
     assert fwd(long_q, long_k, options=fa_core.Options(window=(4096, None))).name == persistent
+    # D 64: the persistent form from D64_MIN_TILES key tiles a query block on average (long items too), else
+    # the portable kernel (below: 4.5 tiles), also with the persistent form off
+    d64, d64_long = gpu_spec((1, 4, 4096, 64)), gpu_spec((1, 4, 16384, 64))
+    assert fwd(d64, d64).name == fwd(d64, d64, causal=False).name == fwd(d64_long, d64_long).name == persistent
+    assert fwd(d64, d64).constexprs["D"] == 64
+    with plan_settings("flash_attention", fa_core, [fa_core.forward_plan], HOPPER_PERSISTENT=False):
+        assert fwd(d64, d64).name == "fa_fwd_kernel"
     assert seg.inputs[6:] == ("q_segment_ids", "kv_segment_ids") and seg.scalars[11:15] == (1000, 1, 700, 1)
     portable = [
         fwd(gpu_spec((2, 8, 1000, 128), "float32"), gpu_spec((2, 2, 700, 128), "float32")),

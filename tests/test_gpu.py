@@ -350,6 +350,31 @@ def test_flash_attention_hopper_segments_gpu(dims, window, causal, lengths, alib
                   segments=segments[0], segments_sorted=segments[1])
 
 
+# D 64: the Gluon forward's persistent form (where a query block visits at least plans.D64_MIN_TILES key
+# tiles on average), the portable backward: GQA and MQA, partial tiles, Nq < Nk, windows, lengths, ALiBi,
+# softcap, segment ids, bnhd.
+HOPPER_D64 = [
+    ((1, 4, 2, 2100, 2100, 64, "bhnd"), None, False, None, None, {}),
+    ((1, 2, 2, 4200, 4200, 64, "bnhd"), None, True, None, None, {}),
+    ((2, 2, 1, 300, 4500, 64, "bhnd"), (2500, None), True, "both", "bh", {}),
+    ((2, 4, 2, 4000, 4000, 64, "bhnd"), (2500, 200), False, "kv", "h", {"softcap": 20.0}),
+    ((1, 4, 2, 4096, 4096, 64, "bhnd"), None, True, None, None, {"segments": 3}),
+]
+
+
+@pytest.mark.parametrize("dims,window,causal,lengths,alibi,options", HOPPER_D64,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else
+                         "".join(f"{k}{v}" for k, v in x.items()) if isinstance(x, dict) else str(x))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_flash_attention_hopper_d64_gpu(dims, window, causal, lengths, alibi, options, dtype):
+    """D 64 on the Gluon forward's persistent form, the portable dK / dV and dQ after it
+    (_check_hopper)."""
+    _, forward, _ = _check_hopper(dims, window, causal, lengths, alibi, dtype, ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"],
+                                  **options)
+    if _hopper():
+        assert forward.launches[0].name == HOPPER_FORWARD[0]
+
+
 HOPPER_FORWARD = ("fa_fwd_hopper_persistent_kernel", "fa_fwd_hopper_kernel")
 # The persistent forward against one item a program: GQA, Nq != Nk, windows, softcap with ALiBi,
 # q lengths, segment ids, bnhd, a single row, more items than SMs (B H Nq causal; Hkv; Nk; options).

@@ -9,7 +9,8 @@ out-of-range accesses and races on its shared-memory ring.
 --alibi: the ALiBi cases alone; --softcap: the softcap cases alone; --segments: the segment-id ones;
 --per-item: the forward one item a program (plans.HOPPER_PERSISTENT off; on, the cases without kv
 lengths run its persistent form); --kv-lengths: the persistent form with kv lengths too
-(plans.PERSISTENT_KV_LENS).
+(plans.PERSISTENT_KV_LENS); --d64: every case at D 64 on the persistent forward (plans.D64_MIN_TILES 0:
+short items too).
 """
 import sys
 
@@ -51,6 +52,9 @@ CASES = [
 plans.HOPPER_BACKWARD = "--backward" in sys.argv
 plans.HOPPER_PERSISTENT = "--per-item" not in sys.argv
 plans.PERSISTENT_KV_LENS = "--kv-lengths" in sys.argv or plans.PERSISTENT_KV_LENS
+D = 64 if "--d64" in sys.argv else 128
+if D == 64:
+    plans.D64_MIN_TILES = 0
 for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     if "--alibi" in sys.argv and "alibi" not in kw:  # the ALiBi cases alone
         continue
@@ -59,8 +63,8 @@ for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     if "--segments" in sys.argv and "segments" not in kw:  # the segment-id cases alone
         continue
     g = torch.Generator(device="cuda").manual_seed(Nq)
-    shape_q, shape_k = ((B, Hq, Nq, 128), (B, Hkv, Nk, 128)) if kw.get("layout") != "bnhd" else \
-        ((B, Nq, Hq, 128), (B, Nk, Hkv, 128))
+    shape_q, shape_k = ((B, Hq, Nq, D), (B, Hkv, Nk, D)) if kw.get("layout") != "bnhd" else \
+        ((B, Nq, Hq, D), (B, Nk, Hkv, D))
     q = torch.randn(shape_q, device="cuda", generator=g).to(dtype).requires_grad_()
     k, v = (torch.randn(shape_k, device="cuda", generator=g).to(dtype).requires_grad_() for _ in range(2))
     if kw.pop("lengths", False):
@@ -75,4 +79,4 @@ for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     if alibi:
         kw["alibi_slopes"] = torch.rand((Hq,) if alibi == "h" else (B, Hq), device="cuda", generator=g)
     result = against_reference(ato_torch.flash_attention, reference.flash_attention, q, k, v, **kw)
-    print(f"{B}x{Hq}x{Hkv}x{Nq}x{Nk}x128 {dtype} {kw}: " + result, flush=True)
+    print(f"{B}x{Hq}x{Hkv}x{Nq}x{Nk}x{D} {dtype} {kw}: " + result, flush=True)

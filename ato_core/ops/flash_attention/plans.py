@@ -363,9 +363,10 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     q, k, v = (as_bhnd(s, layout) for s in (q, k, v))
     scale = resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
-    if settings is None and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays):
-        return _hopper_plan(q, k, v, _Gluon(B, Hq, Hkv, Nq, Nk, D, layout), causal, scale, options, named,
-                            target)
+    geo = _Gluon(B, Hq, Hkv, Nq, Nk, D, layout)
+    if settings is None and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays) and \
+            _persistent(geo, causal, options.window, named.get("kv_lengths") is not None) is not None:
+        return _hopper_plan(q, k, v, geo, causal, scale, options, named, target)
     cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
     launch = Launch(
@@ -399,30 +400,40 @@ PERSISTENT_MAX_TILES = 40
 PERSISTENT_KV_LENS = True
 PERSISTENT_SCRATCH = 384
 HOPPER_HEAD_DIMS = (128,)
+# The dense forward's own (fa_fwd_hopper_kernel and its persistent form); HOPPER_HEAD_DIMS is every
+# other Gluon kernel's (backward, packed sequences, block-sparse, decode). D 64 runs the persistent
+# form only, and only where a query block visits at least D64_MIN_TILES key tiles on average: on an
+# H200 it took 0.87-0.93x the portable kernel's time at 16.5-64.5 tiles, 1.01x at 8, 1.12x at 4.5;
+# one item a program 0.94-1.50x (NVIDIA_H200-flash_gluon.txt 32).
+HOPPER_FORWARD_HEAD_DIMS = (64, 128)
+D64_MIN_TILES = 16
 # the option arrays the Gluon kernels take (their pointer order), and those the backward's apply
 HOPPER_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes", "q_segment_ids", "kv_segment_ids")
 HOPPER_BACKWARD_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes")
 
 
-def _gluon_applies(q: ArraySpec, D: int, Nk: int, target: Target, options: Options, others) -> bool:
-    """The Gluon kernels' common conditions: a Hopper GPU (Target.gluon), fp16 / bf16, D 128, at
-    least one key, no option but a window and softcap (and causal), none of ``others`` (option
-    arrays they do not take) given."""
+def _gluon_applies(q: ArraySpec, D: int, Nk: int, target: Target, options: Options, others,
+                   dims: Optional[Tuple[int, ...]] = None) -> bool:
+    """The Gluon kernels' common conditions: a Hopper GPU (Target.gluon), fp16 / bf16, D in
+    ``dims`` (default HOPPER_HEAD_DIMS), at least one key, no option but a window and softcap (and
+    causal), none of ``others`` (option arrays they do not take) given."""
     if not target.gluon or kern.hopper is None:
         return False
-    if q.dtype not in ("float16", "bfloat16") or D not in HOPPER_HEAD_DIMS or Nk == 0:
+    if q.dtype not in ("float16", "bfloat16") or D not in (HOPPER_HEAD_DIMS if dims is None else dims) or Nk == 0:
         return False
     return options == Options(window=options.window, softcap=options.softcap) and all(a is None for a in others)
 
 
 def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, target: Target, layout: str,
-                    options: Options, arrays, taken: Tuple[str, ...] = HOPPER_ARRAYS) -> bool:
+                    options: Options, arrays, taken: Tuple[str, ...] = HOPPER_ARRAYS,
+                    dims: Optional[Tuple[int, ...]] = None) -> bool:
     """Whether the forward runs the Gluon kernel (hopper.fa_fwd_hopper_kernel): _gluon_applies
     (causal, GQA, a window, softcap and the option arrays named in ``taken``: q / kv lengths,
-    ALiBi slopes, segment ids), and q, k, v rows cp.async can copy (_cp_async_rows). Anything
-    else: the portable kernel."""
+    ALiBi slopes, segment ids; D in ``dims``, default HOPPER_FORWARD_HEAD_DIMS), and q, k, v rows
+    cp.async can copy (_cp_async_rows). Anything else: the portable kernel."""
     others = [a for n, a in zip(OPTION_ARRAYS, arrays) if n not in taken]
-    return _gluon_applies(q, D, Nk, target, options, others) and _cp_async_rows(q, k, v)
+    dims = HOPPER_FORWARD_HEAD_DIMS if dims is None else dims
+    return _gluon_applies(q, D, Nk, target, options, others, dims) and _cp_async_rows(q, k, v)
 
 
 def _cp_async_rows(*specs: ArraySpec) -> bool:
@@ -507,13 +518,24 @@ def mean_key_tiles(Nq: int, Nk: int, causal: bool, window, rows: int = 128, tile
     return total / max(cdiv(Nq, rows), 1)
 
 
+def _persistent(geo: _Gluon, causal: bool, window, kv_lens: bool) -> Optional[bool]:
+    """Whether the dense Gluon forward runs its persistent form (True) or one item a program
+    (False); None where neither should run (D 64 where the persistent form does not pay: the
+    portable kernel then)."""
+    if HOPPER_PERSISTENT and not geo.packed and (PERSISTENT_KV_LENS or not kv_lens):
+        tiles = mean_key_tiles(geo.Nq, geo.Nk, causal, window)
+        if geo.D == 64:
+            return True if tiles >= D64_MIN_TILES else None
+        return tiles <= PERSISTENT_MAX_TILES
+    return None if geo.D == 64 else False
+
+
 def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: bool, scale: float, options: Options,
                  named: dict, target: Target) -> Plan:
     arrays, opt_scalars, const = geo.options(options, named, causal, scale)
     o, o_strides = geo.output("o", True, q.dtype)
     kern_fn, grid, tail, scratch = kern.hopper.fa_fwd_hopper_kernel, geo.grid(True), geo.tail(), TMA_SCRATCH
-    if HOPPER_PERSISTENT and not geo.packed and (PERSISTENT_KV_LENS or not const["KV_LENS"]) and \
-            mean_key_tiles(geo.Nq, geo.Nk, causal, options.window) <= PERSISTENT_MAX_TILES:
+    if _persistent(geo, causal, options.window, const["KV_LENS"]):
         items = math.prod(grid)
         kern_fn, grid, tail, scratch = (kern.hopper.fa_fwd_hopper_persistent_kernel, (min(items, target.num_sms), 1),
                                         (geo.B,), PERSISTENT_SCRATCH)
@@ -544,7 +566,7 @@ def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D:
     the option arrays of HOPPER_BACKWARD_ARRAYS alone (no segment ids yet), do laid out as q
     must be."""
     return HOPPER_BACKWARD and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays,
-                                               HOPPER_BACKWARD_ARRAYS) and _cp_async_rows(do)
+                                               HOPPER_BACKWARD_ARRAYS, HOPPER_HEAD_DIMS) and _cp_async_rows(do)
 
 
 def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, geo: _Gluon, causal: bool,
