@@ -8,7 +8,11 @@ program, the persistent Gluon kernel; the backward portable in all three (D64 is
 HOPPER_HEAD_DIMS). Forward and forward+backward, do_bench medians of 3 alternating rounds, cuDNN
 (SDPA) in the same rounds; o's and lse's error against an fp32 reference for each form.
 
-    python3 benchmarks/experiments/2026-11-28_flash_d64_persistent.py
+    python3 benchmarks/experiments/2026-11-28_flash_d64_persistent.py [--backward]
+
+--backward: the backward's two forms instead (the forward as plans choose it: persistent at D 64 where
+items are long): the portable dK / dV and dQ kernels against the Gluon ones (plans.HOPPER_HEAD_DIMS
+(64, 128); session 44 measured them only at N 1024, 1.25x the portable backward's time).
 """
 import math
 import os
@@ -23,6 +27,8 @@ FORMS = {"portable": {"HOPPER_FORWARD_HEAD_DIMS": (128,)},
          "one item": {"HOPPER_FORWARD_HEAD_DIMS": (64, 128), "HOPPER_PERSISTENT": False},
          "persistent": {"HOPPER_FORWARD_HEAD_DIMS": (64, 128), "HOPPER_PERSISTENT": True,
                         "PERSISTENT_MAX_TILES": 10 ** 9}}
+if "--backward" in sys.argv:
+    FORMS = {"portable bwd": {"HOPPER_HEAD_DIMS": (128,)}, "Gluon bwd": {"HOPPER_HEAD_DIMS": (64, 128)}}
 
 
 def main():
@@ -80,7 +86,7 @@ def main():
             for form in (list(FORMS) if r % 2 == 0 else list(reversed(list(FORMS)))):
                 with settings(form):
                     if r == 0:
-                        ran = launched(fwd, "fa_fwd")
+                        ran = launched(fwd, "fa_fwd") + launched(fwd_bwd, "fa_bwd")
                         o, lse = fwd()
                         err = ""
                         if ref is not None:
