@@ -375,6 +375,38 @@ def test_flash_attention_hopper_d64_gpu(dims, window, causal, lengths, alibi, op
         assert forward.launches[0].name == HOPPER_FORWARD[0]
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_flash_attention_hopper_d64_nan_padding_gpu(dtype):
+    """D 64 on the persistent forward with kv lengths (Nk, Nk // 3, 0): keys and values past them
+    NaN give o and lse bit for bit those of zeros there, and no NaN (the consumers zero the last
+    V tile's rows past a length, as at D 128)."""
+    import torch
+
+    import ato_torch
+
+    if not _hopper():
+        pytest.skip("the Gluon kernels run on sm_90 only")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    dt = getattr(torch, dtype)
+    for Nq, Nk, causal in ((2100, 2100, False), (300, 4500, True)):
+        q = torch.randn(3, 4, Nq, 64, device="cuda", generator=g).to(dt)
+        k, v = (torch.randn(3, 2, Nk, 64, device="cuda", generator=g).to(dt) for _ in range(2))
+        lengths = [Nk, Nk // 3, 0]
+        kv_lengths = torch.tensor(lengths, device="cuda", dtype=torch.int32)
+        got = []
+        for fill in (0.0, float("nan")):
+            for b, n in enumerate(lengths):
+                k[b, :, n:] = fill
+                v[b, :, n:] = fill
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                got.append(ato_torch.flash_attention(q, k, v, causal=causal, kv_lengths=kv_lengths, return_lse=True))
+                torch.cuda.synchronize()
+            assert {e.name for e in prof.events() if e.name.startswith("fa_fwd")} == {HOPPER_FORWARD[0]}
+        for a, b in zip(*got):
+            assert torch.equal(a, b), (Nq, Nk, causal)
+        assert not got[1][0].isnan().any(), (Nq, Nk, causal)
+
+
 HOPPER_FORWARD = ("fa_fwd_hopper_persistent_kernel", "fa_fwd_hopper_kernel")
 # The persistent forward against one item a program: GQA, Nq != Nk, windows, softcap with ALiBi,
 # q lengths, segment ids, bnhd, a single row, more items than SMs (B H Nq causal; Hkv; Nk; options).
