@@ -368,7 +368,8 @@ def _gluon_launches(which):
     kv lengths, or ("alibi") [B, Hq] ALiBi slopes, or ("softcap") softcap with a window, ALiBi and
     lengths, or ("segments") segment ids with a window, or ("varlen") packed sequences with a
     window and [B, Hq] ALiBi slopes. "persistent": the forward's persistent form with kv lengths
-    (plans.PERSISTENT_KV_LENS) whatever that flag says."""
+    (plans.PERSISTENT_KV_LENS), dQ's persistent form (plans.HOPPER_BWD_PERSISTENT), whatever
+    those flags say."""
     from ato_core.ops.flash_attention import plans as fa
     from ato_core.testing import gpu_spec
 
@@ -407,7 +408,9 @@ def _gluon_launches(which):
                            PERSISTENT_KV_LENS="persistent" in which or fa.PERSISTENT_KV_LENS):
             plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100, **kw)
         return plan.launches[0], plan, specs
-    plan = fa.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=H100, **kw)
+    with plan_settings("flash_attention", fa, [fa.backward_plan],
+                       HOPPER_BWD_PERSISTENT="persistent" in which or fa.HOPPER_BWD_PERSISTENT):
+        plan = fa.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=H100, **kw)
     return plan.launches[1 if which.startswith("dkdv") else 2], plan, specs
 
 
@@ -415,7 +418,8 @@ def _gluon_launches(which):
 @pytest.mark.parametrize("which", ["forward", "dkdv", "dq", "forward persistent lengths", "dkdv lengths", "dq lengths",
                                    "forward alibi",
                                    "dkdv alibi", "dq alibi", "forward varlen", "dkdv varlen", "dq varlen",
-                                   "forward softcap", "dkdv softcap", "dq softcap", "forward segments"])
+                                   "forward softcap", "dkdv softcap", "dq softcap", "forward segments",
+                                   "dq persistent", "dq persistent alibi"])
 def test_gluon_compiles_alike_for_jax(which):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
     Hopper kernels into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,
@@ -423,6 +427,7 @@ def test_gluon_compiles_alike_for_jax(which):
     bitwise torch == JAX on the GPU, checked here on a CPU with a stand-in for jax-triton's library.
     Each fits an H100's shared memory and sets its partitions' registers (setmaxnreg)."""
     launch, plan, specs = _gluon_launches(which)
+    assert "persistent" not in which or launch.name.endswith("_persistent_kernel"), launch.name
     _check_scratch(launch, _compiles_alike_for_jax(launch, plan, specs, 12), which)
 
 

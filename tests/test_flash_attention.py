@@ -349,6 +349,38 @@ def test_hopper_backward_chosen_where_it_applies():
 
 
 @needs_gluon
+def test_hopper_persistent_dq_chosen_where_it_applies():
+    """With plans.HOPPER_BWD_PERSISTENT, dQ runs its persistent kernel where the forward's rule
+    would (a mean of at most PERSISTENT_MAX_TILES key tiles a query block), dense and without
+    lengths: grid (min(items, SMs), 1), the batch as its last scalar; one item a program for long
+    items, q or kv lengths and packed sequences."""
+    from ato_core.testing import gpu_spec, h100
+
+    def dq(q, k, **kw):
+        plan = fa_core.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=h100(), **kw)
+        return plan.launches[2]
+
+    q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 700, 128))
+    with plan_settings("flash_attention", fa_core, [fa_core.backward_plan, fa_core.varlen_backward_plan],
+                       HOPPER_BWD_PERSISTENT=True):
+        launch = dq(q, k)
+        assert launch.name == "fa_bwd_dq_hopper_persistent_kernel" and launch.grid == (min(8 * 16, h100().num_sms), 1)
+        assert launch.scalars[-3:] == (1000, 700, 2) and launch.outputs[-1].name == "tma_scratch_dq"
+        assert dq(q, k, options=fa_core.Options(window=(64, None), softcap=30.0)).name == launch.name
+        assert dq(q, k, arrays=(gpu_spec((2, 8), "float32"),) + (None,) * 7).name == launch.name
+        long_q = gpu_spec((1, 4, 16384, 128))
+        lengths = (None, gpu_spec((2,), "int32"), None) + (None,) * 5
+        assert dq(long_q, long_q).name == dq(q, k, arrays=lengths).name == "fa_bwd_dq_hopper_kernel"
+        assert dq(q, k, arrays=(None, None, gpu_spec((2,), "int32")) + (None,) * 5).name == "fa_bwd_dq_hopper_kernel"
+        cu = gpu_spec((3,), "int32")
+        packed = fa_core.varlen_backward_plan(gpu_spec((700, 8, 128)), gpu_spec((900, 2, 128)), gpu_spec((900, 2, 128)),
+                                              cu, cu, gpu_spec((700, 8, 128)), max_seqlen_q=400, max_seqlen_k=500,
+                                              causal=True, softmax_scale=None, has_dlse=False, target=h100())
+        assert packed.launches[2].name == "fa_bwd_dq_hopper_kernel"
+    assert dq(q, k).name == "fa_bwd_dq_hopper_kernel"  # the flag off (the default until a GPU has run it)
+
+
+@needs_gluon
 def test_hopper_varlen_chosen_where_it_applies():
     """Packed sequences on an H100: the Gluon forward, dK / dV and dQ kernels with VARLEN (grid over
     the longest sequence and a slot after the last, cu_seqlens in the lengths' places, packed

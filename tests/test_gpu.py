@@ -473,6 +473,57 @@ def test_flash_attention_hopper_persistent_gpu(dtype):
         assert not got[True][0].isnan().any(), ((B, Hq, Nq, causal), (Hkv, Nk), kw)
 
 
+# The persistent dQ against one item a program: GQA, Nq != Nk, windows, softcap with ALiBi, bnhd, a
+# single row, more items than SMs (B H Nq causal; Hkv; Nk; options).
+HOPPER_PERSISTENT_DQ_CASES = [
+    ((2, 8, 1000, True), (2, 1500), dict(window_size=(300, 0))),
+    ((2, 8, 777, False), (2, 300), dict()),
+    ((2, 4, 700, False), (4, 700), dict(window_size=(100, 50))),
+    ((2, 8, 1000, True), (2, 1000), dict(softcap=30.0, alibi=True)),
+    ((2, 4, 513, False), (2, 700), dict(layout="bnhd")),
+    ((3, 2, 1, True), (2, 1), dict()),
+    ((16, 16, 1024, True), (16, 1024), dict()),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_flash_attention_hopper_persistent_dq_gpu(dtype):
+    """dQ's persistent kernel (plans.HOPPER_BWD_PERSISTENT) gives dq bit for bit that of one item a
+    program (the same tiles in the same order), each side's kernel checked by the profiler; dk, dv
+    and the forward are the same launches on both sides."""
+    import torch
+
+    import ato_torch
+    from ato_core.ops.flash_attention import plans
+    from helpers import plan_settings
+
+    if not _hopper():
+        pytest.skip("the Gluon kernels run on sm_90 only")
+    g = torch.Generator(device="cuda").manual_seed(1)
+    dt = getattr(torch, dtype)
+    kernels = ("fa_bwd_dq_hopper_persistent_kernel", "fa_bwd_dq_hopper_kernel")
+    for (B, Hq, Nq, causal), (Hkv, Nk), kw in HOPPER_PERSISTENT_DQ_CASES:
+        kw = dict(kw)
+        bnhd = kw.get("layout") == "bnhd"
+        shape = (lambda h, n: (B, n, h, 128)) if bnhd else (lambda h, n: (B, h, n, 128))
+        q = torch.randn(shape(Hq, Nq), device="cuda", generator=g).to(dt).requires_grad_()
+        k, v = (torch.randn(shape(Hkv, Nk), device="cuda", generator=g).to(dt).requires_grad_() for _ in range(2))
+        do = torch.randn(shape(Hq, Nq), device="cuda", generator=g).to(dt)
+        if kw.pop("alibi", False):
+            kw["alibi_slopes"] = torch.rand(B, Hq, device="cuda", generator=g)
+        got = {}
+        for on in (True, False):
+            with plan_settings("flash_attention", plans, [plans.backward_plan], HOPPER_BWD_PERSISTENT=on), \
+                    torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                o = ato_torch.flash_attention(q, k, v, causal=causal, **kw)
+                got[on] = torch.autograd.grad(o, (q, k, v), do)
+                torch.cuda.synchronize()
+            ran = {e.name for e in prof.events() if e.name.startswith("fa_bwd_dq")}
+            assert ran == {kernels[0 if on else 1]}, (on, ran)
+        for a, b in zip(got[True], got[False]):
+            assert torch.equal(a, b), ((B, Hq, Nq, causal), (Hkv, Nk), kw)
+
+
 def test_flash_attention_hopper_needs_aligned_rows_gpu():
     """q starting 2 bytes past a 16-byte boundary, or with a row stride not a multiple of 8
     elements, takes the portable forward (cp.async copies 16 bytes); its result equals that of

@@ -1156,10 +1156,11 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, k0, dq, zero_s, l
 def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, kv_len,
                  lo_shift, hi_shift, shift, qk_scale, sm_scale, slope2, cap, m0, tiles, LIST, CAUSAL: gl.constexpr,
                  WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, D: gl.constexpr,
-                 STAGES: gl.constexpr, BS: gl.constexpr = 0):
+                 STAGES: gl.constexpr, BS: gl.constexpr = 0, c0=0, q_free=None, Q_FREE: gl.constexpr = False):
     """One warpgroup: query rows [m0, m0 + ROWS); key tiles [lo, full_lo) and [full_hi, hi)
-    masked, [full_lo, full_hi) not (tiles: _key_tiles'; BS: tiles of LIST's blocks, _tile_start);
-    writes their dQ (times sm_scale), rows below Nq."""
+    masked, [full_lo, full_hi) not (tiles: _key_tiles'; BS: tiles of LIST's blocks, _tile_start),
+    the ring's c0-th on; writes their dQ (times sm_scale), rows below Nq. Q_FREE: an arrival on
+    q_free once the last tile is done (the held Q and dO rows may be refilled)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, KEYS, 16])
     a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -1175,17 +1176,19 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
     lo, full_lo, full_hi, hi = tiles
     if WINDOW:  # the tiles that cross the window's lower edge
         for j in range(lo, full_lo):
-            dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, _tile_start(0, j, LIST, KEYS, BS), dq,
-                          zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL,
-                          WINDOW, True, ALIBI, SOFTCAP, STAGES)
+            dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c0 + j - lo, _tile_start(0, j, LIST, KEYS, BS),
+                          dq, zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op,
+                          CAUSAL, WINDOW, True, ALIBI, SOFTCAP, STAGES)
     for j in range(full_lo, full_hi):
-        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, _tile_start(0, j, LIST, KEYS, BS), dq,
+        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c0 + j - lo, _tile_start(0, j, LIST, KEYS, BS), dq,
                       zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL,
                       WINDOW, False, ALIBI, SOFTCAP, STAGES)
     for j in range(full_hi, hi):
-        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, j - lo, _tile_start(0, j, LIST, KEYS, BS), dq,
+        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c0 + j - lo, _tile_start(0, j, LIST, KEYS, BS), dq,
                       zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL,
                       WINDOW, True, ALIBI, SOFTCAP, STAGES)
+    if Q_FREE:
+        mbarrier.arrive(q_free, count=1)
     offs_r = m0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
     gl.store(DQ + dq_off + offs_r.to(gl.int64)[:, None] * sdqn + offs_d[None, :],
@@ -1249,3 +1252,122 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG,
                         tiles, None, CAUSAL, WINDOW, ALIBI, SOFTCAP, D, STAGES)),
         (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], KEYS, STAGES)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+@kernel(inputs=11, outputs=2, gluon=True)
+def fa_bwd_dq_hopper_persistent_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk,
+                                       qk_scale, sm_scale, left, right, cap_in, cap_out, s_ab, s_ah, sqsb, sqsn, sksb,
+                                       sksn, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh,
+                                       sdqn, Tq, Tk, B, DQ, SCRATCH, CAUSAL: gl.constexpr, D: gl.constexpr,
+                                       STAGES: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                                       CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False,
+                                       Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False,
+                                       ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False,
+                                       SEGMENTS: gl.constexpr = False, VARLEN: gl.constexpr = False):
+    """fa_bwd_dq_hopper_kernel's dQ, dense [B, H, N, D] with no lengths, as a persistent kernel (the
+    forward's form, fa_fwd_hopper_persistent_kernel): grid (programs, 1), work items in
+    fa_bwd_dq_hopper_kernel's grid order (_work), dealt by _snake. Q, dO and K / V by TMA through
+    descriptors over all heads (rows past Nq, Nk land as zeros); the producer loads an item's Q and
+    dO rows once both consumers are done with the last item's (q_empty), after its first K / V
+    tiles, so that they arrive under the last item's epilogue. B: the batch."""
+    gl.static_assert(not (VARLEN or Q_LENS or KV_LENS), "the persistent dQ takes no lengths nor packed sequences")
+    sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
+    skb, skh, skn = _strides8(skb, skh, skn)
+    svb, svh, svn = _strides8(svb, svh, svn)
+    sdob, sdoh, sdon = _strides8(sdob, sdoh, sdon)
+    sdqb, sdqh, sdqn = _strides8(sdqb, sdqh, sdqn)
+    dtype: gl.constexpr = Q.dtype.element_ty
+    n_m = gl.cdiv(Nq, 2 * ROWS)
+    q_desc = _heads_descriptor(Q, B, Hq, Nq, sqb, sqh, sqn, ROWS, D)
+    do_desc = _heads_descriptor(DO, B, Hq, Nq, sdob, sdoh, sdon, ROWS, D)
+    k_desc = _heads_descriptor(K, B, Hq // G, Nk, skb, skh, skn, KEYS, D)
+    v_desc = _heads_descriptor(V, B, Hq // G, Nk, svb, svh, svn, KEYS, D)
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
+    q0 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
+    q1 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
+    do0 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
+    do1 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
+    k_bufs, v_bufs, ready, empty = _tile_ring(dtype, KEYS, D, STAGES, 1)
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_ready, count=1)
+    mbarrier.init(q_empty, count=2)
+    fence_async_shared()
+    gl.thread_barrier()
+    item = (QLEN, KVLEN, Hq, G, Nq, Nk, left, right, n_m, n_m * B * Hq)
+    out = (LSE2, DELTA, DQ, SLOPES, s_ab, s_ah, sdqb, sdqh, sdqn, qk_scale, sm_scale, (cap_in, cap_out))
+    gl.warp_specialize([
+        (_dq_persistent_consumer, (q0, do0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL,
+                                   WINDOW, ALIBI, SOFTCAP, D, STAGES)),
+        (_dq_persistent_consumer, (q1, do1, ROWS, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL,
+                                   WINDOW, ALIBI, SOFTCAP, D, STAGES)),
+        (_dq_persistent_producer, (q0, q1, do0, do1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, do_desc,
+                                   k_desc, v_desc, item, CAUSAL, WINDOW, STAGES)),
+    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+@gluon.jit
+def _dq_item(w, item, CAUSAL: gl.constexpr, WINDOW: gl.constexpr):
+    """Work item w of the persistent dQ: (b, h, kv head, m0, kv_len, lo_shift, hi_shift, tiles), as
+    fa_bwd_dq_hopper_kernel's program finds them (no lengths)."""
+    QLEN, KVLEN, Hq, G, Nq, Nk, left, right, n_m, n_items = item
+    pid_m, b, h, hk = _work(w, n_m, Hq, G, CAUSAL)
+    m0 = pid_m * (2 * ROWS)
+    _, q_len, _, kv_len, lo_shift, hi_shift = _lengths(QLEN, KVLEN, b, 0, Nq, Nk, Nq, Nk, left, right, False, False,
+                                                       False)
+    tiles = _key_tiles(m0, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, 2 * ROWS, KEYS)
+    return b, h, hk, m0, kv_len, lo_shift, hi_shift, tiles
+
+
+@gluon.jit
+def _dq_persistent_consumer(q_smem, do_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item,
+                            CAUSAL: gl.constexpr, WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
+                            D: gl.constexpr, STAGES: gl.constexpr):
+    """A consumer warpgroup of the persistent dQ: rows [m0 + half, + ROWS) of each of its program's
+    items (_dq_consumer's work), its Q and dO rows awaited on q_ready and freed on q_empty, in
+    _snake's order; c counts the ring's tiles, it the items."""
+    LSE2, DELTA, DQ, SLOPES, s_ab, s_ah, sdqb, sdqh, sdqn, qk_scale, sm_scale, cap = out
+    Hq = item[2]
+    Nq = item[4]
+    c = 0
+    it = 0
+    for r in range(gl.cdiv(item[9], gl.num_programs(0))):
+        w = _snake(r)
+        if w < item[9]:
+            b, h, hk, m0, kv_len, lo_shift, hi_shift, tiles = _dq_item(w, item, CAUSAL, WINDOW)
+            slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, 0, ALIBI, False)
+            mbarrier.wait(q_ready, it & 1)
+            _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, (b * Hq + h).to(gl.int64) * Nq,
+                         _head(b, h, 0, sdqb, sdqh, sdqn, False), sdqn, Nq, kv_len, lo_shift, hi_shift, kv_len - Nq,
+                         qk_scale, sm_scale, slope2, cap, m0 + half, tiles, None, CAUSAL, WINDOW, ALIBI, SOFTCAP, D,
+                         STAGES, 0, c, q_empty, True)
+            c += gl.maximum(tiles[3] - tiles[0], 0)
+            it += 1
+
+
+@gluon.jit
+def _dq_persistent_producer(q0, q1, do0, do1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, do_desc,
+                            k_desc, v_desc, item, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, STAGES: gl.constexpr):
+    """The persistent dQ's loads: for each item, its first STAGES - 1 K / V tiles, its Q and dO rows
+    once q_empty says both consumers are done with the last item's, then its other K / V tiles."""
+    D: gl.constexpr = k_bufs.shape[2]
+    c = 0
+    it = 0
+    for r in range(gl.cdiv(item[9], gl.num_programs(0))):
+        w = _snake(r)
+        if w < item[9]:
+            b, h, hk, m0, kv_len, lo_shift, hi_shift, tiles = _dq_item(w, item, CAUSAL, WINDOW)
+            lo = tiles[0]
+            hi = gl.maximum(tiles[3], lo)
+            first = gl.minimum(hi, lo + (STAGES - 1))
+            _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, first, KEYS, STAGES, None, 0, c, (b, hk))
+            mbarrier.wait(q_empty, (it & 1) ^ 1)
+            mbarrier.expect(q_ready, 4 * q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_ready, q0.reshape([1, 1, ROWS, D]))
+            tma.async_copy_global_to_shared(q_desc, [b, h, m0 + ROWS, 0], q_ready, q1.reshape([1, 1, ROWS, D]))
+            tma.async_copy_global_to_shared(do_desc, [b, h, m0, 0], q_ready, do0.reshape([1, 1, ROWS, D]))
+            tma.async_copy_global_to_shared(do_desc, [b, h, m0 + ROWS, 0], q_ready, do1.reshape([1, 1, ROWS, D]))
+            _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, first, hi, KEYS, STAGES, None, 0,
+                          c + (first - lo), (b, hk))
+            c += hi - lo
+            it += 1

@@ -558,6 +558,11 @@ HOPPER_BACKWARD = True
 # registers (the dK / dV producer is the default partition: PRODUCER_REGS is the dQ kernel's).
 # Not tuned yet.
 HOPPER_BWD = {"STAGES": 2, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
+# dQ by the persistent kernel (hopper.fa_bwd_dq_hopper_persistent_kernel; dense, no lengths) where a
+# query block's key tiles are at most PERSISTENT_MAX_TILES on average, as the forward: off until a
+# GPU has run it (compiled for sm_90 on the CPU; four descriptors a program).
+HOPPER_BWD_PERSISTENT = False
+DQ_PERSISTENT_SCRATCH = 512
 
 
 def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D: int, Nk: int, target: Target,
@@ -570,7 +575,7 @@ def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D:
 
 
 def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, geo: _Gluon, causal: bool,
-                              scale: float, options: Options, named: dict) -> Tuple[Launch, Launch]:
+                              scale: float, options: Options, named: dict, target: Target) -> Tuple[Launch, Launch]:
     """The dK / dV and dQ launches of the Gluon backward (after the portable delta launch)."""
     arrays, opt_scalars, o_const = geo.options(options, named, causal, scale)
     # with ALiBi or softcap the forward's base-2 lse (the scores are not s * scale * log2(e)), else the delta launch's
@@ -584,8 +589,14 @@ def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: Arra
     dkdv = Launch(kern.hopper.fa_bwd_dkdv_hopper_kernel, key_grid, inputs,
                   (*common, *dk_strides, *dv_strides, *geo.tail()),
                   (dk, dv, scratch_buffer("tma_scratch_dkdv", key_grid, TMA_SCRATCH)), const, num_warps=4)
-    dq = Launch(kern.hopper.fa_bwd_dq_hopper_kernel, query_grid, inputs, (*common, *dq_strides, *geo.tail()),
-                (dq, scratch_buffer("tma_scratch_dq", query_grid, TMA_SCRATCH)), const, num_warps=4)
+    dq_fn, dq_tail, dq_scratch = kern.hopper.fa_bwd_dq_hopper_kernel, geo.tail(), TMA_SCRATCH
+    if HOPPER_BWD_PERSISTENT and not (geo.packed or o_const["Q_LENS"] or o_const["KV_LENS"]) and \
+            mean_key_tiles(geo.Nq, geo.Nk, causal, options.window) <= PERSISTENT_MAX_TILES:
+        dq_fn, dq_tail, dq_scratch = (kern.hopper.fa_bwd_dq_hopper_persistent_kernel, (*geo.tail(), geo.B),
+                                      DQ_PERSISTENT_SCRATCH)
+        query_grid = (min(math.prod(query_grid), target.num_sms), 1)
+    dq = Launch(dq_fn, query_grid, inputs, (*common, *dq_strides, *dq_tail),
+                (dq, scratch_buffer("tma_scratch_dq", query_grid, dq_scratch)), const, num_warps=4)
     return dkdv, dq
 
 
@@ -615,7 +626,7 @@ def backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, *, ca
     )
     if settings is None and _hopper_backward(q, k, v, do, D, Nk, target, layout, options, arrays):
         dkdv, dq = _hopper_backward_launches(q, k, v, do, _Gluon(B, Hq, Hkv, Nq, Nk, D, layout), causal, scale, options,
-                                             named)
+                                             named, target)
         return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "lse_base2"))
     align = _align(D, q, k, v, do)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
@@ -728,7 +739,8 @@ def varlen_backward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, cu_q: ArraySp
     )
     if settings is None and HOPPER_BACKWARD and _hopper_varlen(q, k, v, D, Hkv, Tq, Tk, target, options, seed, do):
         geo = _Gluon(B, Hq, Hkv, max_seqlen_q, max_seqlen_k, D, packed=(Tq, Tk))
-        dkdv, dq = _hopper_backward_launches(q, k, v, do, geo, causal, scale, options, {"alibi_slopes": alibi})
+        dkdv, dq = _hopper_backward_launches(q, k, v, do, geo, causal, scale, options, {"alibi_slopes": alibi},
+                                             target)
         return Plan((delta, dkdv, dq), ("dq", "dk", "dv"), dense=("o", "lse", "dlse", "lse_base2"))
     align = _align(D, q, k, v, do)
     o_inputs, o_scalars, o_strides, o_const = _varlen_options(options, alibi, seed, causal, scale, B, Hq, max_seqlen_q,
