@@ -560,7 +560,8 @@ HOPPER_BACKWARD = True
 HOPPER_BWD = {"STAGES": 2, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
 # dQ by the persistent kernel (hopper.fa_bwd_dq_hopper_persistent_kernel; dense, no lengths) where a
 # query block's key tiles are at most PERSISTENT_MAX_TILES on average, as the forward: off until a
-# GPU has run it (compiled for sm_90 on the CPU; four descriptors a program).
+# GPU has run it (compiled for sm_90 on the CPU; four descriptors a program). dK / dV has no
+# persistent form: written so, its consumers spilled in the tile loop (NVIDIA_H200-flash_gluon.txt 33).
 HOPPER_BWD_PERSISTENT = False
 DQ_PERSISTENT_SCRATCH = 512
 
