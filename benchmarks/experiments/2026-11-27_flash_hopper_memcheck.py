@@ -10,7 +10,8 @@ out-of-range accesses and races on its shared-memory ring.
 --per-item: the forward one item a program (plans.HOPPER_PERSISTENT off; on, the cases without kv
 lengths run its persistent form); --kv-lengths: the persistent form with kv lengths too
 (plans.PERSISTENT_KV_LENS); --persistent-dq (with --backward): dQ's persistent kernel where it applies
-(plans.HOPPER_BWD_PERSISTENT: no lengths); --d64: every case at D 64 on the persistent forward (plans.D64_MIN_TILES 0:
+(plans.HOPPER_BWD_PERSISTENT: no lengths); --persistent-dkdv (with --backward, in a copy with
+2026-11-28_flash_persistent_dkdv.patch): dK / dV's (plans.HOPPER_DKDV_PERSISTENT); --d64: every case at D 64 on the persistent forward (plans.D64_MIN_TILES 0:
 short items too).
 """
 import sys
@@ -52,6 +53,8 @@ CASES = [
 
 plans.HOPPER_BACKWARD = "--backward" in sys.argv
 plans.HOPPER_BWD_PERSISTENT = "--persistent-dq" in sys.argv or plans.HOPPER_BWD_PERSISTENT
+if "--persistent-dkdv" in sys.argv:
+    plans.HOPPER_DKDV_PERSISTENT = True
 plans.HOPPER_PERSISTENT = "--per-item" not in sys.argv
 plans.PERSISTENT_KV_LENS = "--kv-lengths" in sys.argv or plans.PERSISTENT_KV_LENS
 D = 64 if "--d64" in sys.argv else 128

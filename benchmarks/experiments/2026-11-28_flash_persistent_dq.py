@@ -1,4 +1,4 @@
-"""Issue 22: dQ's persistent Gluon kernel (plans.HOPPER_BWD_PERSISTENT, written on a CPU machine in
+"""Issue 22: dQ's (--dkdv: dK / dV's) persistent Gluon kernel (plans.HOPPER_BWD_PERSISTENT, written on a CPU machine in
 session 47) against one item a program, ato_torch, bf16 D128, one process on an sm_90 GPU: dq bit
 for bit alike, then the backward's time (torch.autograd.grad of a retained forward: the delta,
 dK / dV and dQ launches; do_bench medians of 3 alternating rounds, each side's plan cache cleared
@@ -6,6 +6,13 @@ and its dQ kernel checked by the profiler). PERSISTENT_MAX_TILES is lifted on th
 so the long items are measured too. Run it under a timeout: a wrong ring or Q phase waits forever.
 
     timeout 400 python3 benchmarks/experiments/2026-11-28_flash_persistent_dq.py
+
+--dkdv: dK / dV's persistent kernel instead (plans.HOPPER_DKDV_PERSISTENT), which only
+2026-11-28_flash_persistent_dkdv.patch has (its _dkdv_consumer called, not inlined: inlined into the
+item loop it spilled; results flash_gluon.txt 33), run in a patched copy:
+
+    bash benchmarks/tools/in_copy.sh benchmarks/experiments/2026-11-28_flash_persistent_dkdv.patch \
+        timeout 400 python3 benchmarks/experiments/2026-11-28_flash_persistent_dq.py --dkdv
 """
 import os
 import sys
@@ -16,8 +23,8 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "benchmark
 SHAPES = [  # B, Hq, Hkv, N, causal
     (16, 16, 16, 1024, True), (16, 16, 16, 1024, False), (8, 16, 16, 2048, False), (4, 32, 32, 4096, True),
     (4, 32, 32, 4096, False), (2, 32, 8, 8192, True), (1, 32, 32, 16384, True)]
-FORMS = {"persistent": {"HOPPER_BWD_PERSISTENT": True, "PERSISTENT_MAX_TILES": 10 ** 9},
-         "one item": {"HOPPER_BWD_PERSISTENT": False}}
+FLAG, KERNEL = ("HOPPER_DKDV_PERSISTENT", "fa_bwd_dkdv") if "--dkdv" in sys.argv else ("HOPPER_BWD_PERSISTENT", "fa_bwd_dq")
+FORMS = {"persistent": {FLAG: True, "PERSISTENT_MAX_TILES": 10 ** 9}, "one item": {FLAG: False}}
 
 
 def main():
@@ -48,7 +55,7 @@ def main():
             for form in (list(FORMS) if r % 2 == 0 else list(reversed(list(FORMS)))):
                 with plan_settings("flash_attention", plans, [plans.backward_plan], **FORMS[form]):
                     if r == 0:
-                        print(f"  {form}: {launched(bwd, 'fa_bwd_dq')}", flush=True)
+                        print(f"  {form}: {launched(bwd, KERNEL)}", flush=True)
                         grads[form] = bwd()
                     times[form].append(do_bench(bwd, warmup=10, rep=100, return_mode="median") * 1e3)
         same = all(torch.equal(a, b) for a, b in zip(grads["persistent"], grads["one item"]))
