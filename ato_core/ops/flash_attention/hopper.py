@@ -724,22 +724,34 @@ def _producer_item(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_des
                    CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
                    SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """_persistent_producer's work item w: (c, it) after it, as _consumer_item's."""
-    D: gl.constexpr = k_bufs.shape[2]
     b, h, hk, start_m, q_len, kv_len, lo_shift, hi_shift, tiles, seg = _item(w, item, CAUSAL, WINDOW, Q_LENS,
                                                                              KV_LENS, SEGMENTS, BLOCK_N)
+    return _held_item_loads(k_bufs, v_bufs, ready, empty, k_desc, v_desc, q_ready, q_empty, ((q_desc, q0, q1), ), b,
+                            h, hk, start_m, tiles, c, it, BLOCK_N, STAGES)
+
+
+@gluon.jit
+def _held_item_loads(k_bufs, v_bufs, ready, empty, k_desc, v_desc, q_ready, q_empty, held, b, h, hk, m0, tiles, c,
+                     it, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """A persistent program's loads for one item whose query rows the consumers hold: its first
+    STAGES - 1 K/V tiles (their slots are the last item's, so they come free without the next rows),
+    the held rows [m0, m0 + 2 ROWS) of each (descriptor, first half, second half) in ``held`` on
+    q_ready once q_empty says both consumers are done with the last item's, then its other K/V
+    tiles. Returns (c, it) after the item."""
+    D: gl.constexpr = k_bufs.shape[2]
     lo = tiles[0]
     hi = gl.maximum(tiles[3], lo)
     first = gl.minimum(hi, lo + (STAGES - 1))
     _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, first, BLOCK_N, STAGES, None, 0, c, (b, hk))
     mbarrier.wait(q_empty, (it & 1) ^ 1)
-    mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_ready, q0.reshape([1, 1, ROWS, D]))
-    tma.async_copy_global_to_shared(q_desc, [b, h, start_m + ROWS, 0], q_ready, q1.reshape([1, 1, ROWS, D]))
+    mbarrier.expect(q_ready, 2 * len(held) * held[0][0].block_type.nbytes)
+    for i in gl.static_range(len(held)):
+        desc, first_half, second_half = held[i]
+        tma.async_copy_global_to_shared(desc, [b, h, m0, 0], q_ready, first_half.reshape([1, 1, ROWS, D]))
+        tma.async_copy_global_to_shared(desc, [b, h, m0 + ROWS, 0], q_ready, second_half.reshape([1, 1, ROWS, D]))
     _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, first, hi, BLOCK_N, STAGES, None, 0,
                   c + (first - lo), (b, hk))
-    c += hi - lo
-    it += 1
-    return c, it
+    return c + (hi - lo), it + 1
 
 
 SCAN = gl.constexpr(16)  # tiles of segment ids a step of _segment_tiles reads
@@ -1350,24 +1362,11 @@ def _dq_persistent_producer(q0, q1, do0, do1, k_bufs, v_bufs, ready, empty, q_re
                             k_desc, v_desc, item, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, STAGES: gl.constexpr):
     """The persistent dQ's loads: for each item, its first STAGES - 1 K / V tiles, its Q and dO rows
     once q_empty says both consumers are done with the last item's, then its other K / V tiles."""
-    D: gl.constexpr = k_bufs.shape[2]
     c = 0
     it = 0
     for r in range(gl.cdiv(item[9], gl.num_programs(0))):
         w = _snake(r)
         if w < item[9]:
             b, h, hk, m0, kv_len, lo_shift, hi_shift, tiles = _dq_item(w, item, CAUSAL, WINDOW)
-            lo = tiles[0]
-            hi = gl.maximum(tiles[3], lo)
-            first = gl.minimum(hi, lo + (STAGES - 1))
-            _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, first, KEYS, STAGES, None, 0, c, (b, hk))
-            mbarrier.wait(q_empty, (it & 1) ^ 1)
-            mbarrier.expect(q_ready, 4 * q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_ready, q0.reshape([1, 1, ROWS, D]))
-            tma.async_copy_global_to_shared(q_desc, [b, h, m0 + ROWS, 0], q_ready, q1.reshape([1, 1, ROWS, D]))
-            tma.async_copy_global_to_shared(do_desc, [b, h, m0, 0], q_ready, do0.reshape([1, 1, ROWS, D]))
-            tma.async_copy_global_to_shared(do_desc, [b, h, m0 + ROWS, 0], q_ready, do1.reshape([1, 1, ROWS, D]))
-            _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, first, hi, KEYS, STAGES, None, 0,
-                          c + (first - lo), (b, hk))
-            c += hi - lo
-            it += 1
+            c, it = _held_item_loads(k_bufs, v_bufs, ready, empty, k_desc, v_desc, q_ready, q_empty,
+                                     ((q_desc, q0, q1), (do_desc, do0, do1)), b, h, hk, m0, tiles, c, it, KEYS, STAGES)
