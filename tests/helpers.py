@@ -265,7 +265,11 @@ def clear_plans(op: str, *plan_fns):
 def plan_settings(op: str, module, plan_fns, **values):
     """Module-level tuning constants of a plans ``module`` set to ``values`` inside the block,
     restored after it; op ``op``'s and ``plan_fns``' plan caches emptied on the way in and out
-    (clear_plans), so that no plan of either setting outlives it."""
+    (clear_plans), so that no plan of either setting outlives it. An array computed inside one
+    setting keeps that setting's forward plan, and its backward: compute it again in each."""
+    # every cached plan constructor of ``module`` too: a backward plan is memoised on its forward
+    # plan (Plan.memoised), so a forward plan kept from one setting would bring back its backward
+    plan_fns = [*plan_fns, *(f for f in vars(module).values() if callable(f) and hasattr(f, "cache_clear"))]
     was = {name: getattr(module, name) for name in values}
     for name, value in values.items():
         setattr(module, name, value)

@@ -369,7 +369,7 @@ def _gluon_launches(which):
     lengths, or ("segments") segment ids with a window, or ("varlen") packed sequences with a
     window and [B, Hq] ALiBi slopes. "persistent": the forward's persistent form with kv lengths
     (plans.PERSISTENT_KV_LENS), dQ's persistent form (plans.HOPPER_BWD_PERSISTENT), whatever
-    those flags say."""
+    the forward's flag says; without it dQ is one item a program."""
     from ato_core.ops.flash_attention import plans as fa
     from ato_core.testing import gpu_spec
 
@@ -409,7 +409,7 @@ def _gluon_launches(which):
             plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100, **kw)
         return plan.launches[0], plan, specs
     with plan_settings("flash_attention", fa, [fa.backward_plan],
-                       HOPPER_BWD_PERSISTENT="persistent" in which or fa.HOPPER_BWD_PERSISTENT):
+                       HOPPER_BWD_PERSISTENT="persistent" in which):
         plan = fa.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=H100, **kw)
     return plan.launches[1 if which.startswith("dkdv") else 2], plan, specs
 

@@ -298,13 +298,15 @@ def test_hopper_backward_chosen_where_it_applies():
     """The backward plan on an H100 launches the Gluon dK / dV and dQ
     kernels after the portable delta kernel where the Gluon forward applies (GQA, Nq != Nk,
     causal or not, either layout, a window, q / kv lengths, ALiBi: reading the forward's base-2
-    lse; softcap too), do laid out as TMA needs; the portable kernels otherwise."""
+    lse; softcap too), do laid out as TMA needs; the portable kernels otherwise. dQ one item a
+    program (its persistent form: test_hopper_persistent_dq_chosen_where_it_applies)."""
     from ato_core.testing import gpu_spec, h100
 
     def bwd(q, k, do=None, target=h100(), **kw):
         kw.setdefault("causal", True)
-        plan = fa_core.backward_plan(q, k, k, q if do is None else do, softmax_scale=None, has_dlse=False,
-                                     target=target, **kw)
+        with plan_settings("flash_attention", fa_core, [], HOPPER_BWD_PERSISTENT=False):
+            plan = fa_core.backward_plan(q, k, k, q if do is None else do, softmax_scale=None, has_dlse=False,
+                                         target=target, **kw)
         return [launch.name for launch in plan.launches], plan
 
     q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 700, 128))
@@ -350,7 +352,7 @@ def test_hopper_backward_chosen_where_it_applies():
 
 @needs_gluon
 def test_hopper_persistent_dq_chosen_where_it_applies():
-    """With plans.HOPPER_BWD_PERSISTENT, dQ runs its persistent kernel where the forward's rule
+    """With plans.HOPPER_BWD_PERSISTENT (the default), dQ runs its persistent kernel where the forward's rule
     would (a mean of at most PERSISTENT_MAX_TILES key tiles a query block), dense and without
     lengths: grid (min(items, SMs), 1), the batch as its last scalar; one item a program for long
     items, q or kv lengths and packed sequences."""
@@ -377,7 +379,8 @@ def test_hopper_persistent_dq_chosen_where_it_applies():
                                               cu, cu, gpu_spec((700, 8, 128)), max_seqlen_q=400, max_seqlen_k=500,
                                               causal=True, softmax_scale=None, has_dlse=False, target=h100())
         assert packed.launches[2].name == "fa_bwd_dq_hopper_kernel"
-    assert dq(q, k).name == "fa_bwd_dq_hopper_kernel"  # the flag off (the default until a GPU has run it)
+    with plan_settings("flash_attention", fa_core, [fa_core.backward_plan], HOPPER_BWD_PERSISTENT=False):
+        assert dq(q, k).name == "fa_bwd_dq_hopper_kernel"
 
 
 @needs_gluon

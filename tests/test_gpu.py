@@ -294,7 +294,9 @@ def _check_hopper_case(case, backward_kernels):
     launches = forward.launches + backward.launches[1:]
     names = [launch.name for launch in launches]
     if _hopper():  # the forward's persistent form or one item a program (plans._hopper_plan)
-        assert names[0] in HOPPER_FORWARD and names[1:] == backward_kernels, names
+        # dQ likewise ("fa_bwd_dq_hopper_kernel" stands for either form)
+        dq = HOPPER_DQ if backward_kernels[-1] == HOPPER_DQ[1] else (backward_kernels[-1],)
+        assert names[0] in HOPPER_FORWARD and names[1:-1] == backward_kernels[:-1] and names[-1] in dq, names
     else:
         assert names == ["fa_fwd_kernel", "fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
     _RESULTS.pop(case, None)  # run now: another test (other plans) may have run this very case
@@ -408,6 +410,7 @@ def test_flash_attention_hopper_d64_nan_padding_gpu(dtype):
 
 
 HOPPER_FORWARD = ("fa_fwd_hopper_persistent_kernel", "fa_fwd_hopper_kernel")
+HOPPER_DQ = ("fa_bwd_dq_hopper_persistent_kernel", "fa_bwd_dq_hopper_kernel")
 # The persistent forward against one item a program: GQA, Nq != Nk, windows, softcap with ALiBi,
 # q lengths, segment ids, bnhd, a single row, more items than SMs (B H Nq causal; Hkv; Nk; options).
 HOPPER_PERSISTENT_CASES = [
@@ -501,7 +504,7 @@ def test_flash_attention_hopper_persistent_dq_gpu(dtype):
         pytest.skip("the Gluon kernels run on sm_90 only")
     g = torch.Generator(device="cuda").manual_seed(1)
     dt = getattr(torch, dtype)
-    kernels = ("fa_bwd_dq_hopper_persistent_kernel", "fa_bwd_dq_hopper_kernel")
+    kernels = HOPPER_DQ
     for (B, Hq, Nq, causal), (Hkv, Nk), kw in HOPPER_PERSISTENT_DQ_CASES:
         kw = dict(kw)
         bnhd = kw.get("layout") == "bnhd"

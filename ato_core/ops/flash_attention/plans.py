@@ -559,10 +559,10 @@ HOPPER_BACKWARD = True
 # Not tuned yet.
 HOPPER_BWD = {"STAGES": 2, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
 # dQ by the persistent kernel (hopper.fa_bwd_dq_hopper_persistent_kernel; dense, no lengths) where a
-# query block's key tiles are at most PERSISTENT_MAX_TILES on average, as the forward: off until a
-# GPU has run it (compiled for sm_90 on the CPU; four descriptors a program). dK / dV has no
-# persistent form: written so, its consumers spilled in the tile loop (NVIDIA_H200-flash_gluon.txt 33).
-HOPPER_BWD_PERSISTENT = False
+# query block's key tiles are at most PERSISTENT_MAX_TILES on average, as the forward: the backward
+# 0.92-0.94x one item a program at 4.5-16 tiles, 0.99-1.00x at 16.5-32.5 (NVIDIA_H200-flash_gluon.txt 34).
+# dK / dV has no persistent form: written so, its consumers spilled in the tile loop (section 33).
+HOPPER_BWD_PERSISTENT = True
 DQ_PERSISTENT_SCRATCH = 512
 
 
