@@ -25,6 +25,8 @@ SHAPES = [  # B, Hq, Hkv, N, causal
     (4, 32, 32, 4096, False), (2, 32, 8, 8192, True), (1, 32, 32, 16384, True)]
 FLAG, KERNEL = ("HOPPER_DKDV_PERSISTENT", "fa_bwd_dkdv") if "--dkdv" in sys.argv else ("HOPPER_BWD_PERSISTENT", "fa_bwd_dq")
 FORMS = {"persistent": {FLAG: True, "PERSISTENT_MAX_TILES": 10 ** 9}, "one item": {FLAG: False}}
+if "--dkdv" in sys.argv:  # dQ one item a program on both sides (PERSISTENT_MAX_TILES would move it)
+    FORMS = {form: {**values, "HOPPER_BWD_PERSISTENT": False} for form, values in FORMS.items()}
 
 
 def main():
