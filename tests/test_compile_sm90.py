@@ -6,6 +6,7 @@ compiled kernel infers), before a GPU run. One representative plan per op, bf16.
 import dataclasses
 import importlib
 import os
+import re
 
 import pytest
 
@@ -18,7 +19,7 @@ from helpers import SLOW, plan_settings
 
 H100 = h100()
 _TT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64", "int32": "i32", "int64": "i64",
-       "bool": "i1"}
+       "uint32": "u32", "bool": "i1"}
 
 
 def _plans():
@@ -367,9 +368,11 @@ def _gluon_launches(which):
     dV or dQ launch, GQA, Nq != Nk, causal, with a window, or (which ending in "lengths") q and
     kv lengths, or ("alibi") [B, Hq] ALiBi slopes, or ("softcap") softcap with a window, ALiBi and
     lengths, or ("segments") segment ids with a window, or ("varlen") packed sequences with a
-    window and [B, Hq] ALiBi slopes. "persistent": the forward's persistent form with kv lengths
-    (plans.PERSISTENT_KV_LENS), dQ's persistent form (plans.HOPPER_BWD_PERSISTENT), whatever
-    the forward's flag says; without it dQ is one item a program."""
+    window and [B, Hq] ALiBi slopes, or ("dropout", plans.HOPPER_DROPOUT) dropout with a window and
+    an int seed, ("key dropout") with ALiBi and a JAX key's seed words. "persistent": the
+    forward's persistent form with kv lengths (plans.PERSISTENT_KV_LENS), dQ's persistent form
+    (plans.HOPPER_BWD_PERSISTENT), whatever the forward's flag says; without it dQ is one item a
+    program."""
     from ato_core.ops.flash_attention import plans as fa
     from ato_core.testing import gpu_spec
 
@@ -398,13 +401,19 @@ def _gluon_launches(which):
         specs.update(q_segment_ids=gpu_spec((2, 300), "int32"), kv_segment_ids=gpu_spec((2, 500), "int32"))
         kw = {"options": fa.Options(window=(100, None)),
               "arrays": (None,) * 3 + (specs["q_segment_ids"], specs["kv_segment_ids"]) + (None,) * 3}
+    elif which.endswith("dropout"):  # with a window (an int seed), or ("key dropout") ALiBi and a JAX key's words
+        specs["seed"] = gpu_spec((2,), "uint32")
+        kw = {"options": fa.Options(window=(100, None), dropout_p=0.1, seed=3)}
+        if "key" in which:
+            kw = {"options": fa.Options(dropout_p=0.1),
+                  "arrays": (specs["alibi_slopes"],) + (None,) * 6 + (specs["seed"],)}
     elif which.endswith("softcap"):  # with a window, ALiBi and lengths
         kw = {"options": fa.Options(window=(100, None), softcap=30.0),
               "arrays": (specs["alibi_slopes"], specs["q_lengths"], specs["kv_lengths"]) + (None,) * 5}
     else:
         kw = {"options": fa.Options(window=(100, None))}
     if which.startswith("forward"):
-        with plan_settings("flash_attention", fa, [fa.forward_plan],
+        with plan_settings("flash_attention", fa, [fa.forward_plan], HOPPER_DROPOUT="dropout" in which,
                            PERSISTENT_KV_LENS="persistent" in which or fa.PERSISTENT_KV_LENS):
             plan = fa.forward_plan(q, k, k, causal=True, softmax_scale=None, target=H100, **kw)
         return plan.launches[0], plan, specs
@@ -419,7 +428,7 @@ def _gluon_launches(which):
                                    "forward alibi",
                                    "dkdv alibi", "dq alibi", "forward varlen", "dkdv varlen", "dq varlen",
                                    "forward softcap", "dkdv softcap", "dq softcap", "forward segments",
-                                   "dq persistent", "dq persistent alibi"])
+                                   "dq persistent", "dq persistent alibi", "forward dropout", "forward key dropout"])
 def test_gluon_compiles_alike_for_jax(which):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
     Hopper kernels into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,
@@ -456,6 +465,10 @@ def _compiles_alike_for_jax(launch, plan, specs, warps):
         expected = launcher.scratch_from_last_output(expected, name, torch_side.metadata.global_scratch_align)
         assert expected != torch_side.asm["ptx"]
     assert ptx == expected and "setmaxnreg" in ptx
+    # a barrier of the whole CTA (no thread count) in a partition waits for warps that never come:
+    # Triton 3.6 emits one for a gl.jit(noinline=True) function called from a partition (an
+    # mbarrier.arrive's thread barrier there), the persistent dK / dV patch's hang
+    assert not re.search(r"\bbar\.sync\s+0;", ptx), "a CTA-wide bar.sync 0 in a warp-specialised kernel"
     return torch_side
 
 

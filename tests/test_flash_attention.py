@@ -351,6 +351,68 @@ def test_hopper_backward_chosen_where_it_applies():
 
 
 @needs_gluon
+def test_hopper_dropout_chosen_where_it_applies():
+    """With plans.HOPPER_DROPOUT the dense forward with dropout runs the Gluon kernel one item a
+    program (never the persistent form), its mask drawn by the producer: an int seed (the last
+    scalar), a 0-d seed array or a JAX key's two words (SEED_WORDS 1, 2), the threshold and scale
+    of dropout_threshold, the ring and registers of HOPPER_DROPOUT_CONFIG; GQA, a window, ALiBi, q /
+    kv lengths, bnhd alike. The portable kernels elsewhere: the backward, D 64, packed sequences,
+    the flag off. Every other forward launch of the kernel passes no seed (q, 0)."""
+    from ato_core.testing import gpu_spec, h100
+
+    def fwd(q, k, **kw):
+        return fa_core.forward_plan(q, k, k, causal=True, softmax_scale=None, target=h100(), **kw).launches[0]
+
+    q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 700, 128))
+    drop = fa_core.Options(dropout_p=0.1, seed=3)
+    thr, scale = fa_core.dropout_threshold(0.1)
+    words = {(): 1, (2,): 2}
+    with plan_settings("flash_attention", fa_core, [], HOPPER_DROPOUT=True):
+        launch = fwd(q, k, options=drop)
+        assert launch.name == "fa_fwd_hopper_kernel" and launch.grid == (8, 16)
+        assert launch.inputs[-1] == "q" and launch.scalars[-1] == 3
+        assert {n: launch.constexprs[n] for n in ("DROPOUT", "SEED_WORDS", "DROP_THR", "DROP_SCALE")} == \
+            {"DROPOUT": True, "SEED_WORDS": 0, "DROP_THR": thr, "DROP_SCALE": scale}
+        assert all(launch.constexprs[n] == v for n, v in fa_core.HOPPER_DROPOUT_CONFIG.items())
+        for shape, dtype in (((), "int64"), ((2,), "uint32")):
+            seeded = fwd(q, k, options=fa_core.Options(dropout_p=0.1), arrays=(None,) * 7 + (gpu_spec(shape, dtype),))
+            assert seeded.name == launch.name and seeded.inputs[-1] == "seed"
+            assert seeded.constexprs["SEED_WORDS"] == words[shape] and seeded.scalars[-1] == 0
+        lengths = (gpu_spec((2, 8), "float32"), gpu_spec((2,), "int32"), gpu_spec((2,), "int64")) + (None,) * 5
+        other = fwd(gpu_spec((2, 1000, 8, 128)), gpu_spec((2, 700, 2, 128)), layout="bnhd", arrays=lengths,
+                    options=fa_core.Options(window=(64, None), dropout_p=0.1, seed=3))
+        assert other.name == launch.name and other.constexprs["DROPOUT"] and other.constexprs["WINDOW"]
+        assert other.inputs[3:] == ("q_lengths", "kv_lengths", "alibi_slopes", "q", "q", "q")
+        short = gpu_spec((4, 8, 256, 128))  # 1.5 key tiles an item: persistent without dropout
+        assert fwd(short, short).name == "fa_fwd_hopper_persistent_kernel"
+        assert fwd(short, short, options=drop).name == launch.name
+        assert fwd(gpu_spec((2, 8, 4096, 64)), gpu_spec((2, 2, 4096, 64)), options=drop).name == "fa_fwd_kernel"
+        bwd = fa_core.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=h100(),
+                                    options=drop)
+        assert [x.name for x in bwd.launches[1:]] == ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
+        cu = gpu_spec((3,), "int32")
+        packed = fa_core.varlen_forward_plan(gpu_spec((700, 8, 128)), gpu_spec((900, 2, 128)), gpu_spec((900, 2, 128)),
+                                             cu, cu, max_seqlen_q=400, max_seqlen_k=500, causal=True,
+                                             softmax_scale=None, target=h100(), options=drop)
+        assert packed.launches[0].name == "fa_fwd_kernel"
+        with plan_settings("flash_attention", fa_core, [], HOPPER_PERSISTENT=False):
+            plain = fwd(q, k)
+        assert plain.name == launch.name and plain.inputs[-1] == "q" and plain.scalars[-1] == 0
+        assert not plain.constexprs["DROPOUT"] and plain.constexprs["STAGES"] == fa_core.HOPPER["STAGES"]
+    with plan_settings("flash_attention", fa_core, [], HOPPER_DROPOUT=False):
+        assert fwd(q, k, options=drop).name == "fa_fwd_kernel"
+
+
+def test_dropout_rounds_agree():
+    """The Philox rounds of the dropout draw: the reference's (plans), the portable kernels' and
+    the Gluon forward's are one number."""
+    from ato_core.ops.flash_attention import hopper
+
+    assert fa_core.DROPOUT_ROUNDS == fa_kernels.DROPOUT_ROUNDS.value == \
+        (hopper.DROPOUT_ROUNDS.value if has_gluon() else fa_core.DROPOUT_ROUNDS)
+
+
+@needs_gluon
 def test_hopper_persistent_dq_chosen_where_it_applies():
     """With plans.HOPPER_BWD_PERSISTENT (the default), dQ runs its persistent kernel where the forward's rule
     would (a mean of at most PERSISTENT_MAX_TILES key tiles a query block), dense and without
@@ -406,12 +468,12 @@ def test_hopper_varlen_chosen_where_it_applies():
     assert names == gluon
     (f,), (_, dkdv, dq) = fwd.launches, bwd.launches
     assert (f.grid, dkdv.grid, dq.grid) == ((3, 32), (4, 8), (3, 32))
-    assert f.inputs == ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes", "q", "q")
+    assert f.inputs == ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes", "q", "q", "q")  # no seed
     assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse_base2", "delta", "cu_seqlens_q", "cu_seqlens_k",
                                         "alibi_slopes", "q", "q")
     assert all(launch.constexprs["VARLEN"] and launch.constexprs["WINDOW"] and launch.constexprs["ALIBI"]
-               and not launch.constexprs["Q_LENS"] and not launch.constexprs["KV_LENS"]
-               and launch.scalars[-2:] == (700, 900) for launch in (f, dkdv, dq))
+               and not launch.constexprs["Q_LENS"] and not launch.constexprs["KV_LENS"] for launch in (f, dkdv, dq))
+    assert f.scalars[-3:] == (700, 900, 0) and dkdv.scalars[-2:] == dq.scalars[-2:] == (700, 900)  # Tq, Tk (seed)
     assert f.scalars[:4] == dkdv.scalars[:4] == (8, 4, 300, 500) and f.scalars[15:18] == (0, 128, 8 * 128)
     assert fwd.buffer("o").shape == (700, 8, 128) and fwd.buffer("lse").shape == (8, 700)
     assert fwd.buffer("lse_base2").shape == (8, 700)

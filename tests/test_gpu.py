@@ -527,6 +527,31 @@ def test_flash_attention_hopper_persistent_dq_gpu(dtype):
             assert torch.equal(a, b), ((B, Hq, Nq, causal), (Hkv, Nk), kw)
 
 
+# Dropout (p 0.1) on the Gluon forward (plans.HOPPER_DROPOUT: the producer draws the mask), the
+# portable dK / dV and dQ after it drawing the same mask: causal and not, GQA, MHA, a window, lengths,
+# ALiBi, bnhd, partial tiles.
+HOPPER_DROPOUT = [
+    ((2, 8, 2, 1000, 1000, 128, "bhnd"), None, True, None, None),
+    ((1, 4, 4, 300, 700, 128, "bnhd"), (64, 32), False, "kv", None),
+    ((1, 2, 1, 4096, 4096, 128, "bhnd"), None, True, "both", "h"),
+]
+
+
+@pytest.mark.parametrize("dims,window,causal,lengths,alibi", HOPPER_DROPOUT,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_flash_attention_hopper_dropout_gpu(dims, window, causal, lengths, alibi, dtype):
+    """Dropout on the Gluon forward against the float64 reference with the reference's mask (a mask
+    off by one draw puts o far off), torch == JAX bit for bit (_check_hopper)."""
+    from ato_core.ops.flash_attention import plans
+    from helpers import plan_settings
+
+    with plan_settings("flash_attention", plans, [], HOPPER_DROPOUT=True):
+        _, forward, _ = _check_hopper(dims, window, causal, lengths, alibi, dtype,
+                                      ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"], dropout=0.1)
+        assert not _hopper() or forward.launches[0].constexprs["DROPOUT"]
+
+
 def test_flash_attention_hopper_needs_aligned_rows_gpu():
     """q starting 2 bytes past a 16-byte boundary, or with a row stride not a multiple of 8
     elements, takes the portable forward (cp.async copies 16 bytes); its result equals that of

@@ -12,7 +12,8 @@ lengths run its persistent form); --kv-lengths: the persistent form with kv leng
 (plans.PERSISTENT_KV_LENS); --persistent-dq (with --backward): dQ's persistent kernel where it applies
 (plans.HOPPER_BWD_PERSISTENT: no lengths); --persistent-dkdv (with --backward, in a copy with
 2026-11-28_flash_persistent_dkdv.patch): dK / dV's (plans.HOPPER_DKDV_PERSISTENT); --d64: every case at D 64 on the persistent forward (plans.D64_MIN_TILES 0:
-short items too).
+short items too); --dropout: every case with dropout 0.1 (plans.HOPPER_DROPOUT: the Gluon forward one item
+a program, its mask drawn by the producer; the portable backward).
 """
 import sys
 
@@ -57,6 +58,7 @@ if "--persistent-dkdv" in sys.argv:
     plans.HOPPER_DKDV_PERSISTENT = True
 plans.HOPPER_PERSISTENT = "--per-item" not in sys.argv
 plans.PERSISTENT_KV_LENS = "--kv-lengths" in sys.argv or plans.PERSISTENT_KV_LENS
+plans.HOPPER_DROPOUT = "--dropout" in sys.argv or plans.HOPPER_DROPOUT
 D = 64 if "--d64" in sys.argv else 128
 if D == 64:
     plans.D64_MIN_TILES = 0
@@ -80,6 +82,8 @@ for B, Hq, Hkv, Nq, Nk, dtype, kw in CASES:
     if kw.pop("segments", False):  # 3 ids in random order
         kw["segment_ids"] = tuple(torch.randint(0, 3, (B, n), device="cuda", generator=g, dtype=torch.int32)
                                   for n in (Nq, Nk))
+    if "--dropout" in sys.argv:
+        kw.update(dropout_p=0.1, seed=Nq)
     alibi = kw.pop("alibi", None)
     if alibi:
         kw["alibi_slopes"] = torch.rand((Hq,) if alibi == "h" else (B, Hq), device="cuda", generator=g)

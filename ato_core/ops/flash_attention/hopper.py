@@ -15,9 +15,12 @@ Nq), a window (WINDOW: tiles below it never visited), q / kv lengths, ALiBi slop
 biased scores in base 2 before the maximum), any Nq, Nk >= 1, o and the natural-log lse
 [B, Hq, Nq] (a query that sees no key: o = 0, lse = -inf). The row maximum is taken on the
 raw scores and p = 2^(s * qk_scale - m * qk_scale) in one FMA a score; only key tiles that
-cross the causal diagonal, a window edge or Nk are masked. fp16 / bf16, D = 128; b, h
-and n strides multiples of 8 elements (16 bytes, as TMA needs), unit d strides (the
-plan checks: plans._hopper_forward). Benchmarks: results README, "flash_attention on Hopper".
+cross the causal diagonal, a window edge or Nk are masked. Attention dropout (DROPOUT, dense, one
+item a program; plans.HOPPER_DROPOUT): the producer warpgroup draws each tile's mask into shared
+memory beside its K/V copies (_dropout_producer), the consumers multiply p by it. fp16 / bf16,
+D = 128 (64 too on the persistent form); b, h and n strides multiples of 8 elements (16 bytes,
+as TMA needs), unit d strides (the plan checks: plans._hopper_forward). Benchmarks: results
+README, "flash_attention on Hopper".
 
 The backward's dK / dV and dQ kernels (fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel) take
 the same form, after the portable delta kernel, with the forward's options (causal, GQA, a
@@ -26,18 +29,20 @@ ones instead. block_sparse/hopper.py runs these consumers and producers over lis
 blocks (BS: _tile_start, _head_list).
 """
 
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                              warpgroup_mma_wait)
 
 from ato_core.launch import kernel
-from ato_core.triton_helpers import aligned, tanh_rcp
+from ato_core.triton_helpers import aligned, dropout_seed, tanh_rcp
 from .packed import _clamp, _sequence, _unwritten
 
 LN2 = gl.constexpr(0.6931471805599453)
 LOG2E = gl.constexpr(1.4426950408889634)
 ROWS = gl.constexpr(64)  # query rows of a consumer warpgroup (two a program)
+DROPOUT_ROUNDS = gl.constexpr(7)  # Philox rounds of the dropout draw (plans.DROPOUT_ROUNDS, kernels')
 
 
 @gluon.jit
@@ -143,16 +148,17 @@ def _tile_start(lo, j, LIST, TILE: gl.constexpr, BS: gl.constexpr):
 def _step(q_smem, k_bufs, v_bufs, ready, empty, j, start_n, p, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk,
           lo_shift, hi_shift, alibi, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
           WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
-          SEGMENTS: gl.constexpr, STAGES: gl.constexpr):
+          SEGMENTS: gl.constexpr, STAGES: gl.constexpr, masks=None):
     """The program's j-th key tile (its first key start_n): QK_j in flight with PV_{j-1} (p of
     tile j - 1), softmax of tile j under PV_{j-1}; frees tile j - 1's slot. SEGMENTS (with MASK):
-    the tile's key segment ids loaded before the wait (_tile_segments)."""
+    the tile's key segment ids loaded before the wait (_tile_segments). masks (dropout): the
+    ring of the warpgroup's keep-masks (_dropped)."""
     kseg = _tile_segments(alibi, start_n, offs_sn, Nk, MASK and SEGMENTS)
     slot = j % STAGES
     prev = (j - 1) % STAGES
     mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
     fence_async_shared()
-    p_op = gl.convert_layout(p.to(v_bufs.dtype), p_layout)
+    p_op = _dropped(gl.convert_layout(p.to(v_bufs.dtype), p_layout), masks, prev)
     s_tok = warpgroup_mma(q_smem, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     o_tok = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
@@ -169,13 +175,13 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
             hi_shift, alibi, tiles, LIST, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
             WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr,
             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BS: gl.constexpr, c0, q_free, Q_FREE: gl.constexpr,
-            KV_GUARD: gl.constexpr = False):
+            KV_GUARD: gl.constexpr = False, masks=None):
     """(m, l, acc) over key tiles [lo, hi) (at least one): masked but for [full_lo, full_hi)
     (tiles = (lo, full_lo, full_hi, hi), _key_tiles, _segment_tiles); BS: tiles of LIST's blocks
     (_tile_start). The tiles are the ring's c0-th on; Q_FREE: an arrival on q_free once the last
     QK is done (the query tile may be refilled). KV_GUARD: the ring's rows past the Nk keys hold
     anything (another batch's keys, NaN): the last V tile's are zeroed before its PV (only the
-    last tile has such rows; K's are masked in the scores)."""
+    last tile has such rows; K's are masked in the scores). masks: as _step's."""
     lo, full_lo, full_hi, hi = tiles
     kseg = _tile_segments(alibi, _tile_start(lo, 0, LIST, BLOCK_N, BS), offs_sn, Nk, SEGMENTS)
     mbarrier.wait(ready.index(c0 % STAGES), (c0 // STAGES) & 1)
@@ -188,21 +194,23 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
         for j in range(1, full_lo - lo):
             p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, c0 + j, _tile_start(lo, j, LIST, BLOCK_N, BS),
                                      p, m_i, l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi,
-                                     p_layout, o_layout, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS, STAGES)
+                                     p_layout, o_layout, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS, STAGES,
+                                     masks)
     for j in range(gl.maximum(full_lo - lo, 1), full_hi - lo):
         p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, c0 + j, _tile_start(lo, j, LIST, BLOCK_N, BS), p, m_i,
                                  l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout,
-                                 o_layout, CAUSAL, WINDOW, False, ALIBI, SOFTCAP, SEGMENTS, STAGES)
+                                 o_layout, CAUSAL, WINDOW, False, ALIBI, SOFTCAP, SEGMENTS, STAGES, masks)
     for j in range(gl.maximum(full_hi - lo, 1), hi - lo):
         p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, c0 + j, _tile_start(lo, j, LIST, BLOCK_N, BS), p, m_i,
                                  l_i, acc, s_zero, qk_scale, offs_m, offs_sn, Nk, lo_shift, hi_shift, alibi, p_layout,
-                                 o_layout, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS, STAGES)
+                                 o_layout, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS, STAGES, masks)
     if Q_FREE:
         mbarrier.arrive(q_free, count=1)
     last = (c0 + hi - lo - 1) % STAGES
     if KV_GUARD:
         _zero_rows_from(v_bufs.index(last), Nk - _tile_start(lo, hi - lo - 1, LIST, BLOCK_N, BS))
-    o_tok = warpgroup_mma(gl.convert_layout(p.to(v_bufs.dtype), p_layout), v_bufs.index(last), acc, is_async=True)
+    o_tok = warpgroup_mma(_dropped(gl.convert_layout(p.to(v_bufs.dtype), p_layout), masks, last), v_bufs.index(last),
+                          acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
     mbarrier.arrive(empty.index(last), count=1)
     return m_i, l_i, acc
@@ -231,13 +239,15 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
               hi_shift, qk_scale, slope2, cap, seg, shift, start_m, tiles, LIST, CAUSAL: gl.constexpr,
               WINDOW: gl.constexpr, Q_LENS: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
               SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-              BS: gl.constexpr = 0, c0=0, q_free=None, Q_FREE: gl.constexpr = False, KV_GUARD: gl.constexpr = False):
+              BS: gl.constexpr = 0, c0=0, q_free=None, Q_FREE: gl.constexpr = False, KV_GUARD: gl.constexpr = False,
+              drop=None):
     """One warpgroup: query rows [start_m, start_m + ROWS); writes their o and lse (Q_LENS: rows
     from q_len on get o = 0, lse = -inf), with ALIBI (head slope2; shift = kv_len - q_len) or
     SOFTCAP (cap: _capped's) also the base-2 lse LSE2 (+inf for those rows) that the backward
     reads. Nk: the keys of this batch. SEGMENTS: seg = (the batch's query segment ids, their
     stride, its key segment ids, their stride). BS: the key tiles are LIST's blocks (_tile_start).
-    c0, q_free, Q_FREE, KV_GUARD: as _attend's (with no tile, the arrival at once)."""
+    c0, q_free, Q_FREE, KV_GUARD: as _attend's (with no tile, the arrival at once). drop (dropout):
+    (the ring of the warpgroup's keep-masks, _dropout_producer's; the kept values' scale)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -257,7 +267,8 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
     if tiles[3] > tiles[0]:
         m_i, l_i, acc = _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m,
                                 offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, LIST, p_layout, o_layout, CAUSAL,
-                                WINDOW, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES, BS, c0, q_free, Q_FREE, KV_GUARD)
+                                WINDOW, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES, BS, c0, q_free, Q_FREE, KV_GUARD,
+                                None if drop is None else drop[0])
     elif Q_FREE:
         mbarrier.arrive(q_free, count=1)
     if ALIBI or SOFTCAP:  # m is in base 2 already
@@ -267,6 +278,8 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
         empty_row = empty_row | (offs_m >= q_len)
     l_safe = gl.where(empty_row, 1.0, l_i)
     acc = acc / gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout))[:, None]
+    if drop is not None:
+        acc = acc * drop[1]
     if Q_LENS:
         acc = gl.where(gl.convert_layout(empty_row, gl.SliceLayout(1, o_layout))[:, None], 0.0, acc)
     offs_om = start_m + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
@@ -301,6 +314,61 @@ def _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, hi, BLOCK_N:
                                             k_bufs.index(slot).reshape([1, 1, BLOCK_N, D]))
             tma.async_copy_global_to_shared(v_desc, [head[0], head[1], start, 0], ready.index(slot),
                                             v_bufs.index(slot).reshape([1, 1, BLOCK_N, D]))
+
+
+@gluon.jit
+def _dropped(p_op, masks, slot):
+    """p (the PV wgmma's operand, in v's dtype) with dropout's dropped elements 0: times the ring's
+    tile ``slot`` of keep-masks (masks: the warpgroup's [STAGES, ROWS, BLOCK_N] ring of 1 / 0 in
+    v's dtype, _dropout_producer's; a packed multiply a pair), or p as it is (masks None)."""
+    if masks is not None:
+        p_op = p_op * masks.index(slot).load(p_op.type.layout)
+    return p_op
+
+
+@gluon.jit
+def _dropout_keep(seed, bh, row0, rows, col0, keys, thr):
+    """kernels._dropout_keep's mask of query rows row0 + rows and keys col0 + keys of head bh
+    (rows, keys: aranges of a tile's slices; row0 a multiple of 16, col0 of 32): the same Philox
+    draws and bytes. In a wgmma accumulator layout of 32 columns a thread's 16 elements share one
+    counter, so they take one Philox call."""
+    c1 = ((row0 // 16) * 8 + (rows // 16) * 8 + rows % 8).to(gl.uint32)[:, None]
+    c0 = ((col0 // 32) * 4 + (keys // 32) * 4 + (keys // 2) % 4).to(gl.uint32)[None, :]
+    zero = c0 * 0 + c1 * 0
+    w0, w1, w2, w3 = tl.philox(seed, c0 + zero, c1 + zero, zero + bh.to(gl.uint32), zero, DROPOUT_ROUNDS)
+    h = ((rows % 16) // 8)[:, None]
+    n = ((keys % 32) // 8)[None, :]
+    word = n // 2 + 2 * h
+    w = gl.where(word < 2, gl.where(word == 0, w0, w1), gl.where(word == 2, w2, w3))
+    draws = (w >> (8 * ((keys % 2)[None, :] + 2 * (n % 2))).to(gl.uint32)) & 0xFF
+    return draws >= thr
+
+
+@gluon.jit
+def _dropout_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, hi, masks, drop, start_m,
+                      BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """_tma_producer's K/V tiles [lo, hi), and while they fly each tile's dropout keep-mask of the
+    program's 2 ROWS query rows from start_m (_dropout_keep; drop = (seed, bh, thr)): rows start_m
+    + ROWS h into masks[h][slot] ([STAGES, ROWS, BLOCK_N], 1 kept, 0 dropped, in v's dtype; a ring
+    for each consumer). ready[slot] takes two arrivals, the copies' and the masks'. The Philox
+    draws run in this warpgroup, idle between copies, not in the consumers, whose instruction
+    issue bounds the forward."""
+    CHUNK: gl.constexpr = 32  # a draw's keys: one Philox call a thread in this layout
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                     instr_shape=[16, CHUNK, 16])
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    keys = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, layout))
+    for j in range(hi - lo):
+        slot = j % STAGES
+        start = (lo + j) * BLOCK_N
+        _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo + j, lo + j + 1, BLOCK_N, STAGES, c0=j)
+        for half in gl.static_range(2):
+            tile = masks[half].index(slot)
+            for c in gl.static_range(BLOCK_N // CHUNK):
+                keep = _dropout_keep(drop[0], drop[1], start_m + half * ROWS, rows, start + c * CHUNK, keys, drop[2])
+                tile.slice(c * CHUNK, CHUNK, dim=1).store(gl.where(keep, 1.0, 0.0).to(tile.dtype))
+        gl.thread_barrier()  # every thread's mask bytes stored before the arrival
+        mbarrier.arrive(ready.index(slot), count=1)
 
 
 @gluon.jit
@@ -515,14 +583,15 @@ def _key_tiles(start_m, Nk, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl
     return lo, full_lo, full_hi, hi
 
 
-@kernel(inputs=8, outputs=4, gluon=True)
-def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, qk_scale, left, right, cap_in,
+@kernel(inputs=9, outputs=4, gluon=True)
+def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, Nq, Nk, qk_scale, left, right, cap_in,
                          cap_out, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sob,
-                         soh, son, Tq, Tk, O, LSE, LSE2, SCRATCH, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                         soh, son, Tq, Tk, seed, O, LSE, LSE2, SCRATCH, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
                          D: gl.constexpr, STAGES: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                          CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
                          KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False,
-                         SEGMENTS: gl.constexpr = False, VARLEN: gl.constexpr = False):
+                         SEGMENTS: gl.constexpr = False, VARLEN: gl.constexpr = False, DROPOUT: gl.constexpr = False,
+                         SEED_WORDS: gl.constexpr = 0, DROP_THR: gl.constexpr = 0, DROP_SCALE: gl.constexpr = 1.0):
     """Grid (cdiv(Nq, 128), B * Hq), 4 warps (the default partition: the first consumer; 12
     in all). qk_scale = softmax_scale * log2(e). WINDOW: query i sees key j only if
     i + shift - left <= j <= i + shift + right (kernels.fa_fwd_kernel's window; causal is
@@ -536,7 +605,9 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk
     the last query blocks (the most keys) run first. VARLEN: as kernels.fa_fwd_kernel's, grid (cdiv(Nq, 128), (B + 1) *
     Hq), q, k, v, o packed (batch strides 0, Tq and Tk rows), lse [Hq, Tq]; slot B fills the
     rows outside every sequence (_fill_unwritten). SCRATCH: Triton's global scratch, where the
-    K / V TMA descriptors are made (_descriptor; the launch's last output, never named here)."""
+    K / V TMA descriptors are made (_descriptor; the launch's last output, never named here).
+    DROPOUT (SEED, seed, SEED_WORDS, DROP_THR, DROP_SCALE; dense): kernels.fa_fwd_kernel's
+    attention dropout, the same mask, drawn by the producer (_dropout_producer)."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -563,7 +634,8 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk
 
     k_desc = _descriptor(K, k_off, skn, kv_len, BLOCK_N, D)
     v_desc = _descriptor(V, v_off, svn, kv_len, BLOCK_N, D)
-    q0, q1, k_bufs, v_bufs, ready, empty = _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N, D, STAGES, 1)
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N, D, STAGES,
+                                                         2 if DROPOUT else 1)
     tiles = _live(_key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N), start_m, q_len,
                   Q_LENS or VARLEN)
     seg = (QSEG + b.to(gl.int64) * sqsb, sqsn, KSEG + b.to(gl.int64) * sksb, sksn)
@@ -571,15 +643,33 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk
         tiles = _segment_tiles(tiles, seg[0], sqsn, seg[2], sksn, start_m, n_q, kv_len, BLOCK_M, BLOCK_N)
     slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, nseq, ALIBI, VARLEN)
     shift = kv_len - q_len
-    gl.warp_specialize([
-        (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
-                     lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m, tiles, None,
-                     CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
-        (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
-                     lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m + ROWS, tiles,
-                     None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
-        (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], BLOCK_N, STAGES)),
-    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+    if DROPOUT:
+        gl.static_assert(not VARLEN, "dropout on the Gluon forward: dense only")
+        mask_layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
+        masks0 = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, ROWS, BLOCK_N], mask_layout)
+        masks1 = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, ROWS, BLOCK_N], mask_layout)
+        gl.warp_specialize([
+            (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
+                         lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m, tiles, None,
+                         CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, 0, 0, None, False,
+                         False, (masks0, DROP_SCALE))),
+            (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
+                         lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m + ROWS, tiles,
+                         None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, 0, 0, None,
+                         False, False, (masks1, DROP_SCALE))),
+            (_dropout_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], (masks0, masks1),
+                                 (dropout_seed(SEED, seed, SEED_WORDS), bh, DROP_THR), start_m, BLOCK_N, STAGES)),
+        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
+                         lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m, tiles, None,
+                         CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
+            (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
+                         lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m + ROWS, tiles,
+                         None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
+            (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], BLOCK_N, STAGES)),
+        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 @kernel(inputs=8, outputs=4, gluon=True)

@@ -365,7 +365,8 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     o_shape = (B, Hq, Nq, D)
     geo = _Gluon(B, Hq, Hkv, Nq, Nk, D, layout)
     if settings is None and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays) and \
-            _persistent(geo, causal, options.window, named.get("kv_lengths") is not None) is not None:
+            _persistent(geo, causal, options.window, named.get("kv_lengths") is not None,
+                        options.dropout_p > 0) is not None:
         return _hopper_plan(q, k, v, geo, causal, scale, options, named, target)
     cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
@@ -410,18 +411,29 @@ D64_MIN_TILES = 16
 # the option arrays the Gluon kernels take (their pointer order), and those the backward's apply
 HOPPER_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes", "q_segment_ids", "kv_segment_ids")
 HOPPER_BACKWARD_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes")
+# Attention dropout on the dense Gluon forward, one item a program (hopper._dropout_producer: the mask
+# drawn by the producer warpgroup into shared memory, not by the consumers, which the draws slowed to
+# 1.32x plain causal on an H100: NVIDIA_H100_80GB_HBM3-flash_gluon.txt 23). Off until a GPU has run
+# it (compiled for sm_90 on the CPU). Its ring: STAGES of K / V tiles and masks (two stages fit shared
+# memory); the producer's registers for the draws (setmaxnreg: PRODUCER_REGS + 2 CONSUMER_REGS <= 512;
+# consumers at 232 spill).
+HOPPER_DROPOUT = False
+HOPPER_DROPOUT_CONFIG = {"STAGES": 2, "PRODUCER_REGS": 32, "CONSUMER_REGS": 240}
 
 
 def _gluon_applies(q: ArraySpec, D: int, Nk: int, target: Target, options: Options, others,
-                   dims: Optional[Tuple[int, ...]] = None) -> bool:
+                   dims: Optional[Tuple[int, ...]] = None, dropout: bool = False) -> bool:
     """The Gluon kernels' common conditions: a Hopper GPU (Target.gluon), fp16 / bf16, D in
     ``dims`` (default HOPPER_HEAD_DIMS), at least one key, no option but a window and softcap (and
-    causal), none of ``others`` (option arrays they do not take) given."""
+    causal; with ``dropout``, dropout), none of ``others`` (option arrays they do not take) given."""
     if not target.gluon or kern.hopper is None:
         return False
     if q.dtype not in ("float16", "bfloat16") or D not in (HOPPER_HEAD_DIMS if dims is None else dims) or Nk == 0:
         return False
-    return options == Options(window=options.window, softcap=options.softcap) and all(a is None for a in others)
+    taken = Options(window=options.window, softcap=options.softcap)
+    if dropout:
+        taken = taken._replace(dropout_p=options.dropout_p, seed=options.seed)
+    return options == taken and all(a is None for a in others)
 
 
 def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, target: Target, layout: str,
@@ -431,9 +443,10 @@ def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, t
     (causal, GQA, a window, softcap and the option arrays named in ``taken``: q / kv lengths,
     ALiBi slopes, segment ids; D in ``dims``, default HOPPER_FORWARD_HEAD_DIMS), and q, k, v rows
     cp.async can copy (_cp_async_rows). Anything else: the portable kernel."""
-    others = [a for n, a in zip(OPTION_ARRAYS, arrays) if n not in taken]
+    dropout = HOPPER_DROPOUT and options.dropout_p > 0 and taken == HOPPER_ARRAYS  # the forward's own
+    others = [a for n, a in zip(OPTION_ARRAYS, arrays) if n not in taken and not (dropout and n == "seed")]
     dims = HOPPER_FORWARD_HEAD_DIMS if dims is None else dims
-    return _gluon_applies(q, D, Nk, target, options, others, dims) and _cp_async_rows(q, k, v)
+    return _gluon_applies(q, D, Nk, target, options, others, dims, dropout) and _cp_async_rows(q, k, v)
 
 
 def _cp_async_rows(*specs: ArraySpec) -> bool:
@@ -518,11 +531,11 @@ def mean_key_tiles(Nq: int, Nk: int, causal: bool, window, rows: int = 128, tile
     return total / max(cdiv(Nq, rows), 1)
 
 
-def _persistent(geo: _Gluon, causal: bool, window, kv_lens: bool) -> Optional[bool]:
+def _persistent(geo: _Gluon, causal: bool, window, kv_lens: bool, dropout: bool = False) -> Optional[bool]:
     """Whether the dense Gluon forward runs its persistent form (True) or one item a program
     (False); None where neither should run (D 64 where the persistent form does not pay: the
-    portable kernel then)."""
-    if HOPPER_PERSISTENT and not geo.packed and (PERSISTENT_KV_LENS or not kv_lens):
+    portable kernel then). Dropout: one item a program (the persistent form has no mask ring)."""
+    if HOPPER_PERSISTENT and not geo.packed and (PERSISTENT_KV_LENS or not kv_lens) and not dropout:
         tiles = mean_key_tiles(geo.Nq, geo.Nk, causal, window)
         if geo.D == 64:
             return True if tiles >= D64_MIN_TILES else None
@@ -534,11 +547,18 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: 
                  named: dict, target: Target) -> Plan:
     arrays, opt_scalars, const = geo.options(options, named, causal, scale)
     o, o_strides = geo.output("o", True, q.dtype)
+    # one item a program: the seed array (q for none) and int seed of dropout, its constexprs and config
+    dropout = options.dropout_p > 0
+    drop_inputs, _, drop_tail, drop = _option_launch(options, named, causal, scale, geo.B, geo.Hq, geo.Nq, geo.Nk)
     kern_fn, grid, tail, scratch = kern.hopper.fa_fwd_hopper_kernel, geo.grid(True), geo.tail(), TMA_SCRATCH
-    if _persistent(geo, causal, options.window, const["KV_LENS"]):
+    arrays, tail = (*arrays, drop_inputs[-1]), (*tail, drop_tail[-1])
+    config = {**HOPPER, **(HOPPER_DROPOUT_CONFIG if dropout else {}),
+              **{n: drop[n] for n in ("DROPOUT", "SEED_WORDS", "DROP_THR", "DROP_SCALE") if dropout}}
+    if _persistent(geo, causal, options.window, const["KV_LENS"], dropout):
         items = math.prod(grid)
         kern_fn, grid, tail, scratch = (kern.hopper.fa_fwd_hopper_persistent_kernel, (min(items, target.num_sms), 1),
                                         (geo.B,), PERSISTENT_SCRATCH)
+        arrays = arrays[:-1]
     launch = Launch(
         kern_fn, grid, ("q", "k", "v", *arrays),
         (geo.Hq, geo.Hq // geo.Hkv, geo.Nq, geo.Nk, scale * LOG2E, *opt_scalars, *geo.strides(q), *geo.strides(k),
@@ -546,7 +566,7 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: 
         (o, Buffer("lse", geo.rows(), "float32"),
          optional_output("lse_base2", geo.rows(), "float32", const["ALIBI"] or const["SOFTCAP"]),
          scratch_buffer("tma_scratch", grid, scratch)),
-        {"CAUSAL": causal, "D": geo.D, **HOPPER, **const}, num_warps=4,
+        {"CAUSAL": causal, "D": geo.D, **config, **const}, num_warps=4,
     )
     return Plan((launch,), ("o", "lse", "lse_base2"))
 
