@@ -177,18 +177,21 @@ needs_gluon = pytest.mark.skipif(not has_gluon(), reason=_gluon_triton())
 
 def test_gluon_only_with_the_triton_it_was_written_for(monkeypatch):
     """Target.gluon needs a Triton release of GLUON_TRITON (Gluon's API changes between releases:
-    3.9 has no thread_barrier): another one gets the portable kernels on an H100 too."""
+    3.9 has no thread_barrier): another one gets the portable kernels on an H100 too. With it, every
+    family's Gluon module is imported (an error in one raises at import, never turns it off)."""
     import triton
 
     from ato_core import target
+    from ato_core.ops.block_sparse import plans as bs_plans
+    from ato_core.ops.decode import plans as decode_plans
 
     try:
+        target.has_gluon.cache_clear()
+        loaded = [m.hopper is not None for m in (fa_kernels, bs_plans, decode_plans)]
+        assert loaded == [target.has_gluon()] * 3  # as the installed Triton decided at import
         monkeypatch.setattr(triton, "__version__", "3.9.0")
         target.has_gluon.cache_clear()
         assert not target.has_gluon()
-        monkeypatch.setattr(triton, "__version__", "3.6.0")
-        target.has_gluon.cache_clear()
-        assert target.has_gluon() == (fa_kernels.hopper is not None)
     finally:
         target.has_gluon.cache_clear()
 

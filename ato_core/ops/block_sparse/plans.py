@@ -10,15 +10,16 @@ from ato_core import checks
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, row_alignment,
                              row_major_strides, scratch_buffer)
 from ato_core.layout import as_bhnd, bhnd_strides, laid_out
-from ato_core.target import Target
+from ato_core.target import Target, has_gluon
 
 from ..flash_attention import kernels as fa_kern
 from ..flash_attention import plans as fa_plans
 from . import kernels as kern
 
-try:  # the Hopper forward, in Gluon (Triton >= 3.6)
+# the Hopper kernels, in Gluon: only with the Triton they were written for (target.has_gluon)
+if has_gluon():
     from . import hopper
-except ImportError:
+else:
     hopper = None
 
 BLOCK_SIZES = (16, 32, 64, 128, 256)

@@ -15,15 +15,16 @@ from ato_core import checks
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel,
                              row_alignment)
 from ato_core.layout import axes, swapped
-from ato_core.target import Target
+from ato_core.target import Target, has_gluon
 
 from ..flash_attention import plans as fa_plans
 from ..flash_attention.plans import LOG2E, MAX_HEAD_DIM, check_softmax_scale, dot_precision, resolve_scale
 from . import kernels as kern
 
-try:  # the Hopper chunk-first kernel, in Gluon (Triton >= 3.6)
+# the Hopper chunk-first kernel, in Gluon: only with the Triton it was written for (target.has_gluon)
+if has_gluon():
     from . import hopper
-except ImportError:
+else:
     hopper = None
 
 # Token rows per tile of the split kernel (GPU; the interpreter: small, so that short test

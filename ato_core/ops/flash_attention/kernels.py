@@ -47,12 +47,15 @@ import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
+from ato_core.target import has_gluon
 from ato_core.triton_helpers import aligned, dropout_seed, tanh_rcp
 from .packed import _clamp, _sequence, _unwritten
 
-try:  # the Hopper forward, in Gluon (Triton >= 3.6)
+# the Hopper kernels, in Gluon: only with the Triton they were written for (target.has_gluon), and then
+# an error in them raises here rather than turning them off unseen
+if has_gluon():
     from . import hopper
-except ImportError:
+else:
     hopper = None
 
 LOG2E = tl.constexpr(1.4426950408889634)
