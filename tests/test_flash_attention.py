@@ -240,7 +240,7 @@ def test_hopper_forward_chosen_where_it_applies():
     launch = fwd(q, k)
     assert launch.name == persistent  # 8 x 16 items of 128 rows over the SMs, B last
     assert launch.grid == (min(8 * 16, h100().num_sms), 1) and launch.scalars[:4] == (8, 4, 1000, 700)
-    assert launch.scalars[-1:] == (2,)
+    assert launch.scalars[-2:] == (2, 0)  # B, the dropout seed (none)
     assert fwd(gpu_spec((2, 1000, 8, 128), "float16"), gpu_spec((2, 700, 2, 128), "float16"), layout="bnhd",
                causal=False).name == persistent
     window = fwd(q, k, options=fa_core.Options(window=(64, None)))
@@ -252,7 +252,7 @@ def test_hopper_forward_chosen_where_it_applies():
     with plan_settings("flash_attention", fa_core, [fa_core.forward_plan], PERSISTENT_KV_LENS=False):
         off = fwd(q, k, arrays=lengths_arrays)
         assert off.name == "fa_fwd_hopper_kernel" and off.grid == (8, 16)  # flag off: one item a program
-    assert lengths.inputs == ("q", "k", "v", "q", "kv_lengths", "q", "q", "q")
+    assert lengths.inputs == ("q", "k", "v", "q", "kv_lengths", "q", "q", "q", "q")  # (no seed)
     assert lengths.constexprs["KV_LENS"] and not lengths.constexprs["Q_LENS"] and not lengths.constexprs["ALIBI"]
     for slopes, strides in ((gpu_spec((8,), "float32"), (0, 1)), (gpu_spec((2, 8), "float32"), (8, 1))):
         plan = fa_core.forward_plan(q, k, k, causal=True, softmax_scale=None, target=h100(),
@@ -280,7 +280,7 @@ def test_hopper_forward_chosen_where_it_applies():
     assert fwd(d64, d64).constexprs["D"] == 64
     with plan_settings("flash_attention", fa_core, [fa_core.forward_plan], HOPPER_PERSISTENT=False):
         assert fwd(d64, d64).name == "fa_fwd_kernel"
-    assert seg.inputs[6:] == ("q_segment_ids", "kv_segment_ids") and seg.scalars[11:15] == (1000, 1, 700, 1)
+    assert seg.inputs[6:] == ("q_segment_ids", "kv_segment_ids", "q") and seg.scalars[11:15] == (1000, 1, 700, 1)
     portable = [
         fwd(gpu_spec((2, 8, 1000, 128), "float32"), gpu_spec((2, 2, 700, 128), "float32")),
         fwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64))),
@@ -355,12 +355,12 @@ def test_hopper_backward_chosen_where_it_applies():
 
 @needs_gluon
 def test_hopper_dropout_chosen_where_it_applies():
-    """With plans.HOPPER_DROPOUT the dense forward with dropout runs the Gluon kernel one item a
-    program (never the persistent form), its mask drawn by the producer: an int seed (the last
+    """With plans.HOPPER_DROPOUT the dense forward with dropout runs the Gluon kernel, persistent or
+    one item a program as without dropout, its mask drawn by the producer: an int seed (the last
     scalar), a 0-d seed array or a JAX key's two words (SEED_WORDS 1, 2), the threshold and scale
     of dropout_threshold, the ring and registers of HOPPER_DROPOUT_CONFIG; GQA, a window, ALiBi, q /
-    kv lengths, bnhd alike. The portable kernels elsewhere: the backward, D 64, packed sequences,
-    the flag off. Every other forward launch of the kernel passes no seed (q, 0)."""
+    kv lengths, bnhd, D 64 alike. The portable kernels elsewhere: the backward, packed sequences,
+    the flag off. A launch without dropout passes no seed (q, 0)."""
     from ato_core.testing import gpu_spec, h100
 
     def fwd(q, k, **kw):
@@ -370,26 +370,30 @@ def test_hopper_dropout_chosen_where_it_applies():
     drop = fa_core.Options(dropout_p=0.1, seed=3)
     thr, scale = fa_core.dropout_threshold(0.1)
     words = {(): 1, (2,): 2}
+    persistent, item = "fa_fwd_hopper_persistent_kernel", "fa_fwd_hopper_kernel"
     with plan_settings("flash_attention", fa_core, [], HOPPER_DROPOUT=True):
-        launch = fwd(q, k, options=drop)
-        assert launch.name == "fa_fwd_hopper_kernel" and launch.grid == (8, 16)
-        assert launch.inputs[-1] == "q" and launch.scalars[-1] == 3
-        assert {n: launch.constexprs[n] for n in ("DROPOUT", "SEED_WORDS", "DROP_THR", "DROP_SCALE")} == \
-            {"DROPOUT": True, "SEED_WORDS": 0, "DROP_THR": thr, "DROP_SCALE": scale}
-        assert all(launch.constexprs[n] == v for n, v in fa_core.HOPPER_DROPOUT_CONFIG.items())
+        for name, on in ((persistent, True), (item, False)):
+            with plan_settings("flash_attention", fa_core, [], HOPPER_PERSISTENT=on):
+                launch, plain = fwd(q, k, options=drop), fwd(q, k)
+            assert launch.name == plain.name == name and launch.grid == plain.grid
+            assert launch.inputs[-1] == "q" and launch.scalars[-1] == 3 and launch.scalars[:-1] == plain.scalars[:-1]
+            assert {n: launch.constexprs[n] for n in ("DROPOUT", "SEED_WORDS", "DROP_THR", "DROP_SCALE")} == \
+                {"DROPOUT": True, "SEED_WORDS": 0, "DROP_THR": thr, "DROP_SCALE": scale}
+            assert all(launch.constexprs[n] == v for n, v in fa_core.HOPPER_DROPOUT_CONFIG.items())
+            assert plain.inputs[-1] == "q" and plain.scalars[-1] == 0 and not plain.constexprs["DROPOUT"]
+            assert plain.constexprs["STAGES"] == fa_core.HOPPER["STAGES"]
         for shape, dtype in (((), "int64"), ((2,), "uint32")):
             seeded = fwd(q, k, options=fa_core.Options(dropout_p=0.1), arrays=(None,) * 7 + (gpu_spec(shape, dtype),))
-            assert seeded.name == launch.name and seeded.inputs[-1] == "seed"
+            assert seeded.name == persistent and seeded.inputs[-1] == "seed"
             assert seeded.constexprs["SEED_WORDS"] == words[shape] and seeded.scalars[-1] == 0
         lengths = (gpu_spec((2, 8), "float32"), gpu_spec((2,), "int32"), gpu_spec((2,), "int64")) + (None,) * 5
         other = fwd(gpu_spec((2, 1000, 8, 128)), gpu_spec((2, 700, 2, 128)), layout="bnhd", arrays=lengths,
                     options=fa_core.Options(window=(64, None), dropout_p=0.1, seed=3))
-        assert other.name == launch.name and other.constexprs["DROPOUT"] and other.constexprs["WINDOW"]
+        assert other.name == persistent and other.constexprs["DROPOUT"] and other.constexprs["WINDOW"]
         assert other.inputs[3:] == ("q_lengths", "kv_lengths", "alibi_slopes", "q", "q", "q")
-        short = gpu_spec((4, 8, 256, 128))  # 1.5 key tiles an item: persistent without dropout
-        assert fwd(short, short).name == "fa_fwd_hopper_persistent_kernel"
-        assert fwd(short, short, options=drop).name == launch.name
-        assert fwd(gpu_spec((2, 8, 4096, 64)), gpu_spec((2, 2, 4096, 64)), options=drop).name == "fa_fwd_kernel"
+        long_64 = gpu_spec((2, 8, 4096, 64))  # 16.5 key tiles an item: D 64 runs persistent
+        assert fwd(long_64, long_64, options=drop).name == persistent
+        assert fwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64)), options=drop).name == "fa_fwd_kernel"
         bwd = fa_core.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=h100(),
                                     options=drop)
         assert [x.name for x in bwd.launches[1:]] == ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
@@ -398,10 +402,6 @@ def test_hopper_dropout_chosen_where_it_applies():
                                              cu, cu, max_seqlen_q=400, max_seqlen_k=500, causal=True,
                                              softmax_scale=None, target=h100(), options=drop)
         assert packed.launches[0].name == "fa_fwd_kernel"
-        with plan_settings("flash_attention", fa_core, [], HOPPER_PERSISTENT=False):
-            plain = fwd(q, k)
-        assert plain.name == launch.name and plain.inputs[-1] == "q" and plain.scalars[-1] == 0
-        assert not plain.constexprs["DROPOUT"] and plain.constexprs["STAGES"] == fa_core.HOPPER["STAGES"]
     with plan_settings("flash_attention", fa_core, [], HOPPER_DROPOUT=False):
         assert fwd(q, k, options=drop).name == "fa_fwd_kernel"
 

@@ -539,17 +539,21 @@ HOPPER_DROPOUT = [
 
 @pytest.mark.parametrize("dims,window,causal,lengths,alibi", HOPPER_DROPOUT,
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+@pytest.mark.parametrize("form", HOPPER_FORWARD)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_flash_attention_hopper_dropout_gpu(dims, window, causal, lengths, alibi, dtype):
-    """Dropout on the Gluon forward against the float64 reference with the reference's mask (a mask
-    off by one draw puts o far off), torch == JAX bit for bit (_check_hopper)."""
+def test_flash_attention_hopper_dropout_gpu(dims, window, causal, lengths, alibi, form, dtype):
+    """Dropout on the Gluon forward, persistent and one item a program, against the float64
+    reference with the reference's mask (a mask off by one draw puts o far off), torch == JAX bit
+    for bit (_check_hopper)."""
     from ato_core.ops.flash_attention import plans
     from helpers import plan_settings
 
-    with plan_settings("flash_attention", plans, [], HOPPER_DROPOUT=True):
+    with plan_settings("flash_attention", plans, [], HOPPER_DROPOUT=True,
+                       HOPPER_PERSISTENT=form == HOPPER_FORWARD[0]):
         _, forward, _ = _check_hopper(dims, window, causal, lengths, alibi, dtype,
                                       ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"], dropout=0.1)
-        assert not _hopper() or forward.launches[0].constexprs["DROPOUT"]
+        launch = forward.launches[0]
+        assert not _hopper() or (launch.name == form and launch.constexprs["DROPOUT"])
 
 
 def test_flash_attention_hopper_needs_aligned_rows_gpu():

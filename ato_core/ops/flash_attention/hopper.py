@@ -17,7 +17,7 @@ biased scores in base 2 before the maximum), any Nq, Nk >= 1, o and the natural-
 raw scores and p = 2^(s * qk_scale - m * qk_scale) in one FMA a score; only key tiles that
 cross the causal diagonal, a window edge or Nk are masked. Attention dropout (DROPOUT, dense, one
 item a program; plans.HOPPER_DROPOUT): the producer warpgroup draws each tile's mask into shared
-memory beside its K/V copies (_dropout_producer), the consumers multiply p by it. fp16 / bf16,
+memory beside its K/V copies (_draw_masks), the consumers multiply p by it. fp16 / bf16,
 D = 128 (64 too on the persistent form); b, h and n strides multiples of 8 elements (16 bytes,
 as TMA needs), unit d strides (the plan checks: plans._hopper_forward). Benchmarks: results
 README, "flash_attention on Hopper".
@@ -247,7 +247,7 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
     reads. Nk: the keys of this batch. SEGMENTS: seg = (the batch's query segment ids, their
     stride, its key segment ids, their stride). BS: the key tiles are LIST's blocks (_tile_start).
     c0, q_free, Q_FREE, KV_GUARD: as _attend's (with no tile, the arrival at once). drop (dropout):
-    (the ring of the warpgroup's keep-masks, _dropout_producer's; the kept values' scale)."""
+    (the ring of the warpgroup's keep-masks, _draw_masks'; the kept values' scale)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -294,11 +294,12 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
 
 @gluon.jit
 def _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, hi, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  LIST=None, BS: gl.constexpr = 0, c0=0, head=None):
+                  LIST=None, BS: gl.constexpr = 0, c0=0, head=None, masks=None, drop=None):
     """K/V tiles [lo, hi) into the ring by TMA (BS: of LIST's blocks, _tile_start; descriptors
     over the program's [kv_len, D] rows: rows past kv_len land as zeros), as its c0-th tiles on:
     one arrival on ready[slot] expecting both tiles' bytes. head = (b, kv head): the
-    descriptors are _heads_descriptor's."""
+    descriptors are _heads_descriptor's. masks (dropout): each tile's keep-masks drawn while its
+    copies fly (_draw_masks; drop = (seed, bh, thr, the rows' first)), a second arrival."""
     D: gl.constexpr = k_bufs.shape[2]
     for j in range(hi - lo):
         c = c0 + j
@@ -314,13 +315,15 @@ def _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, hi, BLOCK_N:
                                             k_bufs.index(slot).reshape([1, 1, BLOCK_N, D]))
             tma.async_copy_global_to_shared(v_desc, [head[0], head[1], start, 0], ready.index(slot),
                                             v_bufs.index(slot).reshape([1, 1, BLOCK_N, D]))
+        if masks is not None:
+            _draw_masks(masks, slot, drop, start, ready.index(slot), BLOCK_N)
 
 
 @gluon.jit
 def _dropped(p_op, masks, slot):
     """p (the PV wgmma's operand, in v's dtype) with dropout's dropped elements 0: times the ring's
     tile ``slot`` of keep-masks (masks: the warpgroup's [STAGES, ROWS, BLOCK_N] ring of 1 / 0 in
-    v's dtype, _dropout_producer's; a packed multiply a pair), or p as it is (masks None)."""
+    v's dtype, _draw_masks'; a packed multiply a pair), or p as it is (masks None)."""
     if masks is not None:
         p_op = p_op * masks.index(slot).load(p_op.type.layout)
     return p_op
@@ -345,30 +348,24 @@ def _dropout_keep(seed, bh, row0, rows, col0, keys, thr):
 
 
 @gluon.jit
-def _dropout_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, hi, masks, drop, start_m,
-                      BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """_tma_producer's K/V tiles [lo, hi), and while they fly each tile's dropout keep-mask of the
-    program's 2 ROWS query rows from start_m (_dropout_keep; drop = (seed, bh, thr)): rows start_m
-    + ROWS h into masks[h][slot] ([STAGES, ROWS, BLOCK_N], 1 kept, 0 dropped, in v's dtype; a ring
-    for each consumer). ready[slot] takes two arrivals, the copies' and the masks'. The Philox
-    draws run in this warpgroup, idle between copies, not in the consumers, whose instruction
-    issue bounds the forward."""
+def _draw_masks(masks, slot, drop, start, ready, BLOCK_N: gl.constexpr):
+    """The dropout keep-masks of the key tile from key ``start`` for the program's 2 ROWS query
+    rows from drop[3] (_dropout_keep; drop = (seed, bh, thr, the rows' first)): rows drop[3] + ROWS h
+    into masks[h][slot] ([STAGES, ROWS, BLOCK_N], 1 kept, 0 dropped, in v's dtype: a ring for each
+    consumer), then an arrival on ``ready``, the tile's second. Run by the producer warpgroup, idle
+    between copies: in the consumers the draws slowed their issue-bound instruction stream."""
     CHUNK: gl.constexpr = 32  # a draw's keys: one Philox call a thread in this layout
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                      instr_shape=[16, CHUNK, 16])
     rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
     keys = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, layout))
-    for j in range(hi - lo):
-        slot = j % STAGES
-        start = (lo + j) * BLOCK_N
-        _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo + j, lo + j + 1, BLOCK_N, STAGES, c0=j)
-        for half in gl.static_range(2):
-            tile = masks[half].index(slot)
-            for c in gl.static_range(BLOCK_N // CHUNK):
-                keep = _dropout_keep(drop[0], drop[1], start_m + half * ROWS, rows, start + c * CHUNK, keys, drop[2])
-                tile.slice(c * CHUNK, CHUNK, dim=1).store(gl.where(keep, 1.0, 0.0).to(tile.dtype))
-        gl.thread_barrier()  # every thread's mask bytes stored before the arrival
-        mbarrier.arrive(ready.index(slot), count=1)
+    for half in gl.static_range(2):
+        tile = masks[half].index(slot)
+        for c in gl.static_range(BLOCK_N // CHUNK):
+            keep = _dropout_keep(drop[0], drop[1], drop[3] + half * ROWS, rows, start + c * CHUNK, keys, drop[2])
+            tile.slice(c * CHUNK, CHUNK, dim=1).store(gl.where(keep, 1.0, 0.0).to(tile.dtype))
+    gl.thread_barrier()  # every thread's masks stored before the arrival
+    mbarrier.arrive(ready, count=1)
 
 
 @gluon.jit
@@ -607,7 +604,7 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, 
     rows outside every sequence (_fill_unwritten). SCRATCH: Triton's global scratch, where the
     K / V TMA descriptors are made (_descriptor; the launch's last output, never named here).
     DROPOUT (SEED, seed, SEED_WORDS, DROP_THR, DROP_SCALE; dense): kernels.fa_fwd_kernel's
-    attention dropout, the same mask, drawn by the producer (_dropout_producer)."""
+    attention dropout, the same mask, drawn by the producer (_draw_masks)."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -657,8 +654,9 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, 
                          lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m + ROWS, tiles,
                          None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, 0, 0, None,
                          False, False, (masks1, DROP_SCALE))),
-            (_dropout_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], (masks0, masks1),
-                                 (dropout_seed(SEED, seed, SEED_WORDS), bh, DROP_THR), start_m, BLOCK_N, STAGES)),
+            (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], BLOCK_N, STAGES,
+                             None, 0, 0, None, (masks0, masks1),
+                             (dropout_seed(SEED, seed, SEED_WORDS), bh, DROP_THR, start_m))),
         ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
@@ -672,23 +670,26 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, 
         ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-@kernel(inputs=8, outputs=4, gluon=True)
-def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, qk_scale, left, right,
-                                    cap_in, cap_out, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sqb, sqh, sqn, skb, skh, skn,
-                                    svb, svh, svn, sob, soh, son, B, O, LSE, LSE2, SCRATCH, CAUSAL: gl.constexpr,
-                                    BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+@kernel(inputs=9, outputs=4, gluon=True)
+def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, Nq, Nk, qk_scale, left,
+                                    right, cap_in, cap_out, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sqb, sqh, sqn, skb, skh,
+                                    skn, svb, svh, svn, sob, soh, son, B, seed, O, LSE, LSE2, SCRATCH,
+                                    CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
                                     PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                                     WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
                                     KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False,
                                     SOFTCAP: gl.constexpr = False, SEGMENTS: gl.constexpr = False,
-                                    VARLEN: gl.constexpr = False):
+                                    VARLEN: gl.constexpr = False, DROPOUT: gl.constexpr = False,
+                                    SEED_WORDS: gl.constexpr = 0, DROP_THR: gl.constexpr = 0,
+                                    DROP_SCALE: gl.constexpr = 1.0):
     """fa_fwd_hopper_kernel's forward, dense [B, H, N, D] (K/V rows past a head's Nk keys land as
     zeros, through one descriptor over all heads; KV_LENS: the consumers zero the rows of the last
     tile past the batch's keys, _zero_rows_from), as a persistent kernel: grid
     (programs, 1), each taking one work item a round (_work: items in fa_fwd_hopper_kernel's grid
     order; _snake: which a program takes). The producer loads the next item's query tiles once the
     consumers' last QK is done, with its first K/V tiles, under their last PV and epilogue: what
-    a program of the one-item grid pays in series (loads, descriptors, launch). B: the batch."""
+    a program of the one-item grid pays in series (loads, descriptors, launch). B: the batch.
+    DROPOUT: as fa_fwd_hopper_kernel's (each item's masks drawn by the producer, _draw_masks)."""
     gl.static_assert(not VARLEN, "the persistent forward takes no packed sequences")
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
@@ -698,7 +699,8 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq
     q_desc = _heads_descriptor(Q, B, Hq, Nq, sqb, sqh, sqn, ROWS, D)
     k_desc = _heads_descriptor(K, B, Hq // G, Nk, skb, skh, skn, BLOCK_N, D)
     v_desc = _heads_descriptor(V, B, Hq // G, Nk, svb, svh, svn, BLOCK_N, D)
-    q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES, 1)
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES,
+                                                            2 if DROPOUT else 1)
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready, count=1)
@@ -707,14 +709,30 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq
     gl.thread_barrier()
     item = (QLEN, QSEG, KSEG, Hq, G, Nq, Nk, left, right, sqsb, sqsn, sksb, sksn, n_m, n_m * B * Hq, KVLEN)
     out = (O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, (cap_in, cap_out))
-    gl.warp_specialize([
-        (_persistent_consumer, (q0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
-                                Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
-        (_persistent_consumer, (q1, ROWS, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
-                                Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
-        (_persistent_producer, (q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc, item,
-                                CAUSAL, WINDOW, Q_LENS, KV_LENS, SEGMENTS, BLOCK_N, STAGES)),
-    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+    if DROPOUT:
+        mask_layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
+        masks0 = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, ROWS, BLOCK_N], mask_layout)
+        masks1 = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, ROWS, BLOCK_N], mask_layout)
+        gl.warp_specialize([
+            (_persistent_consumer, (q0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
+                                    Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES,
+                                    (masks0, DROP_SCALE))),
+            (_persistent_consumer, (q1, ROWS, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL,
+                                    WINDOW, Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES,
+                                    (masks1, DROP_SCALE))),
+            (_persistent_producer, (q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc,
+                                    item, CAUSAL, WINDOW, Q_LENS, KV_LENS, SEGMENTS, BLOCK_N, STAGES,
+                                    ((masks0, masks1), dropout_seed(SEED, seed, SEED_WORDS), DROP_THR))),
+        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_persistent_consumer, (q0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
+                                    Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
+            (_persistent_consumer, (q1, ROWS, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL,
+                                    WINDOW, Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
+            (_persistent_producer, (q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc,
+                                    item, CAUSAL, WINDOW, Q_LENS, KV_LENS, SEGMENTS, BLOCK_N, STAGES)),
+        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 @gluon.jit
@@ -747,24 +765,24 @@ def _item(w, item, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.conste
 def _persistent_consumer(q_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item,
                          CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
                          ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr,
-                         D: gl.constexpr, STAGES: gl.constexpr):
+                         D: gl.constexpr, STAGES: gl.constexpr, drop=None):
     """A consumer warpgroup of the persistent forward: rows [start_m + half, + ROWS) of each of
     its program's items (_consumer's work), its query tile awaited on q_ready and freed on
-    q_empty, in _snake's order; c counts the ring's tiles, it the query tiles."""
+    q_empty, in _snake's order; c counts the ring's tiles, it the query tiles. drop: _consumer's."""
     c = 0
     it = 0
     for r in range(gl.cdiv(item[14], gl.num_programs(0))):
         w = _snake(r)
         if w < item[14]:
             c, it = _consumer_item(q_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, w, c, it,
-                                   CAUSAL, WINDOW, Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)
+                                   CAUSAL, WINDOW, Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, drop)
 
 
 @gluon.jit
 def _consumer_item(q_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, w, c, it,
                    CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
                    ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr,
-                   D: gl.constexpr, STAGES: gl.constexpr):
+                   D: gl.constexpr, STAGES: gl.constexpr, drop=None):
     """_persistent_consumer's work item w, the ring's c-th tile on and the it-th query tile: (c,
     it) after it."""
     O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, cap = out
@@ -777,7 +795,7 @@ def _consumer_item(q_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_empty,
     _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, _head(b, h, 0, sob, soh, son, False),
               (b * Hq + h).to(gl.int64) * Nq, son, Nq, q_len, kv_len, lo_shift, hi_shift, qk_scale, slope2, cap,
               seg, kv_len - q_len, start_m + half, tiles, None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS,
-              BLOCK_N, D, STAGES, 0, c, q_empty, True, KV_LENS)
+              BLOCK_N, D, STAGES, 0, c, q_empty, True, KV_LENS, drop)
     c += gl.maximum(tiles[3] - tiles[0], 0)
     it += 1
     return c, it
@@ -796,43 +814,50 @@ def _snake(r):
 @gluon.jit
 def _persistent_producer(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc, item,
                          CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
-                         SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+                         SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, dropout=None):
     """The persistent forward's loads: for each item, its first STAGES - 1 K/V tiles (their slots
     are the last item's, so they come free without the next query tile), its query tiles once
-    q_empty says both consumers are done with the last, then its other K/V tiles."""
+    q_empty says both consumers are done with the last, then its other K/V tiles. dropout =
+    (the consumers' mask rings, seed, thr): each tile's masks drawn too (_draw_masks)."""
     c = 0
     it = 0
     for r in range(gl.cdiv(item[14], gl.num_programs(0))):
         w = _snake(r)
         if w < item[14]:
             c, it = _producer_item(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc,
-                                   item, w, c, it, CAUSAL, WINDOW, Q_LENS, KV_LENS, SEGMENTS, BLOCK_N, STAGES)
+                                   item, w, c, it, CAUSAL, WINDOW, Q_LENS, KV_LENS, SEGMENTS, BLOCK_N, STAGES, dropout)
 
 
 @gluon.jit
 def _producer_item(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc, item, w, c, it,
                    CAUSAL: gl.constexpr, WINDOW: gl.constexpr, Q_LENS: gl.constexpr, KV_LENS: gl.constexpr,
-                   SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+                   SEGMENTS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, dropout=None):
     """_persistent_producer's work item w: (c, it) after it, as _consumer_item's."""
     b, h, hk, start_m, q_len, kv_len, lo_shift, hi_shift, tiles, seg = _item(w, item, CAUSAL, WINDOW, Q_LENS,
                                                                              KV_LENS, SEGMENTS, BLOCK_N)
+    masks = None
+    drop = None
+    if dropout is not None:
+        masks = dropout[0]
+        drop = (dropout[1], b * item[3] + h, dropout[2], start_m)
     return _held_item_loads(k_bufs, v_bufs, ready, empty, k_desc, v_desc, q_ready, q_empty, ((q_desc, q0, q1), ), b,
-                            h, hk, start_m, tiles, c, it, BLOCK_N, STAGES)
+                            h, hk, start_m, tiles, c, it, BLOCK_N, STAGES, masks, drop)
 
 
 @gluon.jit
 def _held_item_loads(k_bufs, v_bufs, ready, empty, k_desc, v_desc, q_ready, q_empty, held, b, h, hk, m0, tiles, c,
-                     it, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+                     it, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, masks=None, drop=None):
     """A persistent program's loads for one item whose query rows the consumers hold: its first
     STAGES - 1 K/V tiles (their slots are the last item's, so they come free without the next rows),
     the held rows [m0, m0 + 2 ROWS) of each (descriptor, first half, second half) in ``held`` on
     q_ready once q_empty says both consumers are done with the last item's, then its other K/V
-    tiles. Returns (c, it) after the item."""
+    tiles. Returns (c, it) after the item. masks, drop: _tma_producer's (dropout)."""
     D: gl.constexpr = k_bufs.shape[2]
     lo = tiles[0]
     hi = gl.maximum(tiles[3], lo)
     first = gl.minimum(hi, lo + (STAGES - 1))
-    _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, first, BLOCK_N, STAGES, None, 0, c, (b, hk))
+    _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, first, BLOCK_N, STAGES, None, 0, c, (b, hk), masks,
+                  drop)
     mbarrier.wait(q_empty, (it & 1) ^ 1)
     mbarrier.expect(q_ready, 2 * len(held) * held[0][0].block_type.nbytes)
     for i in gl.static_range(len(held)):
@@ -840,7 +865,7 @@ def _held_item_loads(k_bufs, v_bufs, ready, empty, k_desc, v_desc, q_ready, q_em
         tma.async_copy_global_to_shared(desc, [b, h, m0, 0], q_ready, first_half.reshape([1, 1, ROWS, D]))
         tma.async_copy_global_to_shared(desc, [b, h, m0 + ROWS, 0], q_ready, second_half.reshape([1, 1, ROWS, D]))
     _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, first, hi, BLOCK_N, STAGES, None, 0,
-                  c + (first - lo), (b, hk))
+                  c + (first - lo), (b, hk), masks, drop)
     return c + (hi - lo), it + 1
 
 

@@ -365,8 +365,7 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     o_shape = (B, Hq, Nq, D)
     geo = _Gluon(B, Hq, Hkv, Nq, Nk, D, layout)
     if settings is None and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays) and \
-            _persistent(geo, causal, options.window, named.get("kv_lengths") is not None,
-                        options.dropout_p > 0) is not None:
+            _persistent(geo, causal, options.window, named.get("kv_lengths") is not None) is not None:
         return _hopper_plan(q, k, v, geo, causal, scale, options, named, target)
     cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
     o_inputs, o_scalars, o_strides, o_const = _option_launch(options, named, causal, scale, B, Hq, Nq, Nk)
@@ -411,7 +410,7 @@ D64_MIN_TILES = 16
 # the option arrays the Gluon kernels take (their pointer order), and those the backward's apply
 HOPPER_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes", "q_segment_ids", "kv_segment_ids")
 HOPPER_BACKWARD_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes")
-# Attention dropout on the dense Gluon forward, one item a program (hopper._dropout_producer: the mask
+# Attention dropout on the dense Gluon forward, either form (hopper._draw_masks: the mask
 # drawn by the producer warpgroup into shared memory, not by the consumers, which the draws slowed to
 # 1.32x plain causal on an H100: NVIDIA_H100_80GB_HBM3-flash_gluon.txt 23). Off until a GPU has run
 # it (compiled for sm_90 on the CPU). Its ring: STAGES of K / V tiles and masks (two stages fit shared
@@ -531,11 +530,11 @@ def mean_key_tiles(Nq: int, Nk: int, causal: bool, window, rows: int = 128, tile
     return total / max(cdiv(Nq, rows), 1)
 
 
-def _persistent(geo: _Gluon, causal: bool, window, kv_lens: bool, dropout: bool = False) -> Optional[bool]:
+def _persistent(geo: _Gluon, causal: bool, window, kv_lens: bool) -> Optional[bool]:
     """Whether the dense Gluon forward runs its persistent form (True) or one item a program
     (False); None where neither should run (D 64 where the persistent form does not pay: the
-    portable kernel then). Dropout: one item a program (the persistent form has no mask ring)."""
-    if HOPPER_PERSISTENT and not geo.packed and (PERSISTENT_KV_LENS or not kv_lens) and not dropout:
+    portable kernel then)."""
+    if HOPPER_PERSISTENT and not geo.packed and (PERSISTENT_KV_LENS or not kv_lens):
         tiles = mean_key_tiles(geo.Nq, geo.Nk, causal, window)
         if geo.D == 64:
             return True if tiles >= D64_MIN_TILES else None
@@ -547,18 +546,17 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: 
                  named: dict, target: Target) -> Plan:
     arrays, opt_scalars, const = geo.options(options, named, causal, scale)
     o, o_strides = geo.output("o", True, q.dtype)
-    # one item a program: the seed array (q for none) and int seed of dropout, its constexprs and config
+    # dropout's seed array (q for none), int seed (the last scalar), constexprs and config
     dropout = options.dropout_p > 0
     drop_inputs, _, drop_tail, drop = _option_launch(options, named, causal, scale, geo.B, geo.Hq, geo.Nq, geo.Nk)
-    kern_fn, grid, tail, scratch = kern.hopper.fa_fwd_hopper_kernel, geo.grid(True), geo.tail(), TMA_SCRATCH
-    arrays, tail = (*arrays, drop_inputs[-1]), (*tail, drop_tail[-1])
     config = {**HOPPER, **(HOPPER_DROPOUT_CONFIG if dropout else {}),
               **{n: drop[n] for n in ("DROPOUT", "SEED_WORDS", "DROP_THR", "DROP_SCALE") if dropout}}
-    if _persistent(geo, causal, options.window, const["KV_LENS"], dropout):
+    kern_fn, grid, tail, scratch = kern.hopper.fa_fwd_hopper_kernel, geo.grid(True), geo.tail(), TMA_SCRATCH
+    if _persistent(geo, causal, options.window, const["KV_LENS"]):
         items = math.prod(grid)
         kern_fn, grid, tail, scratch = (kern.hopper.fa_fwd_hopper_persistent_kernel, (min(items, target.num_sms), 1),
                                         (geo.B,), PERSISTENT_SCRATCH)
-        arrays = arrays[:-1]
+    arrays, tail = (*arrays, drop_inputs[-1]), (*tail, drop_tail[-1])
     launch = Launch(
         kern_fn, grid, ("q", "k", "v", *arrays),
         (geo.Hq, geo.Hq // geo.Hkv, geo.Nq, geo.Nk, scale * LOG2E, *opt_scalars, *geo.strides(q), *geo.strides(k),
