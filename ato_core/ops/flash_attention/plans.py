@@ -364,7 +364,8 @@ def forward_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, *, causal: bool, soft
     scale = resolve_scale(softmax_scale, D)
     o_shape = (B, Hq, Nq, D)
     geo = _Gluon(B, Hq, Hkv, Nq, Nk, D, layout)
-    if settings is None and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays) and \
+    gluon = _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays, dropout=HOPPER_DROPOUT)
+    if settings is None and gluon and \
             _persistent(geo, causal, options.window, named.get("kv_lengths") is not None) is not None:
         return _hopper_plan(q, k, v, geo, causal, scale, options, named, target)
     cfg = config(D, q.dtype, target, settings, options.dropout_p > 0)
@@ -437,12 +438,13 @@ def _gluon_applies(q: ArraySpec, D: int, Nk: int, target: Target, options: Optio
 
 def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, target: Target, layout: str,
                     options: Options, arrays, taken: Tuple[str, ...] = HOPPER_ARRAYS,
-                    dims: Optional[Tuple[int, ...]] = None) -> bool:
+                    dims: Optional[Tuple[int, ...]] = None, dropout: bool = False) -> bool:
     """Whether the forward runs the Gluon kernel (hopper.fa_fwd_hopper_kernel): _gluon_applies
     (causal, GQA, a window, softcap and the option arrays named in ``taken``: q / kv lengths,
-    ALiBi slopes, segment ids; D in ``dims``, default HOPPER_FORWARD_HEAD_DIMS), and q, k, v rows
-    cp.async can copy (_cp_async_rows). Anything else: the portable kernel."""
-    dropout = HOPPER_DROPOUT and options.dropout_p > 0 and taken == HOPPER_ARRAYS  # the forward's own
+    ALiBi slopes, segment ids; D in ``dims``, default HOPPER_FORWARD_HEAD_DIMS; with ``dropout``,
+    dropout and its seed array), and q, k, v rows cp.async can copy (_cp_async_rows). Anything
+    else: the portable kernel."""
+    dropout = dropout and options.dropout_p > 0
     others = [a for n, a in zip(OPTION_ARRAYS, arrays) if n not in taken and not (dropout and n == "seed")]
     dims = HOPPER_FORWARD_HEAD_DIMS if dims is None else dims
     return _gluon_applies(q, D, Nk, target, options, others, dims, dropout) and _cp_async_rows(q, k, v)
