@@ -416,9 +416,11 @@ HOPPER_BACKWARD_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes")
 # 1.32x plain causal on an H100: NVIDIA_H100_80GB_HBM3-flash_gluon.txt 23). Off until a GPU has run
 # it (compiled for sm_90 on the CPU). Its ring: STAGES of K / V tiles and masks (two stages fit shared
 # memory); the producer's registers for the draws (setmaxnreg: PRODUCER_REGS + 2 CONSUMER_REGS <= 512;
-# consumers at 232 spill).
+# consumers at 232 spill). D 128 only: at D 64 the persistent form with dropout spills (a 448-byte stack
+# against 8 without, sm_90 compile).
 HOPPER_DROPOUT = False
 HOPPER_DROPOUT_CONFIG = {"STAGES": 2, "PRODUCER_REGS": 32, "CONSUMER_REGS": 240}
+HOPPER_DROPOUT_DIMS = (128,)
 
 
 def _gluon_applies(q: ArraySpec, D: int, Nk: int, target: Target, options: Options, others,
@@ -445,6 +447,8 @@ def _hopper_forward(q: ArraySpec, k: ArraySpec, v: ArraySpec, D: int, Nk: int, t
     dropout and its seed array), and q, k, v rows cp.async can copy (_cp_async_rows). Anything
     else: the portable kernel."""
     dropout = dropout and options.dropout_p > 0
+    if dropout and D not in HOPPER_DROPOUT_DIMS:
+        return False
     others = [a for n, a in zip(OPTION_ARRAYS, arrays) if n not in taken and not (dropout and n == "seed")]
     dims = HOPPER_FORWARD_HEAD_DIMS if dims is None else dims
     return _gluon_applies(q, D, Nk, target, options, others, dims, dropout) and _cp_async_rows(q, k, v)
