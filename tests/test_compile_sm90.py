@@ -440,6 +440,8 @@ def test_gluon_compiles_alike_for_jax(which):
     Each fits an H100's shared memory and sets its partitions' registers (setmaxnreg)."""
     launch, plan, specs = _gluon_launches(which)
     assert "persistent" not in which or launch.name.endswith("_persistent_kernel"), launch.name
+    assert "item" not in which or launch.name == "fa_fwd_hopper_kernel", launch.name
+    assert not which.startswith("forward") or launch.constexprs["DROPOUT"] == ("dropout" in which)
     _check_scratch(launch, _compiles_alike_for_jax(launch, plan, specs, 12), which)
 
 

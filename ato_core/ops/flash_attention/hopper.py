@@ -348,6 +348,15 @@ def _dropout_keep(seed, bh, row0, rows, col0, keys, thr):
 
 
 @gluon.jit
+def _mask_rings(dtype: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The two consumers' rings of dropout keep-masks ([STAGES, ROWS, BLOCK_N] of ``dtype``, v's),
+    that _draw_masks fills and _dropped reads."""
+    layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
+    return (gl.allocate_shared_memory(dtype, [STAGES, ROWS, BLOCK_N], layout),
+            gl.allocate_shared_memory(dtype, [STAGES, ROWS, BLOCK_N], layout))
+
+
+@gluon.jit
 def _draw_masks(masks, slot, drop, start, ready, BLOCK_N: gl.constexpr):
     """The dropout keep-masks of the key tile from key ``start`` for the program's 2 ROWS query
     rows from drop[3] (_dropout_keep; drop = (seed, bh, thr, the rows' first)): rows drop[3] + ROWS h
@@ -640,34 +649,24 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, 
         tiles = _segment_tiles(tiles, seg[0], sqsn, seg[2], sksn, start_m, n_q, kv_len, BLOCK_M, BLOCK_N)
     slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, nseq, ALIBI, VARLEN)
     shift = kv_len - q_len
+    gl.static_assert(not (DROPOUT and VARLEN), "dropout on the Gluon forward: dense only")
+    drops = (None, None, None, None)  # the consumers' (mask ring, scale), the producer's rings and draw
     if DROPOUT:
-        gl.static_assert(not VARLEN, "dropout on the Gluon forward: dense only")
-        mask_layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
-        masks0 = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, ROWS, BLOCK_N], mask_layout)
-        masks1 = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, ROWS, BLOCK_N], mask_layout)
-        gl.warp_specialize([
-            (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
-                         lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m, tiles, None,
-                         CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, 0, 0, None, False,
-                         False, (masks0, DROP_SCALE))),
-            (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
-                         lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m + ROWS, tiles,
-                         None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, 0, 0, None,
-                         False, False, (masks1, DROP_SCALE))),
-            (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], BLOCK_N, STAGES,
-                             None, 0, 0, None, (masks0, masks1),
-                             (dropout_seed(SEED, seed, SEED_WORDS), bh, DROP_THR, start_m))),
-        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
-    else:
-        gl.warp_specialize([
-            (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
-                         lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m, tiles, None,
-                         CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
-            (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
-                         lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m + ROWS, tiles,
-                         None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
-            (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], BLOCK_N, STAGES)),
-        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+        masks = _mask_rings(V.dtype.element_ty, STAGES, BLOCK_N)
+        drops = ((masks[0], DROP_SCALE), (masks[1], DROP_SCALE), masks,
+                 (dropout_seed(SEED, seed, SEED_WORDS), bh, DROP_THR, start_m))
+    gl.warp_specialize([
+        (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
+                     lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m, tiles, None,
+                     CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, 0, 0, None, False, False,
+                     drops[0])),
+        (_consumer, (q1, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
+                     lo_shift, hi_shift, qk_scale, slope2, (cap_in, cap_out), seg, shift, start_m + ROWS, tiles,
+                     None, CAUSAL, WINDOW, Q_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, 0, 0, None, False,
+                     False, drops[1])),
+        (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], BLOCK_N, STAGES, None, 0,
+                         0, None, drops[2], drops[3])),
+    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 @kernel(inputs=9, outputs=4, gluon=True)
@@ -709,30 +708,19 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SE
     gl.thread_barrier()
     item = (QLEN, QSEG, KSEG, Hq, G, Nq, Nk, left, right, sqsb, sqsn, sksb, sksn, n_m, n_m * B * Hq, KVLEN)
     out = (O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, (cap_in, cap_out))
+    drops = (None, None, None)  # the consumers' (mask ring, scale), the producer's (rings, seed, thr)
     if DROPOUT:
-        mask_layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
-        masks0 = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, ROWS, BLOCK_N], mask_layout)
-        masks1 = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, ROWS, BLOCK_N], mask_layout)
-        gl.warp_specialize([
-            (_persistent_consumer, (q0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
-                                    Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES,
-                                    (masks0, DROP_SCALE))),
-            (_persistent_consumer, (q1, ROWS, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL,
-                                    WINDOW, Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES,
-                                    (masks1, DROP_SCALE))),
-            (_persistent_producer, (q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc,
-                                    item, CAUSAL, WINDOW, Q_LENS, KV_LENS, SEGMENTS, BLOCK_N, STAGES,
-                                    ((masks0, masks1), dropout_seed(SEED, seed, SEED_WORDS), DROP_THR))),
-        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
-    else:
-        gl.warp_specialize([
-            (_persistent_consumer, (q0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
-                                    Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
-            (_persistent_consumer, (q1, ROWS, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL,
-                                    WINDOW, Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES)),
-            (_persistent_producer, (q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc,
-                                    item, CAUSAL, WINDOW, Q_LENS, KV_LENS, SEGMENTS, BLOCK_N, STAGES)),
-        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+        masks = _mask_rings(V.dtype.element_ty, STAGES, BLOCK_N)
+        drops = ((masks[0], DROP_SCALE), (masks[1], DROP_SCALE), (masks, dropout_seed(SEED, seed, SEED_WORDS),
+                                                                  DROP_THR))
+    gl.warp_specialize([
+        (_persistent_consumer, (q0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
+                                Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, drops[0])),
+        (_persistent_consumer, (q1, ROWS, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
+                                Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, drops[1])),
+        (_persistent_producer, (q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, k_desc, v_desc, item,
+                                CAUSAL, WINDOW, Q_LENS, KV_LENS, SEGMENTS, BLOCK_N, STAGES, drops[2])),
+    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 @gluon.jit
