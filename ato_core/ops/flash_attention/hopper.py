@@ -330,24 +330,6 @@ def _dropped(p_op, masks, slot):
 
 
 @gluon.jit
-def _dropout_keep(seed, bh, row0, rows, col0, keys, thr):
-    """kernels._dropout_keep's mask of query rows row0 + rows and keys col0 + keys of head bh
-    (rows, keys: aranges of a tile's slices; row0 a multiple of 16, col0 of 32): the same Philox
-    draws and bytes. In a wgmma accumulator layout of 32 columns a thread's 16 elements share one
-    counter, so they take one Philox call."""
-    c1 = ((row0 // 16) * 8 + (rows // 16) * 8 + rows % 8).to(gl.uint32)[:, None]
-    c0 = ((col0 // 32) * 4 + (keys // 32) * 4 + (keys // 2) % 4).to(gl.uint32)[None, :]
-    zero = c0 * 0 + c1 * 0
-    w0, w1, w2, w3 = tl.philox(seed, c0 + zero, c1 + zero, zero + bh.to(gl.uint32), zero, DROPOUT_ROUNDS)
-    h = ((rows % 16) // 8)[:, None]
-    n = ((keys % 32) // 8)[None, :]
-    word = n // 2 + 2 * h
-    w = gl.where(word < 2, gl.where(word == 0, w0, w1), gl.where(word == 2, w2, w3))
-    draws = (w >> (8 * ((keys % 2)[None, :] + 2 * (n % 2))).to(gl.uint32)) & 0xFF
-    return draws >= thr
-
-
-@gluon.jit
 def _mask_rings(dtype: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
     """The two consumers' rings of dropout keep-masks ([STAGES, ROWS, BLOCK_N] of ``dtype``, v's),
     that _draw_masks fills and _dropped reads."""
@@ -359,22 +341,52 @@ def _mask_rings(dtype: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr
 @gluon.jit
 def _draw_masks(masks, slot, drop, start, ready, BLOCK_N: gl.constexpr):
     """The dropout keep-masks of the key tile from key ``start`` for the program's 2 ROWS query
-    rows from drop[3] (_dropout_keep; drop = (seed, bh, thr, the rows' first)): rows drop[3] + ROWS h
-    into masks[h][slot] ([STAGES, ROWS, BLOCK_N], 1 kept, 0 dropped, in v's dtype: a ring for each
+    rows from drop[3] (drop = (seed, bh, thr, the rows' first)): rows drop[3] + ROWS h into
+    masks[h][slot] ([STAGES, ROWS, BLOCK_N], 1 kept, 0 dropped, in v's dtype: a ring for each
     consumer), then an arrival on ``ready``, the tile's second. Run by the producer warpgroup, idle
-    between copies: in the consumers the draws slowed their issue-bound instruction stream."""
-    CHUNK: gl.constexpr = 32  # a draw's keys: one Philox call a thread in this layout
-    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                     instr_shape=[16, CHUNK, 16])
-    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-    keys = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, layout))
+    between copies: in the consumers the draws slowed their issue-bound instruction stream.
+
+    kernels._dropout_keep's draws and bytes, 16 rows a step: one Philox call a thread covers rows
+    {r, r + 8} x keys {2q + 8n + c} of a 32-key chunk, 4 bytes a word, a word's bytes 0-1 and 2-3
+    two key pairs. The ring is written as 32-bit pairs of v's dtype ([16, BLOCK_N / 2] a step, the
+    same swizzle), each word's four bytes compared with thr at once (_keep_flags), a pair's two
+    halves 1 or 0 by byte permutes. A loop of steps, not unrolled: unrolled, the draws spilled."""
+    PAIRS: gl.constexpr = BLOCK_N // 2
+    # a thread's 8 pairs are one call's: registers (row + 8, pair + 4, pair + 8); lanes (pair q,
+    # row r); warps (the 32-key chunk)
+    layout: gl.constexpr = gl.DistributedLinearLayout([[8, 0], [0, 4], [0, 8]],
+                                                      [[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]],
+                                                      [[0, 16], [0, 32]], [], [16, PAIRS])
+    rows = gl.arange(0, 16, layout=gl.SliceLayout(1, layout))[:, None]
+    pairs = gl.arange(0, PAIRS, layout=gl.SliceLayout(0, layout))[None, :]
+    c0 = ((start // 32) * 4 + (pairs // 16) * 4 + pairs % 4).to(gl.uint32)
+    word = (pairs // 8) % 2 + 2 * (rows // 8)  # of the call's four
+    select = gl.where((pairs // 4) % 2 == 0, 0x9988, 0xBBAA)  # prmt: sign-replicate bytes 0, 1 or 2, 3
+    one: gl.constexpr = 0x3F803F80 if masks[0].dtype == gl.bfloat16 else 0x3C003C00  # a pair of 1.0
+    thr4 = drop[2].to(gl.uint32) * 0x01010101
+    shared: gl.constexpr = gl.SwizzledSharedLayout(4, 1, 8, [1, 0])
     for half in gl.static_range(2):
-        tile = masks[half].index(slot)
-        for c in gl.static_range(BLOCK_N // CHUNK):
-            keep = _dropout_keep(drop[0], drop[1], drop[3] + half * ROWS, rows, start + c * CHUNK, keys, drop[2])
-            tile.slice(c * CHUNK, CHUNK, dim=1).store(gl.where(keep, 1.0, 0.0).to(tile.dtype))
+        ring = masks[half]._reinterpret(gl.int32, [masks[half].shape[0] * (ROWS // 16), 16, PAIRS], shared)
+        for step in range(ROWS // 16):
+            row0 = drop[3] + half * ROWS + step * 16
+            c1 = ((row0 // 16) * 8 + rows % 8).to(gl.uint32)
+            zero = c0 * 0 + c1 * 0
+            w0, w1, w2, w3 = tl.philox(drop[0], c0 + zero, c1 + zero, zero + drop[1].to(gl.uint32), zero,
+                                       DROPOUT_ROUNDS)
+            w = gl.where(word < 2, gl.where(word == 0, w0, w1), gl.where(word == 2, w2, w3))
+            pair = gl.inline_asm_elementwise("prmt.b32 $0, $1, 0, $2;", "=r,r,r", [_keep_flags(w, thr4), select],
+                                             dtype=gl.int32, is_pure=True, pack=1)
+            ring.index(slot * (ROWS // 16) + step).store(pair & one)
     gl.thread_barrier()  # every thread's masks stored before the arrival
     mbarrier.arrive(ready, count=1)
+
+
+@gluon.jit
+def _keep_flags(w, thr4):
+    """Bit 7 of each byte of w: that byte >= thr (thr4 = thr in every byte), four unsigned byte
+    compares at once (the high bits compared apart, the low seven by a borrow-free subtraction)."""
+    low = (w | 0x80808080) - (thr4 & 0x7F7F7F7F)
+    return (w & ~thr4) | (~(w ^ thr4) & low)
 
 
 @gluon.jit
