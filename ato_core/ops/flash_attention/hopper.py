@@ -158,7 +158,7 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, start_n, p, m_i, l_i, acc, s_
     prev = (j - 1) % STAGES
     mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
     fence_async_shared()
-    p_op = _dropped(gl.convert_layout(p.to(v_bufs.dtype), p_layout), masks, prev)
+    p_op = _dropped(gl.convert_layout(p.to(v_bufs.dtype), p_layout), masks, j - 1)
     s_tok = warpgroup_mma(q_smem, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     o_tok = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
@@ -209,7 +209,8 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
     last = (c0 + hi - lo - 1) % STAGES
     if KV_GUARD:
         _zero_rows_from(v_bufs.index(last), Nk - _tile_start(lo, hi - lo - 1, LIST, BLOCK_N, BS))
-    o_tok = warpgroup_mma(_dropped(gl.convert_layout(p.to(v_bufs.dtype), p_layout), masks, last), v_bufs.index(last),
+    o_tok = warpgroup_mma(_dropped(gl.convert_layout(p.to(v_bufs.dtype), p_layout), masks, c0 + hi - lo - 1),
+                          v_bufs.index(last),
                           acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
     mbarrier.arrive(empty.index(last), count=1)
@@ -299,7 +300,7 @@ def _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, hi, BLOCK_N:
     over the program's [kv_len, D] rows: rows past kv_len land as zeros), as its c0-th tiles on:
     one arrival on ready[slot] expecting both tiles' bytes. head = (b, kv head): the
     descriptors are _heads_descriptor's. masks (dropout): each tile's keep-masks drawn while its
-    copies fly (_draw_masks; drop = (seed, bh, thr, the rows' first)), a second arrival."""
+    copies fly (_draw_masks; _mask_rings' rings and barriers, drop = (seed, bh, thr, the rows' first))."""
     D: gl.constexpr = k_bufs.shape[2]
     for j in range(hi - lo):
         c = c0 + j
@@ -316,35 +317,42 @@ def _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, hi, BLOCK_N:
             tma.async_copy_global_to_shared(v_desc, [head[0], head[1], start, 0], ready.index(slot),
                                             v_bufs.index(slot).reshape([1, 1, BLOCK_N, D]))
         if masks is not None:
-            _draw_masks(masks, slot, drop, start, ready.index(slot), BLOCK_N)
+            _draw_masks(masks, c, drop, start, BLOCK_N)
 
 
 @gluon.jit
-def _dropped(p_op, masks, slot):
-    """p (the PV wgmma's operand, in v's dtype) with dropout's dropped elements 0: times the ring's
-    tile ``slot`` of keep-masks (masks: the warpgroup's [STAGES, ROWS, BLOCK_N] ring of 1 / 0 in
-    v's dtype, _draw_masks'; a packed multiply a pair), or p as it is (masks None)."""
+def _dropped(p_op, masks, c):
+    """p (the PV wgmma's operand, in v's dtype) of the ring's c-th tile with dropout's dropped
+    elements 0: times its keep-masks (masks = (the warpgroup's [STAGES, ROWS, BLOCK_N] ring of 1 / 0
+    in v's dtype, ready, empty): _mask_rings'; a packed multiply a pair), the slot freed once read;
+    or p as it is (masks None)."""
     if masks is not None:
-        p_op = p_op * masks.index(slot).load(p_op.type.layout)
+        STAGES: gl.constexpr = masks[0].shape[0]
+        mbarrier.wait(masks[1].index(c % STAGES), (c // STAGES) & 1)
+        p_op = p_op * masks[0].index(c % STAGES).load(p_op.type.layout)
+        mbarrier.arrive(masks[2].index(c % STAGES), count=1)
     return p_op
 
 
 @gluon.jit
 def _mask_rings(dtype: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
-    """The two consumers' rings of dropout keep-masks ([STAGES, ROWS, BLOCK_N] of ``dtype``, v's),
-    that _draw_masks fills and _dropped reads."""
+    """The two consumers' rings of dropout keep-masks ([STAGES, ROWS, BLOCK_N] of ``dtype``, v's)
+    that _draw_masks fills and _dropped reads, and their barriers (_ring: ready, one arrival;
+    empty, both consumers'): ((ring0, ring1), ready, empty). Their own barriers, not the K / V
+    ring's: a tile's masks are read at the PV, a step after its K, so the draw has that step."""
     layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
-    return (gl.allocate_shared_memory(dtype, [STAGES, ROWS, BLOCK_N], layout),
-            gl.allocate_shared_memory(dtype, [STAGES, ROWS, BLOCK_N], layout))
+    ready, empty = _ring(STAGES, 1)
+    return ((gl.allocate_shared_memory(dtype, [STAGES, ROWS, BLOCK_N], layout),
+             gl.allocate_shared_memory(dtype, [STAGES, ROWS, BLOCK_N], layout)), ready, empty)
 
 
 @gluon.jit
-def _draw_masks(masks, slot, drop, start, ready, BLOCK_N: gl.constexpr):
-    """The dropout keep-masks of the key tile from key ``start`` for the program's 2 ROWS query
-    rows from drop[3] (drop = (seed, bh, thr, the rows' first)): rows drop[3] + ROWS h into
-    masks[h][slot] ([STAGES, ROWS, BLOCK_N], 1 kept, 0 dropped, in v's dtype: a ring for each
-    consumer), then an arrival on ``ready``, the tile's second. Run by the producer warpgroup, idle
-    between copies: in the consumers the draws slowed their issue-bound instruction stream.
+def _draw_masks(masks, c, drop, start, BLOCK_N: gl.constexpr):
+    """The dropout keep-masks of the ring's c-th key tile, from key ``start``, for the program's
+    2 ROWS query rows from drop[3] (drop = (seed, bh, thr, the rows' first)): once its slot is free,
+    rows drop[3] + ROWS h into masks[0][h] ([STAGES, ROWS, BLOCK_N], 1 kept, 0 dropped, in v's dtype:
+    _mask_rings'), then an arrival on its ready barrier. Run by the producer warpgroup, idle between
+    copies: in the consumers the draws slowed their issue-bound instruction stream.
 
     kernels._dropout_keep's draws and bytes, 16 rows a step: one Philox call a thread covers rows
     {r, r + 8} x keys {2q + 8n + c} of a 32-key chunk, 4 bytes a word, a word's bytes 0-1 and 2-3
@@ -362,11 +370,14 @@ def _draw_masks(masks, slot, drop, start, ready, BLOCK_N: gl.constexpr):
     c0 = ((start // 32) * 4 + (pairs // 16) * 4 + pairs % 4).to(gl.uint32)
     word = (pairs // 8) % 2 + 2 * (rows // 8)  # of the call's four
     select = gl.where((pairs // 4) % 2 == 0, 0x9988, 0xBBAA)  # prmt: sign-replicate bytes 0, 1 or 2, 3
-    one: gl.constexpr = 0x3F803F80 if masks[0].dtype == gl.bfloat16 else 0x3C003C00  # a pair of 1.0
+    one: gl.constexpr = 0x3F803F80 if masks[0][0].dtype == gl.bfloat16 else 0x3C003C00  # a pair of 1.0
     thr4 = drop[2].to(gl.uint32) * 0x01010101
     shared: gl.constexpr = gl.SwizzledSharedLayout(4, 1, 8, [1, 0])
+    STAGES: gl.constexpr = masks[0][0].shape[0]
+    slot = c % STAGES
+    mbarrier.wait(masks[2].index(slot), ((c // STAGES) & 1) ^ 1)
     for half in gl.static_range(2):
-        ring = masks[half]._reinterpret(gl.int32, [masks[half].shape[0] * (ROWS // 16), 16, PAIRS], shared)
+        ring = masks[0][half]._reinterpret(gl.int32, [STAGES * (ROWS // 16), 16, PAIRS], shared)
         for step in range(ROWS // 16):
             row0 = drop[3] + half * ROWS + step * 16
             c1 = ((row0 // 16) * 8 + rows % 8).to(gl.uint32)
@@ -378,7 +389,7 @@ def _draw_masks(masks, slot, drop, start, ready, BLOCK_N: gl.constexpr):
                                              dtype=gl.int32, is_pure=True, pack=1)
             ring.index(slot * (ROWS // 16) + step).store(pair & one)
     gl.thread_barrier()  # every thread's masks stored before the arrival
-    mbarrier.arrive(ready, count=1)
+    mbarrier.arrive(masks[1].index(slot), count=1)
 
 
 @gluon.jit
@@ -652,8 +663,7 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, 
 
     k_desc = _descriptor(K, k_off, skn, kv_len, BLOCK_N, D)
     v_desc = _descriptor(V, v_off, svn, kv_len, BLOCK_N, D)
-    q0, q1, k_bufs, v_bufs, ready, empty = _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N, D, STAGES,
-                                                         2 if DROPOUT else 1)
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N, D, STAGES, 1)
     tiles = _live(_key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N), start_m, q_len,
                   Q_LENS or VARLEN)
     seg = (QSEG + b.to(gl.int64) * sqsb, sqsn, KSEG + b.to(gl.int64) * sksb, sksn)
@@ -665,7 +675,8 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, 
     drops = (None, None, None, None)  # the consumers' (mask ring, scale), the producer's rings and draw
     if DROPOUT:
         masks = _mask_rings(V.dtype.element_ty, STAGES, BLOCK_N)
-        drops = ((masks[0], DROP_SCALE), (masks[1], DROP_SCALE), masks,
+        drops = (((masks[0][0], masks[1], masks[2]), DROP_SCALE), ((masks[0][1], masks[1], masks[2]), DROP_SCALE),
+                 masks,
                  (dropout_seed(SEED, seed, SEED_WORDS), bh, DROP_THR, start_m))
     gl.warp_specialize([
         (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
@@ -710,8 +721,7 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SE
     q_desc = _heads_descriptor(Q, B, Hq, Nq, sqb, sqh, sqn, ROWS, D)
     k_desc = _heads_descriptor(K, B, Hq // G, Nk, skb, skh, skn, BLOCK_N, D)
     v_desc = _heads_descriptor(V, B, Hq // G, Nk, svb, svh, svn, BLOCK_N, D)
-    q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES,
-                                                            2 if DROPOUT else 1)
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES, 1)
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready, count=1)
@@ -723,8 +733,8 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SE
     drops = (None, None, None)  # the consumers' (mask ring, scale), the producer's (rings, seed, thr)
     if DROPOUT:
         masks = _mask_rings(V.dtype.element_ty, STAGES, BLOCK_N)
-        drops = ((masks[0], DROP_SCALE), (masks[1], DROP_SCALE), (masks, dropout_seed(SEED, seed, SEED_WORDS),
-                                                                  DROP_THR))
+        drops = (((masks[0][0], masks[1], masks[2]), DROP_SCALE), ((masks[0][1], masks[1], masks[2]), DROP_SCALE),
+                 (masks, dropout_seed(SEED, seed, SEED_WORDS), DROP_THR))
     gl.warp_specialize([
         (_persistent_consumer, (q0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
                                 Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, drops[0])),
