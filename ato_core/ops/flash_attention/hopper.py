@@ -15,9 +15,9 @@ Nq), a window (WINDOW: tiles below it never visited), q / kv lengths, ALiBi slop
 biased scores in base 2 before the maximum), any Nq, Nk >= 1, o and the natural-log lse
 [B, Hq, Nq] (a query that sees no key: o = 0, lse = -inf). The row maximum is taken on the
 raw scores and p = 2^(s * qk_scale - m * qk_scale) in one FMA a score; only key tiles that
-cross the causal diagonal, a window edge or Nk are masked. Attention dropout (DROPOUT, dense, one
-item a program; plans.HOPPER_DROPOUT): the producer warpgroup draws each tile's mask into shared
-memory beside its K/V copies (_draw_masks), the consumers multiply p by it. fp16 / bf16,
+cross the causal diagonal, a window edge or Nk are masked. Attention dropout (DROPOUT, dense, either
+form; plans.HOPPER_DROPOUT): the producer warpgroup draws each tile's mask into a shared ring of its
+own beside the K/V copies (_mask_rings, _draw_masks), the consumers multiply p by it (_dropped). fp16 / bf16,
 D = 128 (64 too on the persistent form); b, h and n strides multiples of 8 elements (16 bytes,
 as TMA needs), unit d strides (the plan checks: plans._hopper_forward). Benchmarks: results
 README, "flash_attention on Hopper".
