@@ -405,6 +405,33 @@ def test_hopper_dropout_chosen_where_it_applies():
         assert fwd(q, k, options=drop).name == "fa_fwd_kernel"
 
 
+@needs_gluon
+def test_hopper_split_kv_chosen_where_it_applies():
+    """plans.HOPPER_SPLIT_KV gives the dense Gluon forward, either form and with dropout, split K / V
+    barriers (SPLIT_KV) and nothing else of its launch changes; packed sequences and the flag off keep
+    the joint ones."""
+    from ato_core.testing import gpu_spec, h100
+
+    q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 700, 128))
+    cu = gpu_spec((3,), "int32")
+    for persistent in (True, False):
+        for options in (fa_core.Options(), fa_core.Options(window=(64, None), dropout_p=0.1, seed=3)):
+            launches = {}
+            for split in (True, False):
+                with plan_settings("flash_attention", fa_core, [], HOPPER_SPLIT_KV=split,
+                                   HOPPER_PERSISTENT=persistent):
+                    launches[split] = fa_core.forward_plan(q, k, k, causal=True, softmax_scale=None, target=h100(),
+                                                           options=options).launches[0]
+                    packed = fa_core.varlen_forward_plan(gpu_spec((700, 8, 128)), gpu_spec((900, 2, 128)),
+                                                         gpu_spec((900, 2, 128)), cu, cu, max_seqlen_q=400,
+                                                         max_seqlen_k=500, causal=True, softmax_scale=None,
+                                                         target=h100()).launches[0]
+                    assert packed.kernel.is_gluon() and packed.constexprs["SPLIT_KV"] is False
+            on, off = launches[True], launches[False]
+            assert on.kernel.is_gluon() and on.constexprs["SPLIT_KV"] is True and off.constexprs["SPLIT_KV"] is False
+            assert dataclasses.replace(on, constexprs={**on.constexprs, "SPLIT_KV": False}) == off
+
+
 def test_dropout_rounds_agree():
     """The Philox rounds of the dropout draw: the reference's (plans), the portable kernels' and
     the Gluon forward's (where the installed Triton has it) are one number."""

@@ -13,7 +13,8 @@ lengths run its persistent form); --kv-lengths: the persistent form with kv leng
 (plans.HOPPER_BWD_PERSISTENT: no lengths); --persistent-dkdv (with --backward, in a copy with
 2026-11-28_flash_persistent_dkdv.patch): dK / dV's (plans.HOPPER_DKDV_PERSISTENT); --d64: every case at D 64 on the persistent forward (plans.D64_MIN_TILES 0:
 short items too); --dropout: every case with dropout 0.1 (plans.HOPPER_DROPOUT: the Gluon forward one item
-a program, its mask drawn by the producer; the portable backward).
+a program, its mask drawn by the producer; the portable backward); --split-kv: the forward's K / V ring
+with split barriers (plans.HOPPER_SPLIT_KV).
 """
 import sys
 
@@ -59,6 +60,7 @@ if "--persistent-dkdv" in sys.argv:
 plans.HOPPER_PERSISTENT = "--per-item" not in sys.argv
 plans.PERSISTENT_KV_LENS = "--kv-lengths" in sys.argv or plans.PERSISTENT_KV_LENS
 plans.HOPPER_DROPOUT = "--dropout" in sys.argv or plans.HOPPER_DROPOUT
+plans.HOPPER_SPLIT_KV = "--split-kv" in sys.argv or plans.HOPPER_SPLIT_KV
 D = 64 if "--d64" in sys.argv else 128
 if D == 64:
     plans.D64_MIN_TILES = 0

@@ -150,22 +150,27 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, start_n, p, m_i, l_i, acc, s_
           WINDOW: gl.constexpr, MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
           SEGMENTS: gl.constexpr, STAGES: gl.constexpr, masks=None):
     """The program's j-th key tile (its first key start_n): QK_j in flight with PV_{j-1} (p of
-    tile j - 1), softmax of tile j under PV_{j-1}; frees tile j - 1's slot. SEGMENTS (with MASK):
+    tile j - 1), softmax of tile j under PV_{j-1}; frees tile j - 1's slot (split barriers, _split:
+    tile j's K once QK_j is done, tile j - 1's V once PV_{j-1} is). SEGMENTS (with MASK):
     the tile's key segment ids loaded before the wait (_tile_segments). masks (dropout): the
     ring of the warpgroup's keep-masks (_dropped)."""
     kseg = _tile_segments(alibi, start_n, offs_sn, Nk, MASK and SEGMENTS)
     slot = j % STAGES
     prev = (j - 1) % STAGES
-    mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
+    mbarrier.wait(_kv_barriers(ready, 0).index(slot), (j // STAGES) & 1)
     fence_async_shared()
     p_op = _dropped(gl.convert_layout(p.to(v_bufs.dtype), p_layout), masks, j - 1)
     s_tok = warpgroup_mma(q_smem, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    if _split(ready):
+        mbarrier.wait(ready[1].index(prev), ((j - 1) // STAGES) & 1)
     o_tok = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
+    if _split(empty):
+        mbarrier.arrive(empty[0].index(slot), count=1)
     p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, start_n, offs_sn, Nk, lo_shift, hi_shift, alibi, kseg,
                                   CAUSAL, WINDOW, MASK, ALIBI, SOFTCAP, SEGMENTS)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
-    mbarrier.arrive(empty.index(prev), count=1)
+    mbarrier.arrive(_kv_barriers(empty, 1).index(prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     return p, m_i, l_i, acc
 
@@ -184,10 +189,12 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
     last tile has such rows; K's are masked in the scores). masks: as _step's."""
     lo, full_lo, full_hi, hi = tiles
     kseg = _tile_segments(alibi, _tile_start(lo, 0, LIST, BLOCK_N, BS), offs_sn, Nk, SEGMENTS)
-    mbarrier.wait(ready.index(c0 % STAGES), (c0 // STAGES) & 1)
+    mbarrier.wait(_kv_barriers(ready, 0).index(c0 % STAGES), (c0 // STAGES) & 1)
     fence_async_shared()
     s_tok = warpgroup_mma(q_smem, k_bufs.index(c0 % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok, ))
+    if _split(empty):
+        mbarrier.arrive(empty[0].index(c0 % STAGES), count=1)
     p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, _tile_start(lo, 0, LIST, BLOCK_N, BS), offs_sn, Nk,
                                   lo_shift, hi_shift, alibi, kseg, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS)
     if WINDOW or SEGMENTS:  # the tiles that cross the window's lower edge, or not one segment's
@@ -207,13 +214,15 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
     if Q_FREE:
         mbarrier.arrive(q_free, count=1)
     last = (c0 + hi - lo - 1) % STAGES
+    if _split(ready):
+        mbarrier.wait(ready[1].index(last), ((c0 + hi - lo - 1) // STAGES) & 1)
     if KV_GUARD:
         _zero_rows_from(v_bufs.index(last), Nk - _tile_start(lo, hi - lo - 1, LIST, BLOCK_N, BS))
     o_tok = warpgroup_mma(_dropped(gl.convert_layout(p.to(v_bufs.dtype), p_layout), masks, c0 + hi - lo - 1),
                           v_bufs.index(last),
                           acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(o_tok, ))
-    mbarrier.arrive(empty.index(last), count=1)
+    mbarrier.arrive(_kv_barriers(empty, 1).index(last), count=1)
     return m_i, l_i, acc
 
 
@@ -300,24 +309,53 @@ def _tma_producer(k_bufs, v_bufs, ready, empty, k_desc, v_desc, lo, hi, BLOCK_N:
     over the program's [kv_len, D] rows: rows past kv_len land as zeros), as its c0-th tiles on:
     one arrival on ready[slot] expecting both tiles' bytes. head = (b, kv head): the
     descriptors are _heads_descriptor's. masks (dropout): each tile's keep-masks drawn while its
-    copies fly (_draw_masks; _mask_rings' rings and barriers, drop = (seed, bh, thr, the rows' first))."""
-    D: gl.constexpr = k_bufs.shape[2]
+    copies fly (_draw_masks; _mask_rings' rings and barriers, drop = (seed, bh, thr, the rows' first)).
+    Split barriers (_split): K and V each awaited and announced on their own."""
     for j in range(hi - lo):
         c = c0 + j
         slot = c % STAGES
         start = _tile_start(lo, j, LIST, BLOCK_N, BS)
-        mbarrier.wait(empty.index(slot), ((c // STAGES) & 1) ^ 1)
-        mbarrier.expect(ready.index(slot), 2 * k_desc.block_type.nbytes)
-        if head is None:
-            tma.async_copy_global_to_shared(k_desc, [start, 0], ready.index(slot), k_bufs.index(slot))
-            tma.async_copy_global_to_shared(v_desc, [start, 0], ready.index(slot), v_bufs.index(slot))
+        phase = ((c // STAGES) & 1) ^ 1
+        if _split(ready):  # K, then V, each on its own barriers
+            mbarrier.wait(empty[0].index(slot), phase)
+            mbarrier.expect(ready[0].index(slot), k_desc.block_type.nbytes)
+            _copy_tile(k_desc, start, head, ready[0].index(slot), k_bufs.index(slot))
+            mbarrier.wait(empty[1].index(slot), phase)
+            mbarrier.expect(ready[1].index(slot), v_desc.block_type.nbytes)
+            _copy_tile(v_desc, start, head, ready[1].index(slot), v_bufs.index(slot))
         else:
-            tma.async_copy_global_to_shared(k_desc, [head[0], head[1], start, 0], ready.index(slot),
-                                            k_bufs.index(slot).reshape([1, 1, BLOCK_N, D]))
-            tma.async_copy_global_to_shared(v_desc, [head[0], head[1], start, 0], ready.index(slot),
-                                            v_bufs.index(slot).reshape([1, 1, BLOCK_N, D]))
+            mbarrier.wait(empty.index(slot), phase)
+            mbarrier.expect(ready.index(slot), 2 * k_desc.block_type.nbytes)
+            _copy_tile(k_desc, start, head, ready.index(slot), k_bufs.index(slot))
+            _copy_tile(v_desc, start, head, ready.index(slot), v_bufs.index(slot))
         if masks is not None:
             _draw_masks(masks, c, drop, start, BLOCK_N)
+
+
+@gluon.jit
+def _copy_tile(desc, start, head, bar, buf):
+    """A [TILE, D] tile from row ``start`` by TMA into ``buf``, announced on ``bar``; head = (b, kv
+    head): desc is _heads_descriptor's ([1, 1, TILE, D] boxes), else None."""
+    if head is None:
+        tma.async_copy_global_to_shared(desc, [start, 0], bar, buf)
+    else:
+        tma.async_copy_global_to_shared(desc, [head[0], head[1], start, 0], bar,
+                                        buf.reshape([1, 1, buf.shape[0], buf.shape[1]]))
+
+
+@gluon.constexpr_function
+def _split(barriers):
+    """Whether a K / V ring's barriers are split (_tile_ring(SPLIT)): a pair, K's and V's."""
+    return isinstance(barriers, tl.tuple)
+
+
+@gluon.jit
+def _kv_barriers(barriers, which: gl.constexpr):
+    """K's (0) or V's (1) barriers of a K / V ring: of split barriers that half, else the ring's."""
+    out = barriers
+    if _split(barriers):
+        out = barriers[which]
+    return out
 
 
 @gluon.jit
@@ -449,22 +487,22 @@ def _held(A, B, a_off, b_off, san, sbn, start, N, R: gl.constexpr, D: gl.constex
 
 @gluon.jit
 def _forward_buffers(dtype: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-                     ARRIVALS: gl.constexpr = 128):
+                     ARRIVALS: gl.constexpr = 128, SPLIT: gl.constexpr = False):
     """A forward program's shared memory, unfilled: its consumers' query tiles and the ring of
-    STAGES K / V tiles with its barriers (_ring): (q0, q1, k_bufs, v_bufs, ready, empty)."""
+    STAGES K / V tiles with its barriers (_tile_ring, SPLIT): (q0, q1, k_bufs, v_bufs, ready, empty)."""
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, D], dtype)
     q0 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
     q1 = gl.allocate_shared_memory(dtype, [ROWS, D], q_layout)
-    k_bufs, v_bufs, ready, empty = _tile_ring(dtype, BLOCK_N, D, STAGES, ARRIVALS)
+    k_bufs, v_bufs, ready, empty = _tile_ring(dtype, BLOCK_N, D, STAGES, ARRIVALS, SPLIT)
     return q0, q1, k_bufs, v_bufs, ready, empty
 
 
 @gluon.jit
 def _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-                  ARRIVALS: gl.constexpr = 128):
+                  ARRIVALS: gl.constexpr = 128, SPLIT: gl.constexpr = False):
     """_forward_buffers with the consumers' query rows [start_m, start_m + 2 ROWS) (zeros from n_q
     on) loaded and fenced."""
-    q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES, ARRIVALS)
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES, ARRIVALS, SPLIT)
     _load_rows(q0, Q, q_off, sqn, start_m, n_q, D)
     _load_rows(q1, Q, q_off, sqn, start_m + ROWS, n_q, D)
     fence_async_shared()
@@ -494,13 +532,18 @@ def _work(w, n_m, Hq, G, CAUSAL: gl.constexpr):
 
 @gluon.jit
 def _tile_ring(dtype: gl.constexpr, TILE: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-               ARRIVALS: gl.constexpr = 128):
+               ARRIVALS: gl.constexpr = 128, SPLIT: gl.constexpr = False):
     """A ring of STAGES pairs of [TILE, D] tiles (K / V, or Q / dO) with its barriers (_ring):
-    (a_bufs, b_bufs, ready, empty)."""
+    (a_bufs, b_bufs, ready, empty). SPLIT (a TMA-fed K / V ring): ready and empty are pairs, the
+    K tiles' barriers and the V tiles', so a K slot comes free at its QK, a step before its V."""
     layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE, D], dtype)
     a_bufs = gl.allocate_shared_memory(dtype, [STAGES, TILE, D], layout)
     b_bufs = gl.allocate_shared_memory(dtype, [STAGES, TILE, D], layout)
     ready, empty = _ring(STAGES, ARRIVALS)
+    if SPLIT:
+        b_ready, b_empty = _ring(STAGES, ARRIVALS)
+        ready = (ready, b_ready)
+        empty = (empty, b_empty)
     return a_bufs, b_bufs, ready, empty
 
 
@@ -620,7 +663,8 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, 
                          CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False,
                          KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False,
                          SEGMENTS: gl.constexpr = False, VARLEN: gl.constexpr = False, DROPOUT: gl.constexpr = False,
-                         SEED_WORDS: gl.constexpr = 0, DROP_THR: gl.constexpr = 0, DROP_SCALE: gl.constexpr = 1.0):
+                         SEED_WORDS: gl.constexpr = 0, DROP_THR: gl.constexpr = 0, DROP_SCALE: gl.constexpr = 1.0,
+                         SPLIT_KV: gl.constexpr = False):
     """Grid (cdiv(Nq, 128), B * Hq), 4 warps (the default partition: the first consumer; 12
     in all). qk_scale = softmax_scale * log2(e). WINDOW: query i sees key j only if
     i + shift - left <= j <= i + shift + right (kernels.fa_fwd_kernel's window; causal is
@@ -636,7 +680,8 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, 
     rows outside every sequence (_fill_unwritten). SCRATCH: Triton's global scratch, where the
     K / V TMA descriptors are made (_descriptor; the launch's last output, never named here).
     DROPOUT (SEED, seed, SEED_WORDS, DROP_THR, DROP_SCALE; dense): kernels.fa_fwd_kernel's
-    attention dropout, the same mask, drawn by the producer (_draw_masks)."""
+    attention dropout, the same mask, drawn by the producer (_draw_masks). SPLIT_KV: the K / V ring's
+    barriers split, K's and V's (_tile_ring)."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -663,7 +708,8 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, 
 
     k_desc = _descriptor(K, k_off, skn, kv_len, BLOCK_N, D)
     v_desc = _descriptor(V, v_off, svn, kv_len, BLOCK_N, D)
-    q0, q1, k_bufs, v_bufs, ready, empty = _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N, D, STAGES, 1)
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_smem(Q, q_off, sqn, start_m, n_q, BLOCK_N, D, STAGES, 1,
+                                                         SPLIT_KV)
     tiles = _live(_key_tiles(start_m, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, BLOCK_M, BLOCK_N), start_m, q_len,
                   Q_LENS or VARLEN)
     seg = (QSEG + b.to(gl.int64) * sqsb, sqsn, KSEG + b.to(gl.int64) * sksb, sksn)
@@ -703,7 +749,7 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SE
                                     SOFTCAP: gl.constexpr = False, SEGMENTS: gl.constexpr = False,
                                     VARLEN: gl.constexpr = False, DROPOUT: gl.constexpr = False,
                                     SEED_WORDS: gl.constexpr = 0, DROP_THR: gl.constexpr = 0,
-                                    DROP_SCALE: gl.constexpr = 1.0):
+                                    DROP_SCALE: gl.constexpr = 1.0, SPLIT_KV: gl.constexpr = False):
     """fa_fwd_hopper_kernel's forward, dense [B, H, N, D] (K/V rows past a head's Nk keys land as
     zeros, through one descriptor over all heads; KV_LENS: the consumers zero the rows of the last
     tile past the batch's keys, _zero_rows_from), as a persistent kernel: grid
@@ -711,7 +757,8 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SE
     order; _snake: which a program takes). The producer loads the next item's query tiles once the
     consumers' last QK is done, with its first K/V tiles, under their last PV and epilogue: what
     a program of the one-item grid pays in series (loads, descriptors, launch). B: the batch.
-    DROPOUT: as fa_fwd_hopper_kernel's (each item's masks drawn by the producer, _draw_masks)."""
+    DROPOUT: as fa_fwd_hopper_kernel's (each item's masks drawn by the producer, _draw_masks). SPLIT_KV: as
+    fa_fwd_hopper_kernel's."""
     gl.static_assert(not VARLEN, "the persistent forward takes no packed sequences")
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
@@ -721,7 +768,7 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SE
     q_desc = _heads_descriptor(Q, B, Hq, Nq, sqb, sqh, sqn, ROWS, D)
     k_desc = _heads_descriptor(K, B, Hq // G, Nk, skb, skh, skn, BLOCK_N, D)
     v_desc = _heads_descriptor(V, B, Hq // G, Nk, svb, svh, svn, BLOCK_N, D)
-    q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES, 1)
+    q0, q1, k_bufs, v_bufs, ready, empty = _forward_buffers(Q.dtype.element_ty, BLOCK_N, D, STAGES, 1, SPLIT_KV)
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready, count=1)

@@ -422,6 +422,11 @@ HOPPER_BACKWARD_ARRAYS = ("q_lengths", "kv_lengths", "alibi_slopes")
 HOPPER_DROPOUT = True
 HOPPER_DROPOUT_CONFIG = {"STAGES": 2, "PRODUCER_REGS": 32, "CONSUMER_REGS": 240}
 HOPPER_DROPOUT_DIMS = (128,)
+# The dense forward's K / V ring with split barriers (hopper._tile_ring SPLIT): a K slot comes free
+# at its QK, a step before its V, so a ring of 2 (dropout's) keeps a step of prefetch. Off until a
+# GPU has run it (compiled for sm_90 on the CPU): on an H200 a ring of 2 took 1.17x the time of 3
+# without it (NVIDIA_H200-flash_gluon.txt 37).
+HOPPER_SPLIT_KV = False
 
 
 def _gluon_applies(q: ArraySpec, D: int, Nk: int, target: Target, options: Options, others,
@@ -556,7 +561,8 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: 
     # dropout's seed array (q for none), int seed (the last scalar), constexprs and config
     dropout = options.dropout_p > 0
     drop_inputs, _, drop_tail, drop = _option_launch(options, named, causal, scale, geo.B, geo.Hq, geo.Nq, geo.Nk)
-    config = {**HOPPER, **(HOPPER_DROPOUT_CONFIG if dropout else {}),
+    split = {"SPLIT_KV": True} if HOPPER_SPLIT_KV and not geo.packed else {}
+    config = {**HOPPER, **(HOPPER_DROPOUT_CONFIG if dropout else {}), **split,
               **{n: drop[n] for n in ("DROPOUT", "SEED_WORDS", "DROP_THR", "DROP_SCALE") if dropout}}
     kern_fn, grid, tail, scratch = kern.hopper.fa_fwd_hopper_kernel, geo.grid(True), geo.tail(), TMA_SCRATCH
     if _persistent(geo, causal, options.window, const["KV_LENS"]):

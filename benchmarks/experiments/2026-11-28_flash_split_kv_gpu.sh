@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The first device run of the Gluon forward's split K / V barriers (plans.HOPPER_SPLIT_KV, off), one
+# device command (about 6 minutes; give it 600 s): its GPU test (o, lse bit for bit those of the joint
+# barriers, both forms, with dropout's 2-stage ring too) and the dropout tests beside memcheck
+# --split-kv with and without --dropout, then the timing (2026-11-28_flash_split_kv_time.py). If the bits hold and the
+# split is faster, set HOPPER_SPLIT_KV = True (and, where a ring of 2 then keeps up with 3, think about
+# what the freed stage buys), then run the hopper tier and `ato bench --op flash_options`.
+# Usage (repository root, .whl carried): bash benchmarks/experiments/2026-11-28_flash_split_kv_gpu.sh
+set -uo pipefail
+source benchmarks/tools/gpu_env.sh >/dev/null 2>&1
+mem=benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py
+(MEMCHECK_TIMEOUT=240 bash benchmarks/tools/memcheck.sh "$mem --split-kv" "$mem --split-kv --dropout" \
+   > "$OUT/memcheck-summary.txt" 2>&1) &
+mc=$!
+SHARD_TIMEOUT=240 HEAVY_K="" bash benchmarks/tools/gpu_tier_sharded.sh "split_kv or hopper_dropout" 4 > /dev/null 2>&1
+echo "passed $(grep -c PASSED "$OUT/gpu-tests-summary.txt")"; grep -v PASSED "$OUT/gpu-tests-summary.txt" | tail -12
+grep -h -A30 "^E " "$OUT"/gpu-tests-shard*.txt | head -60
+wait $mc; cat "$OUT/memcheck-summary.txt"; grep -c "rel err" "$OUT"/memcheck-*.txt
+timeout 240 python3 benchmarks/experiments/2026-11-28_flash_split_kv_time.py 2>&1 | grep -v Warn \
+   | tee "$OUT/split_kv.txt"
