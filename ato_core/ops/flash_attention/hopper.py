@@ -396,7 +396,7 @@ def _draw_masks(masks, c, drop, start, BLOCK_N: gl.constexpr):
     {r, r + 8} x keys {2q + 8n + c} of a 32-key chunk, 4 bytes a word, a word's bytes 0-1 and 2-3
     two key pairs. The ring is written as 32-bit pairs of v's dtype ([16, BLOCK_N / 2] a step, the
     same swizzle), each word's four bytes compared with thr at once (_keep_flags), a pair's two
-    halves 1 or 0 by byte permutes. A loop of steps, not unrolled: unrolled, the draws spilled."""
+    halves 1 or 0 by byte permutes. The steps a range loop: written unrolled (static_range), they spilled."""
     PAIRS: gl.constexpr = BLOCK_N // 2
     # a thread's 8 pairs are one call's: registers (row + 8, pair + 4, pair + 8); lanes (pair q,
     # row r); warps (the 32-key chunk)
