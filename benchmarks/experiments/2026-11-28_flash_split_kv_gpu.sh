@@ -12,7 +12,7 @@ mem=benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py
 (MEMCHECK_TIMEOUT=240 bash benchmarks/tools/memcheck.sh "$mem --split-kv" "$mem --split-kv --dropout" \
    > "$OUT/memcheck-summary.txt" 2>&1) &
 mc=$!
-SHARD_TIMEOUT=240 HEAVY_K="" bash benchmarks/tools/gpu_tier_sharded.sh "split_kv or hopper_dropout" 4 > /dev/null 2>&1
+SHARD_TIMEOUT=300 HEAVY_K="" bash benchmarks/tools/gpu_tier_sharded.sh "split_kv or hopper_dropout" 4 > /dev/null 2>&1
 echo "passed $(grep -c PASSED "$OUT/gpu-tests-summary.txt")"; grep -v PASSED "$OUT/gpu-tests-summary.txt" | tail -12
 grep -h -A30 "^E " "$OUT"/gpu-tests-shard*.txt | head -60
 wait $mc; cat "$OUT/memcheck-summary.txt"; grep -c "rel err" "$OUT"/memcheck-*.txt
