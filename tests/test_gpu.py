@@ -429,34 +429,6 @@ HOPPER_PERSISTENT_CASES = [
 ]
 
 
-def _forward_inputs(case, g, dtype):
-    """q, k, v and the options of a HOPPER_PERSISTENT_CASES case ((B, Hq, Nq, causal), (Hkv, Nk),
-    options; the options' arrays made here: alibi, q_lengths, segments, kv_lengths (Nk, Nk // 3, 0,
-    the keys past them NaN)), D 128, from generator g."""
-    import torch
-
-    (B, Hq, Nq, causal), (Hkv, Nk), kw = case
-    kw = dict(kw)
-    dt = getattr(torch, dtype)
-    bnhd = kw.get("layout") == "bnhd"
-    shape = (lambda h, n: (B, n, h, 128)) if bnhd else (lambda h, n: (B, h, n, 128))
-    q = torch.randn(shape(Hq, Nq), device="cuda", generator=g).to(dt)
-    k, v = (torch.randn(shape(Hkv, Nk), device="cuda", generator=g).to(dt) for _ in range(2))
-    if kw.pop("alibi", False):
-        kw["alibi_slopes"] = torch.rand(B, Hq, device="cuda", generator=g)
-    if kw.pop("q_lengths", False):
-        kw["q_lengths"] = torch.tensor([Nq - 333, Nq], device="cuda", dtype=torch.int32)
-    if kw.pop("segments", False):
-        kw["segment_ids"] = (torch.arange(Nq, device="cuda") * 5 // Nq).expand(B, Nq).to(torch.int32).contiguous()
-    if kw.pop("kv_lengths", False):
-        kv_lengths = [Nk, Nk // 3, 0][:B]
-        kw["kv_lengths"] = torch.tensor(kv_lengths, device="cuda", dtype=torch.int32)
-        for b, n in enumerate(kv_lengths):
-            k[b, :, n:] = float("nan")
-            v[b, :, n:] = float("nan")
-    return q, k, v, kw
-
-
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_flash_attention_hopper_persistent_gpu(dtype):
     """The Gluon forward's persistent form (plans.HOPPER_PERSISTENT) gives o and lse bit for bit
@@ -471,9 +443,25 @@ def test_flash_attention_hopper_persistent_gpu(dtype):
     if not _hopper():
         pytest.skip("the Gluon kernels run on sm_90 only")
     g = torch.Generator(device="cuda").manual_seed(0)
-    for case in HOPPER_PERSISTENT_CASES:
-        (B, Hq, Nq, causal), (Hkv, Nk), _ = case
-        q, k, v, kw = _forward_inputs(case, g, dtype)
+    dt = getattr(torch, dtype)
+    for (B, Hq, Nq, causal), (Hkv, Nk), kw in HOPPER_PERSISTENT_CASES:
+        kw = dict(kw)
+        bnhd = kw.get("layout") == "bnhd"
+        shape = (lambda h, n: (B, n, h, 128)) if bnhd else (lambda h, n: (B, h, n, 128))
+        q = torch.randn(shape(Hq, Nq), device="cuda", generator=g).to(dt)
+        k, v = (torch.randn(shape(Hkv, Nk), device="cuda", generator=g).to(dt) for _ in range(2))
+        if kw.pop("alibi", False):
+            kw["alibi_slopes"] = torch.rand(B, Hq, device="cuda", generator=g)
+        if kw.pop("q_lengths", False):
+            kw["q_lengths"] = torch.tensor([Nq - 333, Nq], device="cuda", dtype=torch.int32)
+        if kw.pop("segments", False):
+            kw["segment_ids"] = (torch.arange(Nq, device="cuda") * 5 // Nq).expand(B, Nq).to(torch.int32).contiguous()
+        if kw.pop("kv_lengths", False):
+            kv_lengths = [Nk, Nk // 3, 0][:B]
+            kw["kv_lengths"] = torch.tensor(kv_lengths, device="cuda", dtype=torch.int32)
+            for b, n in enumerate(kv_lengths):
+                k[b, :, n:] = float("nan")
+                v[b, :, n:] = float("nan")
         got = {}
         for on in (True, False):
             with plan_settings("flash_attention", plans, [plans.forward_plan], HOPPER_PERSISTENT=on,
@@ -488,44 +476,42 @@ def test_flash_attention_hopper_persistent_gpu(dtype):
         assert not got[True][0].isnan().any(), ((B, Hq, Nq, causal), (Hkv, Nk), kw)
 
 
-# Split K / V barriers against the joint ones: GQA with a window, softcap with ALiBi, one row, more items than
-# SMs, kv lengths (the last V tile's rows zeroed: its V awaited first), and with dropout (p 0.1)
-HOPPER_SPLIT_CASES = [HOPPER_PERSISTENT_CASES[i] for i in (0, 3, 7, 8, 9)] + [
-    ((2, 8, 1000, True), (2, 1500), dict(dropout_p=0.1, seed=5)),
-    ((3, 4, 777, False), (4, 900), dict(kv_lengths=True, window_size=(100, 50), dropout_p=0.1, seed=6)),
+# Split K / V barriers against the joint ones (dims, window, causal, lengths, alibi, options): GQA with a
+# window, softcap with ALiBi and bnhd, one row, more items than SMs, kv lengths (the last V tile's rows
+# zeroed: its V awaited first), and dropout (its 2-stage ring) with and without lengths and a window.
+HOPPER_SPLIT = [
+    ((2, 8, 2, 1000, 1500, 128, "bhnd"), (300, 0), True, None, None, {}),
+    ((2, 8, 2, 1000, 1000, 128, "bnhd"), None, True, None, "bh", {"softcap": 30.0}),
+    ((3, 2, 2, 1, 1, 128, "bhnd"), None, True, None, None, {}),
+    ((4, 8, 8, 1024, 1024, 128, "bhnd"), None, True, None, None, {}),
+    ((3, 4, 2, 1000, 1000, 128, "bhnd"), None, True, "kv", None, {}),
+    ((2, 8, 2, 1000, 1500, 128, "bhnd"), None, True, None, None, {"dropout": 0.1}),
+    ((3, 4, 4, 777, 900, 128, "bnhd"), (100, 50), False, "kv", None, {"dropout": 0.1}),
 ]
 
 
+@pytest.mark.parametrize("dims,window,causal,lengths,alibi,options", HOPPER_SPLIT,
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+@pytest.mark.parametrize("form", HOPPER_FORWARD)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_flash_attention_hopper_split_kv_gpu(dtype):
-    """The Gluon forward with split K / V barriers (plans.HOPPER_SPLIT_KV) gives o and lse bit for
-    bit those of the joint ones, in both forms (the same tiles in the same order; only when a slot
-    is awaited and freed changes), with dropout's 2-stage ring too; each side's kernel checked by
-    the profiler."""
-    import torch
-
-    import ato_torch
+def test_flash_attention_hopper_split_kv_gpu(dims, window, causal, lengths, alibi, options, form, dtype):
+    """The Gluon forward with split K / V barriers (plans.HOPPER_SPLIT_KV) in each form: against the
+    reference, torch == JAX bit for bit (_check_hopper, which also asserts that the plan's launches
+    ran), and o, lse and the gradients bit for bit those of the joint barriers (the same tiles in the
+    same order; only when a slot is awaited and freed changes)."""
     from ato_core.ops.flash_attention import plans
     from helpers import plan_settings
 
-    if not _hopper():
-        pytest.skip("the Gluon kernels run on sm_90 only")
-    g = torch.Generator(device="cuda").manual_seed(2)
-    for case in HOPPER_SPLIT_CASES:
-        q, k, v, kw = _forward_inputs(case, g, dtype)
-        causal = case[0][3]
-        for form in HOPPER_FORWARD:
-            got = {}
-            for split in (True, False):
-                with plan_settings("flash_attention", plans, [plans.forward_plan], HOPPER_SPLIT_KV=split,
-                                   HOPPER_PERSISTENT=form == HOPPER_FORWARD[0]), \
-                        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                    got[split] = ato_torch.flash_attention(q, k, v, causal=causal, return_lse=True, **kw)
-                    torch.cuda.synchronize()
-                ran = {e.name for e in prof.events() if e.name.startswith("fa_fwd")}
-                assert ran == {form}, (case, split, ran)
-            for a, b in zip(got[True], got[False]):
-                assert torch.equal(a, b), (case, form)
+    backward = (["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"] if "dropout" in options
+                else ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"])
+    got = {}
+    for split in (True, False):
+        with plan_settings("flash_attention", plans, [], HOPPER_SPLIT_KV=split,
+                           HOPPER_PERSISTENT=form == HOPPER_FORWARD[0]):
+            _, forward, got[split] = _check_hopper(dims, window, causal, lengths, alibi, dtype, backward, **options)
+        launch = forward.launches[0]
+        assert not _hopper() or (launch.name == form and launch.constexprs["SPLIT_KV"] is split), (launch.name, split)
+    assert h.bitwise_equal(got[True], got[False]), f"split and joint differ: {h.max_rel_err(got[True], got[False]):.3g}"
 
 
 # The persistent dQ against one item a program: GQA, Nq != Nk, windows, softcap with ALiBi, bnhd, a

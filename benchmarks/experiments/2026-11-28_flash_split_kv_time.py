@@ -37,7 +37,7 @@ def main():
         settings = dict(settings)
         if "STAGES" in settings:
             settings["HOPPER"] = {**plans.HOPPER, "STAGES": settings.pop("STAGES")}
-        with plan_settings("flash_attention", plans, [], HOPPER_SPLIT_KV=False, **settings):
+        with plan_settings("flash_attention", plans, [], **{"HOPPER_SPLIT_KV": False, **settings}):
             fwd = lambda: ato_torch.flash_attention(*x[:3], causal=True, **kw)  # noqa: E731
             print(f"  {label}: {launched(fwd, 'fa_fwd')}", flush=True)
             outs[label] = fwd()
