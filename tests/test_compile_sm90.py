@@ -368,9 +368,9 @@ def _gluon_launches(which):
     dV or dQ launch, GQA, Nq != Nk, causal, with a window, or (which ending in "lengths") q and
     kv lengths, or ("alibi") [B, Hq] ALiBi slopes, or ("softcap") softcap with a window, ALiBi and
     lengths, or ("segments") segment ids with a window, or ("varlen") packed sequences with a
-    window and [B, Hq] ALiBi slopes, or ("dropout", plans.HOPPER_DROPOUT) dropout with a window and
-    an int seed, ("key dropout") with ALiBi and a JAX key's seed words; "item": the forward one
-    item a program (plans.HOPPER_PERSISTENT off; on, these short items run persistent); "split": the
+    window and [B, Hq] ALiBi slopes, or ("dropout", plans.HOPPER_DROPOUT, HOPPER_DROPOUT_BACKWARD)
+    dropout with a window and an int seed, ("key dropout") with ALiBi and a JAX key's seed words;
+    "item": the forward one item a program (plans.HOPPER_PERSISTENT off; on, these short items run persistent); "split": the
     forward's K / V ring with split barriers (plans.HOPPER_SPLIT_KV).
     "persistent": the forward's persistent form with kv lengths (plans.PERSISTENT_KV_LENS), dQ's
     persistent form (plans.HOPPER_BWD_PERSISTENT), whatever the forward's flag says; without it
@@ -432,7 +432,8 @@ def _gluon_launches(which):
                                    "dkdv alibi", "dq alibi", "forward varlen", "dkdv varlen", "dq varlen",
                                    "forward softcap", "dkdv softcap", "dq softcap", "forward segments",
                                    "dq persistent", "dq persistent alibi", "forward dropout", "forward key dropout",
-                                   "forward item dropout", "forward split", "forward item split dropout"])
+                                   "forward item dropout", "forward split", "forward item split dropout",
+                                   "dkdv dropout", "dkdv key dropout", "dq dropout", "dq persistent dropout"])
 def test_gluon_compiles_alike_for_jax(which):
     """ato_jax.launcher._compile_gluon (what jax-triton 0.3.x calls for a Gluon kernel) builds the
     Hopper kernels into the PTX that compile_sm90 (a launch as Triton's own launcher compiles it,
@@ -442,7 +443,7 @@ def test_gluon_compiles_alike_for_jax(which):
     launch, plan, specs = _gluon_launches(which)
     assert "persistent" not in which or launch.name.endswith("_persistent_kernel"), launch.name
     assert "item" not in which or launch.name == "fa_fwd_hopper_kernel", launch.name
-    assert not which.startswith("forward") or launch.constexprs["DROPOUT"] == ("dropout" in which)
+    assert launch.constexprs.get("DROPOUT", False) == ("dropout" in which), (launch.name, launch.constexprs)
     assert launch.constexprs.get("SPLIT_KV", False) == ("split" in which)
     _check_scratch(launch, _compiles_alike_for_jax(launch, plan, specs, 12), which)
 

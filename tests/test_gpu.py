@@ -502,8 +502,7 @@ def test_flash_attention_hopper_split_kv_gpu(dims, window, causal, lengths, alib
     from ato_core.ops.flash_attention import plans
     from helpers import plan_settings
 
-    backward = (["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"] if "dropout" in options
-                else ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"])
+    backward = ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     got = {}
     for split in (True, False):
         with plan_settings("flash_attention", plans, [], HOPPER_SPLIT_KV=split,
@@ -565,9 +564,9 @@ def test_flash_attention_hopper_persistent_dq_gpu(dtype):
             assert torch.equal(a, b), ((B, Hq, Nq, causal), (Hkv, Nk), kw)
 
 
-# Dropout (p 0.1) on the Gluon forward (plans.HOPPER_DROPOUT: the producer draws the mask), the
-# portable dK / dV and dQ after it drawing the same mask: causal and not, GQA, MHA, a window, lengths,
-# ALiBi, bnhd, partial tiles.
+# Dropout (p 0.1) on the Gluon forward (plans.HOPPER_DROPOUT: the producer draws the mask) and
+# backward (HOPPER_DROPOUT_BACKWARD: dK / dV's producer draws it for 128 keys, dQ's for 64, both forms):
+# causal and not, GQA, MHA, a window, lengths, ALiBi, bnhd, partial tiles.
 HOPPER_DROPOUT = [
     ((2, 8, 2, 1000, 1000, 128, "bhnd"), None, True, None, None),
     ((1, 4, 4, 300, 700, 128, "bnhd"), (64, 32), False, "kv", None),
@@ -580,16 +579,16 @@ HOPPER_DROPOUT = [
 @pytest.mark.parametrize("form", HOPPER_FORWARD)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_flash_attention_hopper_dropout_gpu(dims, window, causal, lengths, alibi, form, dtype):
-    """Dropout on the Gluon forward, persistent and one item a program, against the float64
-    reference with the reference's mask (a mask off by one draw puts o far off), torch == JAX bit
-    for bit (_check_hopper)."""
+    """Dropout on the Gluon forward, persistent and one item a program, and on the Gluon dK / dV and
+    dQ, against the float64 reference with the reference's mask (a mask off by one draw puts o and
+    the gradients far off), torch == JAX bit for bit (_check_hopper)."""
     from ato_core.ops.flash_attention import plans
     from helpers import plan_settings
 
-    with plan_settings("flash_attention", plans, [], HOPPER_DROPOUT=True,
+    with plan_settings("flash_attention", plans, [], HOPPER_DROPOUT=True, HOPPER_DROPOUT_BACKWARD=True,
                        HOPPER_PERSISTENT=form == HOPPER_FORWARD[0]):
         _, forward, _ = _check_hopper(dims, window, causal, lengths, alibi, dtype,
-                                      ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"], dropout=0.1)
+                                      ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"], dropout=0.1)
         launch = forward.launches[0]
         assert not _hopper() or (launch.name == form and launch.constexprs["DROPOUT"])
 

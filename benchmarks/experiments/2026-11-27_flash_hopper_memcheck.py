@@ -13,8 +13,8 @@ lengths run its persistent form); --kv-lengths: the persistent form with kv leng
 (plans.HOPPER_BWD_PERSISTENT: no lengths); --persistent-dkdv (with --backward, in a copy with
 2026-11-28_flash_persistent_dkdv.patch): dK / dV's (plans.HOPPER_DKDV_PERSISTENT); --d64: every case at D 64 on the persistent forward (plans.D64_MIN_TILES 0:
 short items too); --dropout: every case with dropout 0.1 (plans.HOPPER_DROPOUT: the Gluon forward one item
-a program, its mask drawn by the producer; the portable backward); --split-kv: the forward's K / V ring
-with split barriers (plans.HOPPER_SPLIT_KV).
+a program, its mask drawn by the producer; with --backward the Gluon dK / dV and dQ too,
+plans.HOPPER_DROPOUT_BACKWARD); --split-kv: the forward's K / V ring with split barriers (plans.HOPPER_SPLIT_KV).
 """
 import sys
 

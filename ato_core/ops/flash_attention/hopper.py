@@ -24,8 +24,8 @@ README, "flash_attention on Hopper".
 
 The backward's dK / dV and dQ kernels (fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel) take
 the same form, after the portable delta kernel, with the forward's options (causal, GQA, a
-window, q / kv lengths, ALiBi, packed sequences); plans.HOPPER_BACKWARD = False runs the portable
-ones instead. block_sparse/hopper.py runs these consumers and producers over lists of kept
+window, q / kv lengths, ALiBi, packed sequences; dropout dense, its masks drawn by their producers,
+plans.HOPPER_DROPOUT_BACKWARD); plans.HOPPER_BACKWARD = False runs the portable ones instead. block_sparse/hopper.py runs these consumers and producers over lists of kept
 blocks (BS: _tile_start, _head_list).
 """
 
@@ -365,48 +365,72 @@ def _dropped(p_op, masks, c):
     in v's dtype, ready, empty): _mask_rings'; a packed multiply a pair), the slot freed once read;
     or p as it is (masks None)."""
     if masks is not None:
-        STAGES: gl.constexpr = masks[0].shape[0]
-        mbarrier.wait(masks[1].index(c % STAGES), (c // STAGES) & 1)
-        p_op = p_op * masks[0].index(c % STAGES).load(p_op.type.layout)
-        mbarrier.arrive(masks[2].index(c % STAGES), count=1)
+        p_op = p_op * _keep_mask(masks, c, gl.constexpr(p_op.type.layout))
     return p_op
 
 
 @gluon.jit
-def _mask_rings(dtype: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr):
-    """The two consumers' rings of dropout keep-masks ([STAGES, ROWS, BLOCK_N] of ``dtype``, v's)
-    that _draw_masks fills and _dropped reads, and their barriers (_ring: ready, one arrival;
-    empty, both consumers'): ((ring0, ring1), ready, empty). Their own barriers, not the K / V
-    ring's: a tile's masks are read at the PV, a step after its K, so the draw has that step."""
+def _mask_rings(dtype: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, RINGS: gl.constexpr = 2):
+    """The consumers' rings of dropout keep-masks ([STAGES, ROWS, BLOCK_N] of ``dtype``, v's; RINGS
+    of them: one a consumer, or one whose key halves the dK / dV consumers read) that _draw_masks
+    fills and _dropped / _keep_mask read, and their barriers (_ring: ready, one arrival; empty,
+    both consumers'): (rings, ready, empty). Their own barriers, not the K / V ring's: a tile's
+    masks are read at the PV, a step after its K, so the draw has that step."""
     layout: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
     ready, empty = _ring(STAGES, 1)
-    return ((gl.allocate_shared_memory(dtype, [STAGES, ROWS, BLOCK_N], layout),
-             gl.allocate_shared_memory(dtype, [STAGES, ROWS, BLOCK_N], layout)), ready, empty)
+    rings = (gl.allocate_shared_memory(dtype, [STAGES, ROWS, BLOCK_N], layout), )
+    if RINGS == 2:
+        rings = (rings[0], gl.allocate_shared_memory(dtype, [STAGES, ROWS, BLOCK_N], layout))
+    return rings, ready, empty
+
+
+@gluon.jit
+def _keep_mask(masks, c, layout: gl.constexpr, T: gl.constexpr = False, KEY0: gl.constexpr = 0):
+    """The ring's c-th tile of keep-masks in ``layout``, in v's dtype (1 kept, 0 dropped); T (a dK /
+    dV consumer's): keys [KEY0, KEY0 + KEYS) of it, transposed ([KEYS, ROWS]). masks = (a [STAGES,
+    ROWS, keys] ring, ready, empty), _mask_rings'; the slot freed once read."""
+    STAGES: gl.constexpr = masks[0].shape[0]
+    mbarrier.wait(masks[1].index(c % STAGES), (c // STAGES) & 1)
+    tile = masks[0].index(c % STAGES)
+    if T:
+        tile = tile.slice(KEY0, KEYS, 1).permute((1, 0))
+    m = tile.load(layout)
+    mbarrier.arrive(masks[2].index(c % STAGES), count=1)
+    return m
+
+
+@gluon.constexpr_function
+def _draw_layout(block_n):
+    """_draw_masks' layout of a step's [2048 / block_n rows, block_n / 2 key pairs]: a thread's 8
+    pairs are one Philox call's, registers (row + 8, pair + 4, pair + 8), lanes (pair q, row r),
+    warps the 32-key chunks (128 keys) or two chunks and 16 rows (64)."""
+    warps = [[0, 16], [0, 32]] if block_n == 128 else [[0, 16], [16, 0]]
+    return gl.DistributedLinearLayout([[8, 0], [0, 4], [0, 8]], [[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]], warps, [],
+                                      [2048 // block_n, block_n // 2])
 
 
 @gluon.jit
 def _draw_masks(masks, c, drop, start, BLOCK_N: gl.constexpr):
-    """The dropout keep-masks of the ring's c-th key tile, from key ``start``, for the program's
-    2 ROWS query rows from drop[3] (drop = (seed, bh, thr, the rows' first)): once its slot is free,
-    rows drop[3] + ROWS h into masks[0][h] ([STAGES, ROWS, BLOCK_N], 1 kept, 0 dropped, in v's dtype:
-    _mask_rings'), then an arrival on its ready barrier. Run by the producer warpgroup, idle between
-    copies: in the consumers the draws slowed their issue-bound instruction stream.
+    """The dropout keep-masks of the ring's c-th key tile, keys [start, start + BLOCK_N) (128 or
+    64), for query rows from drop[3] (drop = (seed, bh, thr, the rows' first)): once its slot is
+    free, rows drop[3] + ROWS h into masks[0][h] ([STAGES, ROWS, BLOCK_N], 1 kept, 0 dropped, in v's
+    dtype: _mask_rings', one or two rings), then an arrival on its ready barrier. Run by a producer
+    warpgroup, idle between copies: in the consumers the draws slowed their issue-bound instruction
+    stream.
 
-    kernels._dropout_keep's draws and bytes, 16 rows a step: one Philox call a thread covers rows
-    {r, r + 8} x keys {2q + 8n + c} of a 32-key chunk, 4 bytes a word, a word's bytes 0-1 and 2-3
-    two key pairs. The ring is written as 32-bit pairs of v's dtype ([16, BLOCK_N / 2] a step, the
-    same swizzle), each word's four bytes compared with thr at once (_keep_flags), a pair's two
-    halves 1 or 0 by byte permutes. The steps a range loop: written unrolled (static_range), they spilled."""
+    kernels._dropout_keep's draws and bytes, 2048 elements a step (_draw_layout): one Philox call a
+    thread covers rows {r, r + 8} x keys {2q + 8n + c} of a 32-key chunk, 4 bytes a word, a word's
+    bytes 0-1 and 2-3 two key pairs. The ring is written as 32-bit pairs of v's dtype (the same
+    swizzle), each word's four bytes compared with thr at once (_keep_flags), a pair's two halves 1
+    or 0 by byte permutes. The steps a range loop: written unrolled (static_range), they spilled."""
     PAIRS: gl.constexpr = BLOCK_N // 2
-    # a thread's 8 pairs are one call's: registers (row + 8, pair + 4, pair + 8); lanes (pair q,
-    # row r); warps (the 32-key chunk)
-    layout: gl.constexpr = gl.DistributedLinearLayout([[8, 0], [0, 4], [0, 8]],
-                                                      [[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]],
-                                                      [[0, 16], [0, 32]], [], [16, PAIRS])
-    rows = gl.arange(0, 16, layout=gl.SliceLayout(1, layout))[:, None]
+    STEP: gl.constexpr = 2048 // BLOCK_N
+    layout: gl.constexpr = _draw_layout(BLOCK_N)
+    rows = gl.arange(0, STEP, layout=gl.SliceLayout(1, layout))[:, None]
     pairs = gl.arange(0, PAIRS, layout=gl.SliceLayout(0, layout))[None, :]
     c0 = ((start // 32) * 4 + (pairs // 16) * 4 + pairs % 4).to(gl.uint32)
-    word = (pairs // 8) % 2 + 2 * (rows // 8)  # of the call's four
+    c1_row = (rows // 16) * 8 + rows % 8  # a row's counter past its step's first
+    word = (pairs // 8) % 2 + 2 * ((rows // 8) % 2)  # of the call's four
     select = gl.where((pairs // 4) % 2 == 0, 0x9988, 0xBBAA)  # prmt: sign-replicate bytes 0, 1 or 2, 3
     one: gl.constexpr = 0x3F803F80 if masks[0][0].dtype == gl.bfloat16 else 0x3C003C00  # a pair of 1.0
     thr4 = drop[2].to(gl.uint32) * 0x01010101
@@ -414,18 +438,18 @@ def _draw_masks(masks, c, drop, start, BLOCK_N: gl.constexpr):
     STAGES: gl.constexpr = masks[0][0].shape[0]
     slot = c % STAGES
     mbarrier.wait(masks[2].index(slot), ((c // STAGES) & 1) ^ 1)
-    for half in gl.static_range(2):
-        ring = masks[0][half]._reinterpret(gl.int32, [STAGES * (ROWS // 16), 16, PAIRS], shared)
-        for step in range(ROWS // 16):
-            row0 = drop[3] + half * ROWS + step * 16
-            c1 = ((row0 // 16) * 8 + rows % 8).to(gl.uint32)
+    for half in gl.static_range(len(masks[0])):
+        ring = masks[0][half]._reinterpret(gl.int32, [STAGES * (ROWS // STEP), STEP, PAIRS], shared)
+        for step in range(ROWS // STEP):
+            row0 = drop[3] + half * ROWS + step * STEP
+            c1 = ((row0 // 16) * 8 + c1_row).to(gl.uint32)
             zero = c0 * 0 + c1 * 0
             w0, w1, w2, w3 = tl.philox(drop[0], c0 + zero, c1 + zero, zero + drop[1].to(gl.uint32), zero,
                                        DROPOUT_ROUNDS)
             w = gl.where(word < 2, gl.where(word == 0, w0, w1), gl.where(word == 2, w2, w3))
             pair = gl.inline_asm_elementwise("prmt.b32 $0, $1, 0, $2;", "=r,r,r", [_keep_flags(w, thr4), select],
                                              dtype=gl.int32, is_pure=True, pack=1)
-            ring.index(slot * (ROWS // 16) + step).store(pair & one)
+            ring.index(slot * (ROWS // STEP) + step).store(pair & one)
     gl.thread_barrier()  # every thread's masks stored before the arrival
     mbarrier.arrive(masks[1].index(slot), count=1)
 
@@ -777,11 +801,11 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SE
     gl.thread_barrier()
     item = (QLEN, QSEG, KSEG, Hq, G, Nq, Nk, left, right, sqsb, sqsn, sksb, sksn, n_m, n_m * B * Hq, KVLEN)
     out = (O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, (cap_in, cap_out))
-    drops = (None, None, None)  # the consumers' (mask ring, scale), the producer's (rings, seed, thr)
+    drops = (None, None, None)  # the consumers' (mask ring, scale), the producer's (rings, seed, thr, Hq)
     if DROPOUT:
         masks = _mask_rings(V.dtype.element_ty, STAGES, BLOCK_N)
         drops = (((masks[0][0], masks[1], masks[2]), DROP_SCALE), ((masks[0][1], masks[1], masks[2]), DROP_SCALE),
-                 (masks, dropout_seed(SEED, seed, SEED_WORDS), DROP_THR))
+                 (masks, dropout_seed(SEED, seed, SEED_WORDS), DROP_THR, Hq))
     gl.warp_specialize([
         (_persistent_consumer, (q0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
                                 Q_LENS, KV_LENS, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, D, STAGES, drops[0])),
@@ -875,7 +899,7 @@ def _persistent_producer(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty,
     """The persistent forward's loads: for each item, its first STAGES - 1 K/V tiles (their slots
     are the last item's, so they come free without the next query tile), its query tiles once
     q_empty says both consumers are done with the last, then its other K/V tiles. dropout =
-    (the consumers' mask rings, seed, thr): each tile's masks drawn too (_draw_masks)."""
+    (the consumers' mask rings, seed, thr, Hq): each tile's masks drawn too (_held_item_loads)."""
     c = 0
     it = 0
     for r in range(gl.cdiv(item[14], gl.num_programs(0))):
@@ -892,24 +916,25 @@ def _producer_item(q0, q1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_des
     """_persistent_producer's work item w: (c, it) after it, as _consumer_item's."""
     b, h, hk, start_m, q_len, kv_len, lo_shift, hi_shift, tiles, seg = _item(w, item, CAUSAL, WINDOW, Q_LENS,
                                                                              KV_LENS, SEGMENTS, BLOCK_N)
-    masks = None
-    drop = None
-    if dropout is not None:
-        masks = dropout[0]
-        drop = (dropout[1], b * item[3] + h, dropout[2], start_m)
     return _held_item_loads(k_bufs, v_bufs, ready, empty, k_desc, v_desc, q_ready, q_empty, ((q_desc, q0, q1), ), b,
-                            h, hk, start_m, tiles, c, it, BLOCK_N, STAGES, masks, drop)
+                            h, hk, start_m, tiles, c, it, BLOCK_N, STAGES, dropout)
 
 
 @gluon.jit
 def _held_item_loads(k_bufs, v_bufs, ready, empty, k_desc, v_desc, q_ready, q_empty, held, b, h, hk, m0, tiles, c,
-                     it, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, masks=None, drop=None):
+                     it, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, dropout=None):
     """A persistent program's loads for one item whose query rows the consumers hold: its first
     STAGES - 1 K/V tiles (their slots are the last item's, so they come free without the next rows),
     the held rows [m0, m0 + 2 ROWS) of each (descriptor, first half, second half) in ``held`` on
     q_ready once q_empty says both consumers are done with the last item's, then its other K/V
-    tiles. Returns (c, it) after the item. masks, drop: _tma_producer's (dropout)."""
+    tiles. Returns (c, it) after the item. dropout = (the consumers' mask rings, seed, thr, Hq):
+    each tile's masks drawn too (_tma_producer's masks, drop)."""
     D: gl.constexpr = k_bufs.shape[2]
+    masks = None
+    drop = None
+    if dropout is not None:
+        masks = dropout[0]
+        drop = (dropout[1], b * dropout[3] + h, dropout[2], m0)
     lo = tiles[0]
     hi = gl.maximum(tiles[3], lo)
     first = gl.minimum(hi, lo + (STAGES - 1))
@@ -1043,13 +1068,18 @@ def _query_tiles(k0, q_len, kv_len, lo_shift, hi_shift, CAUSAL: gl.constexpr, WI
 def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, r0, dk, dv, zero_s, LSE2, DELTA, lse_off, Nq,
                kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout: gl.constexpr,
                s_layout: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, KV_LENS: gl.constexpr,
-               MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr):
+               MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr, drop=None,
+               KEY0: gl.constexpr = 0):
     """The query tile from row r0 (the ring's c-th): S^T = K Q^T and dP^T = V dO^T in flight together,
     P^T = 2^(S^T qk_scale - lse2), dS^T = P^T (dP^T - delta); dV += P^T dO, dK += dS^T Q.
     MASK: scores of keys a row does not see (_visible) are 0. ALIBI: alibi = (keys as fp32,
     shift, slope2, slope2 (keys - k0), k0, cap), the forward's biased scores (_alibi; CAUSAL:
     split into a key and a row term, as _softmax). SOFTCAP: the scores _capped (by alibi[5])
-    before the bias, dS^T times the cap's slope 1 - tanh^2. Frees the tile's slot."""
+    before the bias, dS^T times the cap's slope 1 - tanh^2. drop (dropout): (the ring of the
+    program's masks, _keep_mask's, this warpgroup's keys from KEY0 in it; the kept values' scale s,
+    1 / s): dV from the kept P^T, dP^T through the same mask, dS^T = P^T (dP^T - delta / s), so
+    that dK and dV are s times the sums (the caller's): dV from the kept P^T times the
+    scale, dP^T through the same mask (kernels._dkdv_tile's). Frees the tile's slot."""
     slot = c % STAGES
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
     fence_async_shared()
@@ -1078,12 +1108,19 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, r0, dk, dv, zer
     if MASK:
         visible = _visible(keys[:, None], rows[None, :], kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, KV_LENS)
         pt = gl.where(visible, pt, 0.0)
+    if drop is not None:  # loaded once lse2 is spent (at 240 registers the consumer has none to spare)
+        keep = _keep_mask(drop[0], c, s_layout, True, KEY0)
+        delta = delta * drop[2]
     dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt_tok, ))
+    pv = pt.to(q_bufs.dtype)
+    if drop is not None:
+        dpt = dpt * keep.to(gl.float32)
+        pv = pv * keep
     dst = pt * (dpt - delta[None, :])
     if SOFTCAP:
         dst = dst * _cap_slope(st, cap)
     dst = dst.to(q_bufs.dtype)
-    dv_tok = warpgroup_mma(gl.convert_layout(pt.to(q_bufs.dtype), op_layout), do_s, dv, is_async=True)
+    dv_tok = warpgroup_mma(gl.convert_layout(pv, op_layout), do_s, dv, is_async=True)
     dk_tok = warpgroup_mma(gl.convert_layout(dst, op_layout), q_s, dk, is_async=True)
     dv = warpgroup_mma_wait(num_outstanding=1, deps=(dv_tok, ))
     dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk_tok, ))
@@ -1096,12 +1133,13 @@ def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, S
                    sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
                    hi_shift, shift, qk_scale, sm_scale, cap, k0, tiles, lists, CAUSAL: gl.constexpr,
                    WINDOW: gl.constexpr, KV_LENS: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
-                   VARLEN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, BS: gl.constexpr = 0):
+                   VARLEN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, BS: gl.constexpr = 0, drop=None,
+                   KEY0: gl.constexpr = 0):
     """One warpgroup: keys [k0, k0 + KEYS); over the G query heads of kv head hk, query tiles
     [lo, full_lo) and [full_hi, hi) masked, [full_lo, full_hi) not (tiles: _query_tiles'; BS:
     each head's list of query blocks, _head_list); writes the keys' dK (times sm_scale) and dV
     (rows below n_k). Head hq's lse2 and delta rows start at (lse_h0 + hq) lse_sh + lse_row0; n_q
-    rows of them are read."""
+    rows of them are read. drop: _dkdv_tile's, the ring's keys from KEY0 (0 or KEYS: the program's half)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, ROWS, 16])
     a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -1124,24 +1162,27 @@ def _dkdv_consumer(k_smem, v_smem, q_bufs, do_bufs, ready, empty, LSE2, DELTA, S
             dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, _tile_start(0, i, listed, ROWS, BS),
                                 dk, dv, zero_s, LSE2, DELTA, lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys,
                                 offs_q, alibi, op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, True, ALIBI, SOFTCAP,
-                                STAGES)
+                                STAGES, drop, KEY0)
             c += 1
         for i in range(full_lo, full_hi):
             dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, _tile_start(0, i, listed, ROWS, BS),
                                 dk, dv, zero_s, LSE2, DELTA, lse_off, n_q, kv_len, lo_shift, hi_shift, qk_scale, keys,
                                 offs_q, alibi, op_layout, s_layout, CAUSAL, WINDOW, KV_LENS, False, ALIBI, SOFTCAP,
-                                STAGES)
+                                STAGES, drop, KEY0)
             c += 1
         if WINDOW or KV_LENS:  # the tiles past the window's lower edge, or those of a block past kv_len
             for i in range(full_hi, hi):
                 dk, dv = _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c,
                                     _tile_start(0, i, listed, ROWS, BS), dk, dv, zero_s, LSE2, DELTA, lse_off, n_q,
                                     kv_len, lo_shift, hi_shift, qk_scale, keys, offs_q, alibi, op_layout, s_layout,
-                                    CAUSAL, WINDOW, KV_LENS, True, ALIBI, SOFTCAP, STAGES)
+                                    CAUSAL, WINDOW, KV_LENS, True, ALIBI, SOFTCAP, STAGES, drop, KEY0)
                 c += 1
     offs_r = k0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
     keep = (offs_r < n_k)[:, None]
+    if drop is not None:  # the kept values' scale, out of _dkdv_tile's sums
+        dk = dk * drop[1]
+        dv = dv * drop[1]
     gl.store(DK + dk_off + offs_r.to(gl.int64)[:, None] * sdkn + offs_d[None, :],
              (dk * sm_scale).to(DK.dtype.element_ty), mask=keep)
     gl.store(DV + dv_off + offs_r.to(gl.int64)[:, None] * sdvn + offs_d[None, :], dv.to(DV.dtype.element_ty),
@@ -1194,10 +1235,12 @@ def _head_descriptor(A, a_off, sah, san, G, n, TILE: gl.constexpr, D: gl.constex
 
 @gluon.jit
 def _dkdv_producer(q_bufs, do_bufs, ready, empty, q_desc, do_desc, G, lo, hi, lists, STAGES: gl.constexpr,
-                   BS: gl.constexpr = 0):
+                   BS: gl.constexpr = 0, masks=None, drop=None):
     """Q and dO tiles [lo, hi) (BS: each head's listed blocks, _head_list) of the G query heads of
     the program's kv head, head after head, by TMA (_head_descriptor's: one arrival on
-    ready[slot] expecting both tiles' bytes)."""
+    ready[slot] expecting both tiles' bytes). masks (dropout): each tile's keep-masks for the
+    program's 2 KEYS keys drawn while its copies fly (_draw_masks into _mask_rings' one ring;
+    drop = (seed, the first query head's b Hq + hq, thr, the first key))."""
     TILE: gl.constexpr = q_bufs.shape[1]
     D: gl.constexpr = q_bufs.shape[2]
     c = lo * 0
@@ -1217,18 +1260,22 @@ def _dkdv_producer(q_bufs, do_bufs, ready, empty, q_desc, do_desc, G, lo, hi, li
                                             q_bufs.index(slot).reshape([1, TILE, D]))
             tma.async_copy_global_to_shared(do_desc, [g, start, 0], ready.index(slot),
                                             do_bufs.index(slot).reshape([1, TILE, D]))
+            if masks is not None:
+                _draw_masks(masks, c, (drop[0], drop[1] + g, drop[2], start), drop[3], 2 * KEYS)
             c += 1
 
 
-@kernel(inputs=11, outputs=3, gluon=True)
-def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, qk_scale,
+@kernel(inputs=12, outputs=3, gluon=True)
+def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, Nq, Nk, qk_scale,
                               sm_scale, left, right, cap_in, cap_out, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sqb, sqh, sqn,
                               skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, Tq,
-                              Tk, DK, DV, SCRATCH, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+                              Tk, seed, DK, DV, SCRATCH, CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
                               PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                               WINDOW: gl.constexpr = False, Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False,
                               ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False,
-                              SEGMENTS: gl.constexpr = False, VARLEN: gl.constexpr = False):
+                              SEGMENTS: gl.constexpr = False, VARLEN: gl.constexpr = False,
+                              DROPOUT: gl.constexpr = False, SEED_WORDS: gl.constexpr = 0, DROP_THR: gl.constexpr = 0,
+                              DROP_SCALE: gl.constexpr = 1.0):
     """Grid (cdiv(Nk, 2 KEYS), B * Hkv), 4 warps (12 in all): a program's 2 KEYS keys held in
     shared memory, one consumer warpgroup for each half; a producer streams the Q and dO tiles
     of the G query heads through a ring of STAGES. The producer is the default partition (the
@@ -1239,7 +1286,8 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSE
     Only the query tiles that see the program's keys are visited; those crossing the causal
     diagonal, a window edge or kv_len masked. VARLEN: as fa_fwd_hopper_kernel's, grid (cdiv(Nk,
     2 KEYS), (B + 1) * Hkv), LSE2 and DELTA [Hq, Tq]; slot B zero-fills the dK, dV rows outside
-    every sequence. Q / dO by TMA (SCRATCH: Triton's global scratch, the descriptors')."""
+    every sequence. Q / dO by TMA (SCRATCH: Triton's global scratch, the descriptors'). DROPOUT
+    (dense): as fa_fwd_hopper_kernel's, the same mask, drawn by the producer (_dkdv_producer)."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -1280,35 +1328,45 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSE
         lse_row0 = 0
     q_desc = _head_descriptor(Q, q_off, sqh, sqn, G, q_len, ROWS, D)
     do_desc = _head_descriptor(DO, do_off, sdoh, sdon, G, q_len, ROWS, D)
+    gl.static_assert(not (DROPOUT and VARLEN), "dropout on the Gluon backward: dense only")
+    drops = (None, None, None)  # the consumers' (mask ring, scale, 1 / scale), the producer's rings and draw
+    if DROPOUT:
+        masks = _mask_rings(dtype, STAGES, 2 * KEYS, 1)
+        drops = ((masks[0][0], masks[1], masks[2]), DROP_SCALE, 1.0 / DROP_SCALE), masks, \
+            (dropout_seed(SEED, seed, SEED_WORDS), b * Hq + hk * G, DROP_THR, k0)
     gl.warp_specialize([
         (_dkdv_producer, (q_bufs, do_bufs, ready, empty, q_desc, do_desc, G, tiles[0], tiles[3], (Q, Q, 0, 0, 0),
-                          STAGES)),
+                          STAGES, 0, drops[1], drops[2])),
         (_dkdv_consumer, (k0_s, v0_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
                           sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
                           hi_shift, kv_len - q_len, qk_scale, sm_scale, (cap_in, cap_out), k0, tiles, (Q, Q, 0, 0, 0),
-                          CAUSAL, WINDOW, KV_LENS or VARLEN, ALIBI, SOFTCAP, VARLEN, D, STAGES)),
+                          CAUSAL, WINDOW, KV_LENS or VARLEN, ALIBI, SOFTCAP, VARLEN, D, STAGES, 0, drops[0], 0)),
         (_dkdv_consumer, (k1_s, v1_s, q_bufs, do_bufs, ready, empty, LSE2, DELTA, SLOPES, DK, DV, dk_off, dv_off,
                           sdkn, sdvn, s_ab, s_ah, lse_h0, lse_sh, lse_row0, G, hk, b, nseq, n_q, n_k, kv_len, lo_shift,
                           hi_shift, kv_len - q_len, qk_scale, sm_scale, (cap_in, cap_out), k0 + KEYS, tiles,
-                          (Q, Q, 0, 0, 0), CAUSAL, WINDOW, KV_LENS or VARLEN, ALIBI, SOFTCAP, VARLEN, D, STAGES)),
+                          (Q, Q, 0, 0, 0), CAUSAL, WINDOW, KV_LENS or VARLEN, ALIBI, SOFTCAP, VARLEN, D, STAGES, 0,
+                          drops[0], KEYS)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
 @gluon.jit
 def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, k0, dq, zero_s, lse2, delta, qk_scale, rows, offs_n,
              kv_len, lo_shift, hi_shift, alibi, dq_op: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
-             MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr):
+             MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr, drop=None):
     """The key tile from key k0 (the ring's c-th): S = Q K^T and dP = dO V^T in flight together, dS = P (dP -
     delta), dQ += dS K. MASK: scores of keys a row does not see (_visible) are 0. ALIBI: alibi =
     (rows + shift as fp32, slope2, slope2 x the tile's columns, cap), the forward's biased scores
     (_alibi; CAUSAL: split into a column and a row term, as _softmax). SOFTCAP: as _dkdv_tile's.
-    Frees the tile's slot."""
+    drop (dropout): (the warpgroup's mask ring, _keep_mask's, ...): dP through the mask (delta
+    divided by the kept values' scale, dQ times it: the caller's). Frees the tile's slot."""
     slot = c % STAGES
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
     fence_async_shared()
     k_s = k_bufs.index(slot)
     s_tok = warpgroup_mma(q_smem, k_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
     dp_tok = warpgroup_mma(do_smem, v_bufs.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    if drop is not None:
+        keep = _keep_mask(drop[0], c, gl.constexpr(zero_s.type.layout))
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok, ))
     rows_f, slope2, col_bias, cap = alibi
     if SOFTCAP:
@@ -1327,6 +1385,8 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, k0, dq, zero_s, l
         keys = k0 + offs_n
         p = gl.where(_visible(keys[None, :], rows[:, None], kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, True), p, 0.0)
     dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
+    if drop is not None:
+        dp = dp * keep.to(gl.float32)
     ds = p * (dp - delta[:, None])
     if SOFTCAP:
         ds = ds * _cap_slope(s, cap)
@@ -1340,11 +1400,14 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, k0, dq, zero_s, l
 def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, Nq, kv_len,
                  lo_shift, hi_shift, shift, qk_scale, sm_scale, slope2, cap, m0, tiles, LIST, CAUSAL: gl.constexpr,
                  WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, D: gl.constexpr,
-                 STAGES: gl.constexpr, BS: gl.constexpr = 0, c0=0, q_free=None, Q_FREE: gl.constexpr = False):
+                 STAGES: gl.constexpr, BS: gl.constexpr = 0, c0=0, q_free=None, Q_FREE: gl.constexpr = False,
+                 drop=None):
     """One warpgroup: query rows [m0, m0 + ROWS); key tiles [lo, full_lo) and [full_hi, hi)
     masked, [full_lo, full_hi) not (tiles: _key_tiles'; BS: tiles of LIST's blocks, _tile_start),
     the ring's c0-th on; writes their dQ (times sm_scale), rows below Nq. Q_FREE: an arrival on
-    q_free once the last tile is done (the held Q and dO rows may be refilled)."""
+    q_free once the last tile is done (the held Q and dO rows may be refilled). drop (dropout): (the
+    warpgroup's mask ring, the kept values' scale s, 1 / s): dQ = s dS K with dS = P (dP - delta / s)
+    (_dq_tile)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, KEYS, 16])
     a_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
@@ -1353,6 +1416,8 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
     inside = rows < Nq
     lse2 = gl.load(LSE2 + lse_off + rows, mask=inside, other=float("inf"))
     delta = gl.load(DELTA + lse_off + rows, mask=inside, other=0.0)
+    if drop is not None:
+        delta = delta * drop[2]
     offs_n = gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
     zero_s = gl.zeros([ROWS, KEYS], gl.float32, s_layout)
     dq = gl.zeros([ROWS, D], gl.float32, a_layout)
@@ -1362,38 +1427,43 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
         for j in range(lo, full_lo):
             dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c0 + j - lo, _tile_start(0, j, LIST, KEYS, BS),
                           dq, zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op,
-                          CAUSAL, WINDOW, True, ALIBI, SOFTCAP, STAGES)
+                          CAUSAL, WINDOW, True, ALIBI, SOFTCAP, STAGES, drop)
     for j in range(full_lo, full_hi):
         dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c0 + j - lo, _tile_start(0, j, LIST, KEYS, BS), dq,
                       zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL,
-                      WINDOW, False, ALIBI, SOFTCAP, STAGES)
+                      WINDOW, False, ALIBI, SOFTCAP, STAGES, drop)
     for j in range(full_hi, hi):
         dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c0 + j - lo, _tile_start(0, j, LIST, KEYS, BS), dq,
                       zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL,
-                      WINDOW, True, ALIBI, SOFTCAP, STAGES)
+                      WINDOW, True, ALIBI, SOFTCAP, STAGES, drop)
     if Q_FREE:
         mbarrier.arrive(q_free, count=1)
+    if drop is not None:
+        dq = dq * drop[1]
     offs_r = m0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, a_layout))
     gl.store(DQ + dq_off + offs_r.to(gl.int64)[:, None] * sdqn + offs_d[None, :],
              (dq * sm_scale).to(DQ.dtype.element_ty), mask=(offs_r < Nq)[:, None])
 
 
-@kernel(inputs=11, outputs=2, gluon=True)
-def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk, qk_scale,
+@kernel(inputs=12, outputs=2, gluon=True)
+def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, Nq, Nk, qk_scale,
                             sm_scale, left, right, cap_in, cap_out, s_ab, s_ah, sqsb, sqsn, sksb, sksn, sqb, sqh, sqn,
-                            skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh, sdqn, Tq, Tk, DQ, SCRATCH,
+                            skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh, sdqn, Tq, Tk, seed, DQ, SCRATCH,
                             CAUSAL: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
                             PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False,
                             Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False, ALIBI: gl.constexpr = False,
                             SOFTCAP: gl.constexpr = False, SEGMENTS: gl.constexpr = False,
-                            VARLEN: gl.constexpr = False):
+                            VARLEN: gl.constexpr = False, DROPOUT: gl.constexpr = False,
+                            SEED_WORDS: gl.constexpr = 0, DROP_THR: gl.constexpr = 0,
+                            DROP_SCALE: gl.constexpr = 1.0):
     """Grid (cdiv(Nq, 2 ROWS), B * Hq), 4 warps (12 in all): the forward's form, Q and dO rows
     held, two consumer warpgroups of ROWS rows, K and V tiles of KEYS rows streamed by the
     producer (only those the rows see). Options as fa_bwd_dkdv_hopper_kernel's. Causal: the
     last query blocks (the most keys) run first. VARLEN: grid (cdiv(Nq, 2 ROWS), (B + 1) * Hq);
     slot B zero-fills the dQ rows outside every sequence. K / V by TMA (_tma_producer; SCRATCH:
-    Triton's global scratch, the descriptors')."""
+    Triton's global scratch, the descriptors'). DROPOUT (dense): as fa_fwd_hopper_kernel's, the
+    same mask, drawn by the producer beside each K / V tile."""
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
     svb, svh, svn = _strides8(svb, svh, svn)
@@ -1427,33 +1497,44 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG,
         n_q = Nq
         lse_off = bh.to(gl.int64) * Nq
     slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, nseq, ALIBI, VARLEN)
+    gl.static_assert(not (DROPOUT and VARLEN), "dropout on the Gluon backward: dense only")
+    drops = (None, None, None, None)  # the consumers' (mask ring, scale, 1 / scale), the producer's rings and draw
+    if DROPOUT:
+        masks = _mask_rings(dtype, STAGES, KEYS)
+        drops = ((masks[0][0], masks[1], masks[2]), DROP_SCALE, 1.0 / DROP_SCALE), \
+            ((masks[0][1], masks[1], masks[2]), DROP_SCALE, 1.0 / DROP_SCALE), masks, \
+            (dropout_seed(SEED, seed, SEED_WORDS), bh, DROP_THR, m0)
     gl.warp_specialize([
         (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, n_q, kv_len,
                         lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, (cap_in, cap_out), m0, tiles,
-                        None, CAUSAL, WINDOW, ALIBI, SOFTCAP, D, STAGES)),
+                        None, CAUSAL, WINDOW, ALIBI, SOFTCAP, D, STAGES, 0, 0, None, False, drops[0])),
         (_dq_consumer, (q1_s, do1_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, n_q, kv_len,
                         lo_shift, hi_shift, kv_len - q_len, qk_scale, sm_scale, slope2, (cap_in, cap_out), m0 + ROWS,
-                        tiles, None, CAUSAL, WINDOW, ALIBI, SOFTCAP, D, STAGES)),
-        (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], KEYS, STAGES)),
+                        tiles, None, CAUSAL, WINDOW, ALIBI, SOFTCAP, D, STAGES, 0, 0, None, False, drops[1])),
+        (_tma_producer, (k_bufs, v_bufs, ready, empty, k_desc, v_desc, tiles[0], tiles[3], KEYS, STAGES, None, 0, 0,
+                         None, drops[2], drops[3])),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-@kernel(inputs=11, outputs=2, gluon=True)
-def fa_bwd_dq_hopper_persistent_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG, KSEG, Hq, G, Nq, Nk,
-                                       qk_scale, sm_scale, left, right, cap_in, cap_out, s_ab, s_ah, sqsb, sqsn, sksb,
-                                       sksn, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb, sdqh,
-                                       sdqn, Tq, Tk, B, DQ, SCRATCH, CAUSAL: gl.constexpr, D: gl.constexpr,
+@kernel(inputs=12, outputs=2, gluon=True)
+def fa_bwd_dq_hopper_persistent_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, Nq,
+                                       Nk, qk_scale, sm_scale, left, right, cap_in, cap_out, s_ab, s_ah, sqsb, sqsn,
+                                       sksb, sksn, sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sdob, sdoh, sdon, sdqb,
+                                       sdqh, sdqn, Tq, Tk, B, seed, DQ, SCRATCH, CAUSAL: gl.constexpr, D: gl.constexpr,
                                        STAGES: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                                        CONSUMER_REGS: gl.constexpr, WINDOW: gl.constexpr = False,
                                        Q_LENS: gl.constexpr = False, KV_LENS: gl.constexpr = False,
                                        ALIBI: gl.constexpr = False, SOFTCAP: gl.constexpr = False,
-                                       SEGMENTS: gl.constexpr = False, VARLEN: gl.constexpr = False):
+                                       SEGMENTS: gl.constexpr = False, VARLEN: gl.constexpr = False,
+                                       DROPOUT: gl.constexpr = False, SEED_WORDS: gl.constexpr = 0,
+                                       DROP_THR: gl.constexpr = 0, DROP_SCALE: gl.constexpr = 1.0):
     """fa_bwd_dq_hopper_kernel's dQ, dense [B, H, N, D] with no lengths, as a persistent kernel (the
     forward's form, fa_fwd_hopper_persistent_kernel): grid (programs, 1), work items in
     fa_bwd_dq_hopper_kernel's grid order (_work), dealt by _snake. Q, dO and K / V by TMA through
     descriptors over all heads (rows past Nq, Nk land as zeros); the producer loads an item's Q and
     dO rows once both consumers are done with the last item's (q_empty), after its first K / V
-    tiles, so that they arrive under the last item's epilogue. B: the batch."""
+    tiles, so that they arrive under the last item's epilogue. B: the batch. DROPOUT: as
+    fa_bwd_dq_hopper_kernel's."""
     gl.static_assert(not (VARLEN or Q_LENS or KV_LENS), "the persistent dQ takes no lengths nor packed sequences")
     sqb, sqh, sqn = _strides8(sqb, sqh, sqn)
     skb, skh, skn = _strides8(skb, skh, skn)
@@ -1480,13 +1561,19 @@ def fa_bwd_dq_hopper_persistent_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SL
     gl.thread_barrier()
     item = (QLEN, KVLEN, Hq, G, Nq, Nk, left, right, n_m, n_m * B * Hq)
     out = (LSE2, DELTA, DQ, SLOPES, s_ab, s_ah, sdqb, sdqh, sdqn, qk_scale, sm_scale, (cap_in, cap_out))
+    drops = (None, None, None)  # the consumers' (mask ring, scale, 1 / scale), the producer's (rings, seed, thr, Hq)
+    if DROPOUT:
+        masks = _mask_rings(dtype, STAGES, KEYS)
+        drops = ((masks[0][0], masks[1], masks[2]), DROP_SCALE, 1.0 / DROP_SCALE), \
+            ((masks[0][1], masks[1], masks[2]), DROP_SCALE, 1.0 / DROP_SCALE), \
+            (masks, dropout_seed(SEED, seed, SEED_WORDS), DROP_THR, Hq)
     gl.warp_specialize([
         (_dq_persistent_consumer, (q0, do0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL,
-                                   WINDOW, ALIBI, SOFTCAP, D, STAGES)),
+                                   WINDOW, ALIBI, SOFTCAP, D, STAGES, drops[0])),
         (_dq_persistent_consumer, (q1, do1, ROWS, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL,
-                                   WINDOW, ALIBI, SOFTCAP, D, STAGES)),
+                                   WINDOW, ALIBI, SOFTCAP, D, STAGES, drops[1])),
         (_dq_persistent_producer, (q0, q1, do0, do1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, do_desc,
-                                   k_desc, v_desc, item, CAUSAL, WINDOW, STAGES)),
+                                   k_desc, v_desc, item, CAUSAL, WINDOW, STAGES, drops[2])),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -1506,10 +1593,10 @@ def _dq_item(w, item, CAUSAL: gl.constexpr, WINDOW: gl.constexpr):
 @gluon.jit
 def _dq_persistent_consumer(q_smem, do_smem, half, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item,
                             CAUSAL: gl.constexpr, WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr,
-                            D: gl.constexpr, STAGES: gl.constexpr):
+                            D: gl.constexpr, STAGES: gl.constexpr, drop=None):
     """A consumer warpgroup of the persistent dQ: rows [m0 + half, + ROWS) of each of its program's
     items (_dq_consumer's work), its Q and dO rows awaited on q_ready and freed on q_empty, in
-    _snake's order; c counts the ring's tiles, it the items."""
+    _snake's order; c counts the ring's tiles, it the items. drop: _dq_consumer's."""
     LSE2, DELTA, DQ, SLOPES, s_ab, s_ah, sdqb, sdqh, sdqn, qk_scale, sm_scale, cap = out
     Hq = item[2]
     Nq = item[4]
@@ -1524,16 +1611,18 @@ def _dq_persistent_consumer(q_smem, do_smem, half, k_bufs, v_bufs, ready, empty,
             _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, (b * Hq + h).to(gl.int64) * Nq,
                          _head(b, h, 0, sdqb, sdqh, sdqn, False), sdqn, Nq, kv_len, lo_shift, hi_shift, kv_len - Nq,
                          qk_scale, sm_scale, slope2, cap, m0 + half, tiles, None, CAUSAL, WINDOW, ALIBI, SOFTCAP, D,
-                         STAGES, 0, c, q_empty, True)
+                         STAGES, 0, c, q_empty, True, drop)
             c += gl.maximum(tiles[3] - tiles[0], 0)
             it += 1
 
 
 @gluon.jit
 def _dq_persistent_producer(q0, q1, do0, do1, k_bufs, v_bufs, ready, empty, q_ready, q_empty, q_desc, do_desc,
-                            k_desc, v_desc, item, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, STAGES: gl.constexpr):
+                            k_desc, v_desc, item, CAUSAL: gl.constexpr, WINDOW: gl.constexpr, STAGES: gl.constexpr,
+                            dropout=None):
     """The persistent dQ's loads: for each item, its first STAGES - 1 K / V tiles, its Q and dO rows
-    once q_empty says both consumers are done with the last item's, then its other K / V tiles."""
+    once q_empty says both consumers are done with the last item's, then its other K / V tiles.
+    dropout: _persistent_producer's."""
     c = 0
     it = 0
     for r in range(gl.cdiv(item[9], gl.num_programs(0))):
@@ -1541,4 +1630,5 @@ def _dq_persistent_producer(q0, q1, do0, do1, k_bufs, v_bufs, ready, empty, q_re
         if w < item[9]:
             b, h, hk, m0, kv_len, lo_shift, hi_shift, tiles = _dq_item(w, item, CAUSAL, WINDOW)
             c, it = _held_item_loads(k_bufs, v_bufs, ready, empty, k_desc, v_desc, q_ready, q_empty,
-                                     ((q_desc, q0, q1), (do_desc, do0, do1)), b, h, hk, m0, tiles, c, it, KEYS, STAGES)
+                                     ((q_desc, q0, q1), (do_desc, do0, do1)), b, h, hk, m0, tiles, c, it, KEYS, STAGES,
+                                     dropout)

@@ -423,9 +423,9 @@ HOPPER_DROPOUT = True
 HOPPER_DROPOUT_CONFIG = {"STAGES": 2, "PRODUCER_REGS": 32, "CONSUMER_REGS": 240}
 HOPPER_DROPOUT_DIMS = (128,)
 # The dense forward's K / V ring with split barriers (hopper._tile_ring SPLIT): a K slot comes free
-# at its QK, a step before its V, so a ring of 2 (dropout's) keeps a step of prefetch. Off until a
-# GPU has run it (compiled for sm_90 on the CPU): on an H200 a ring of 2 took 1.17x the time of 3
-# without it (NVIDIA_H200-flash_gluon.txt 37).
+# at its QK, a step before its V. Off: bits equal to the joint barriers', but on an H200 1.011x their
+# time with 3 stages and 1.05x with dropout's 2 (a plain ring of 2: 1.03x against 1.15x;
+# NVIDIA_H200-flash_gluon.txt 38).
 HOPPER_SPLIT_KV = False
 
 
@@ -595,31 +595,45 @@ HOPPER_BWD = {"STAGES": 2, "PRODUCER_REGS": 24, "CONSUMER_REGS": 240}
 # dK / dV has no persistent form: written so, its consumers spilled in the tile loop (section 33).
 HOPPER_BWD_PERSISTENT = True
 DQ_PERSISTENT_SCRATCH = 512
+# Attention dropout on the Gluon backward (D in HOPPER_DROPOUT_DIMS): the producers draw each tile's
+# masks into a shared ring as the forward's (dK / dV: one [ROWS, 128 keys] ring whose key halves the
+# consumers read transposed; dQ: a [ROWS, 64 keys] ring a consumer), the dQ producer at the
+# registers the forward's draw needs (the dK / dV producer is the default partition: 32 left). On an
+# H200 (B4 H32 N4096 D128 bf16 causal, p 0.1) the backward 1.27x plain's time against the portable
+# dropout backward's 1.50x; fwd+bwd 1.29x plain (NVIDIA_H200-flash_gluon.txt 39).
+HOPPER_DROPOUT_BACKWARD = True
+HOPPER_BWD_DROPOUT = {"PRODUCER_REGS": 32}
 
 
 def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D: int, Nk: int, target: Target,
                      layout: str, options: Options, arrays) -> bool:
     """Whether dK, dV and dQ run the Gluon kernels: where the forward runs its Gluon kernel with
-    the option arrays of HOPPER_BACKWARD_ARRAYS alone (no segment ids yet), do laid out as q
-    must be."""
+    the option arrays of HOPPER_BACKWARD_ARRAYS alone (no segment ids yet; dropout with
+    HOPPER_DROPOUT_BACKWARD), do laid out as q must be."""
     return HOPPER_BACKWARD and _hopper_forward(q, k, v, D, Nk, target, layout, options, arrays,
-                                               HOPPER_BACKWARD_ARRAYS, HOPPER_HEAD_DIMS) and _cp_async_rows(do)
+                                               HOPPER_BACKWARD_ARRAYS, HOPPER_HEAD_DIMS,
+                                               HOPPER_DROPOUT_BACKWARD) and _cp_async_rows(do)
 
 
 def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, geo: _Gluon, causal: bool,
                               scale: float, options: Options, named: dict, target: Target) -> Tuple[Launch, Launch]:
     """The dK / dV and dQ launches of the Gluon backward (after the portable delta launch)."""
     arrays, opt_scalars, o_const = geo.options(options, named, causal, scale)
+    # dropout's seed array (q for none), int seed (the last scalar) and constexprs, as the forward's
+    drop_inputs, _, drop_tail, drop = _option_launch(options, named, causal, scale, geo.B, geo.Hq, geo.Nq, geo.Nk)
+    dropout = {n: drop[n] for n in ("DROPOUT", "SEED_WORDS", "DROP_THR", "DROP_SCALE")} if options.dropout_p > 0 else {}
     # with ALiBi or softcap the forward's base-2 lse (the scores are not s * scale * log2(e)), else the delta launch's
-    inputs = ("q", "k", "v", "do", "lse_base2" if o_const["ALIBI"] or o_const["SOFTCAP"] else "lse2", "delta", *arrays)
+    inputs = ("q", "k", "v", "do", "lse_base2" if o_const["ALIBI"] or o_const["SOFTCAP"] else "lse2", "delta", *arrays,
+              drop_inputs[-1])
     common = (geo.Hq, geo.Hq // geo.Hkv, geo.Nq, geo.Nk, scale * LOG2E, scale, *opt_scalars, *geo.strides(q),
               *geo.strides(k), *geo.strides(v), *geo.strides(do))
-    const = {"CAUSAL": causal, "D": geo.D, **HOPPER_BWD, **o_const}
+    const = {"CAUSAL": causal, "D": geo.D, **HOPPER_BWD, **(HOPPER_BWD_DROPOUT if dropout else {}), **o_const,
+             **dropout}
     (dk, dk_strides), (dv, dv_strides) = geo.output("dk", False, k.dtype), geo.output("dv", False, v.dtype)
     dq, dq_strides = geo.output("dq", True, q.dtype)
     key_grid, query_grid = geo.grid(False), geo.grid(True)
     dkdv = Launch(kern.hopper.fa_bwd_dkdv_hopper_kernel, key_grid, inputs,
-                  (*common, *dk_strides, *dv_strides, *geo.tail()),
+                  (*common, *dk_strides, *dv_strides, *geo.tail(), drop_tail[-1]),
                   (dk, dv, scratch_buffer("tma_scratch_dkdv", key_grid, TMA_SCRATCH)), const, num_warps=4)
     dq_fn, dq_tail, dq_scratch = kern.hopper.fa_bwd_dq_hopper_kernel, geo.tail(), TMA_SCRATCH
     if HOPPER_BWD_PERSISTENT and not (geo.packed or o_const["Q_LENS"] or o_const["KV_LENS"]) and \
@@ -627,7 +641,7 @@ def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: Arra
         dq_fn, dq_tail, dq_scratch = (kern.hopper.fa_bwd_dq_hopper_persistent_kernel, (*geo.tail(), geo.B),
                                       DQ_PERSISTENT_SCRATCH)
         query_grid = (min(math.prod(query_grid), target.num_sms), 1)
-    dq = Launch(dq_fn, query_grid, inputs, (*common, *dq_strides, *dq_tail),
+    dq = Launch(dq_fn, query_grid, inputs, (*common, *dq_strides, *dq_tail, drop_tail[-1]),
                 (dq, scratch_buffer("tma_scratch_dq", query_grid, dq_scratch)), const, num_warps=4)
     return dkdv, dq
 

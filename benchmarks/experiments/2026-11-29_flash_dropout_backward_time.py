@@ -1,0 +1,51 @@
+"""Issue 25: attention dropout on the Gluon backward (plans.HOPPER_DROPOUT_BACKWARD: the dK / dV and dQ
+producers draw the mask) against the portable dropout backward and plain causal, ato_torch, B4 H32
+N4096 D128 bf16 causal, p 0.1 (the target: at most 1.15x plain causal). Each row's backward kernels
+checked by the profiler; the two dropout rows' gradients against each other (the same mask: a draw off
+by one would put them far apart). tools/fa_option_time.py; do_bench medians, fwd and fwd+bwd.
+
+    python3 benchmarks/experiments/2026-11-29_flash_dropout_backward_time.py
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from fa_option_time import inputs, report, timed  # noqa: E402
+
+DROP = {"dropout_p": 0.1, "seed": 7}
+FORMS = [  # label, plans settings, options
+    ("plain", {}, {}),
+    ("dropout, Gluon bwd", {"HOPPER_DROPOUT_BACKWARD": True}, DROP),
+    ("dropout, portable bwd", {"HOPPER_DROPOUT_BACKWARD": False}, DROP),
+]
+
+
+def main():
+    import torch
+
+    import ato_torch
+    from ab import launched
+    from ato_core.ops.flash_attention import plans
+    from helpers import plan_settings
+
+    x = inputs()
+    rows, grads = [], {}
+    for label, settings, kw in FORMS:
+        with plan_settings("flash_attention", plans, [], **settings):
+            leaves = [t.detach().requires_grad_() for t in x[:3]]
+
+            def bwd():
+                o = ato_torch.flash_attention(*leaves, causal=True, **kw)
+                return torch.autograd.grad(o, leaves, x[3])
+
+            print(f"  {label}: {launched(bwd, 'fa_')}", flush=True)
+            grads[label] = bwd()
+            rows.append(timed(label, *x, **kw))
+    for a, b, n in zip(grads["dropout, Gluon bwd"], grads["dropout, portable bwd"], ("dq", "dk", "dv")):
+        err = ((a.float() - b.float()).norm() / b.float().norm()).item()
+        print(f"  {n}: Gluon against portable, rel err {err:.2e}", flush=True)
+    report(rows)
+
+
+if __name__ == "__main__":
+    main()
