@@ -316,14 +316,15 @@ def test_hopper_backward_chosen_where_it_applies():
     assert names == ["fa_bwd_delta_kernel", "fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     _, dkdv, dq = plan.launches
     assert dkdv.grid == (6, 4) and dq.grid == (8, 16) and dkdv.scalars[:4] == dq.scalars[:4] == (8, 4, 1000, 700)
-    assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse2", "delta", "q", "q", "q", "q", "q")
+    assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse2", "delta", "q", "q", "q", "q", "q", "q")
+    assert dkdv.scalars[-1] == dq.scalars[-1] == 0 and not dkdv.constexprs.get("DROPOUT")  # no seed
     assert dkdv.scalars[6:8] == dq.scalars[6:8] == (1000 + 700 + 1, 0) and not dkdv.constexprs["WINDOW"]
     assert plan.results == ("dq", "dk", "dv")
     names, plan = bwd(gpu_spec((2, 1000, 8, 128), "float16"), gpu_spec((2, 700, 2, 128), "float16"), layout="bnhd",
                       causal=False)
     assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     assert plan.buffer("dq").shape == (2, 1000, 8, 128)
-    assert plan.launches[2].scalars[-5:] == (1000 * 8 * 128, 128, 8 * 128, 1000, 700)  # dq's strides, Tq, Tk
+    assert plan.launches[2].scalars[-6:] == (1000 * 8 * 128, 128, 8 * 128, 1000, 700, 0)  # dq's strides, Tq, Tk, seed
     names, plan = bwd(q, k, options=fa_core.Options(window=(64, None)))
     assert names[1:] == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     assert all(launch.constexprs["WINDOW"] and launch.scalars[6:8] == (64, 0) for launch in plan.launches[1:])
@@ -340,7 +341,6 @@ def test_hopper_backward_chosen_where_it_applies():
     assert all(launch.inputs[4] == "lse_base2" and launch.constexprs["SOFTCAP"] for launch in plan.launches[1:])
     segments = (None,) * 3 + (gpu_spec((2, 1000), "int32"), gpu_spec((2, 700), "int32"), None, None, None)
     portable = [
-        bwd(q, k, options=fa_core.Options(dropout_p=0.1, seed=3)),
         bwd(q, k, arrays=segments),
         bwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64))),
         bwd(q, k, do=q._replace(aligned=False)),
@@ -358,8 +358,8 @@ def test_hopper_dropout_chosen_where_it_applies():
     one item a program as without dropout, its mask drawn by the producer: an int seed (the last
     scalar), a 0-d seed array or a JAX key's two words (SEED_WORDS 1, 2), the threshold and scale
     of dropout_threshold, the ring and registers of HOPPER_DROPOUT_CONFIG; GQA, a window, ALiBi, q /
-    kv lengths, bnhd alike. The portable kernels elsewhere: the backward, D 64, packed sequences,
-    the flag off. A launch without dropout passes no seed (q, 0)."""
+    kv lengths, bnhd alike. The portable kernels elsewhere: D 64, packed sequences, the flag off. A
+    launch without dropout passes no seed (q, 0)."""
     from ato_core.testing import gpu_spec, h100
 
     def fwd(q, k, **kw):
@@ -393,9 +393,6 @@ def test_hopper_dropout_chosen_where_it_applies():
         long_64 = gpu_spec((2, 8, 4096, 64))  # 16.5 key tiles an item: D 64 runs persistent, but not dropout
         assert fwd(long_64, long_64).name == persistent
         assert fwd(long_64, long_64, options=drop).name == "fa_fwd_kernel"
-        bwd = fa_core.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=h100(),
-                                    options=drop)
-        assert [x.name for x in bwd.launches[1:]] == ["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]
         cu = gpu_spec((3,), "int32")
         packed = fa_core.varlen_forward_plan(gpu_spec((700, 8, 128)), gpu_spec((900, 2, 128)), gpu_spec((900, 2, 128)),
                                              cu, cu, max_seqlen_q=400, max_seqlen_k=500, causal=True,
@@ -403,6 +400,55 @@ def test_hopper_dropout_chosen_where_it_applies():
         assert packed.launches[0].name == "fa_fwd_kernel"
     with plan_settings("flash_attention", fa_core, [], HOPPER_DROPOUT=False):
         assert fwd(q, k, options=drop).name == "fa_fwd_kernel"
+
+
+@needs_gluon
+def test_hopper_dropout_backward_chosen_where_it_applies():
+    """With plans.HOPPER_DROPOUT_BACKWARD the dense backward with dropout runs the Gluon dK / dV and dQ
+    kernels (either dQ form), their producers drawing the mask: the seed as the forward takes it (an
+    int the last scalar, a seed array the last input, SEED_WORDS), the threshold and scale of
+    dropout_threshold, the producer registers of HOPPER_BWD_DROPOUT, dQ's rings DQ_DROPOUT_STAGES
+    deep and dK / dV's HOPPER_BWD's; GQA, a window, ALiBi, lengths alike. The portable kernels with
+    the flag off, at D 64 and for packed sequences."""
+    from ato_core.testing import gpu_spec, h100
+
+    def bwd(q, k, **kw):
+        plan = fa_core.backward_plan(q, k, k, q, causal=True, softmax_scale=None, has_dlse=False, target=h100(), **kw)
+        return [launch.name for launch in plan.launches[1:]], plan.launches[1:]
+
+    q, k = gpu_spec((2, 8, 1000, 128)), gpu_spec((2, 2, 700, 128))
+    drop = fa_core.Options(dropout_p=0.1, seed=3)
+    thr, scale = fa_core.dropout_threshold(0.1)
+    with plan_settings("flash_attention", fa_core, [], HOPPER_DROPOUT_BACKWARD=True):
+        for persistent in (True, False):
+            with plan_settings("flash_attention", fa_core, [], HOPPER_BWD_PERSISTENT=persistent):
+                (names, launches), (_, plain) = bwd(q, k, options=drop), bwd(q, k)
+            dq_name = "fa_bwd_dq_hopper_persistent_kernel" if persistent else "fa_bwd_dq_hopper_kernel"
+            assert names == ["fa_bwd_dkdv_hopper_kernel", dq_name], names
+            for launch, ref in zip(launches, plain):
+                assert launch.inputs == ref.inputs and launch.inputs[-1] == "q" and launch.grid == ref.grid
+                assert launch.scalars[-1] == 3 and launch.scalars[:-1] == ref.scalars[:-1]
+                assert {n: launch.constexprs[n] for n in ("DROPOUT", "SEED_WORDS", "DROP_THR", "DROP_SCALE")} == \
+                    {"DROPOUT": True, "SEED_WORDS": 0, "DROP_THR": thr, "DROP_SCALE": scale}
+                assert launch.constexprs["PRODUCER_REGS"] == fa_core.HOPPER_BWD_DROPOUT["PRODUCER_REGS"]
+            assert launches[0].constexprs["STAGES"] == plain[0].constexprs["STAGES"] == fa_core.HOPPER_BWD["STAGES"]
+            assert launches[1].constexprs["STAGES"] == fa_core.DQ_DROPOUT_STAGES
+        for shape, dtype, words in (((), "int64", 1), ((2,), "uint32", 2)):
+            arrays = (gpu_spec((2, 8), "float32"), None, gpu_spec((2,), "int64")) + (None,) * 4 + \
+                (gpu_spec(shape, dtype),)
+            names, launches = bwd(q, k, options=fa_core.Options(window=(64, None), dropout_p=0.1), arrays=arrays)
+            assert names == ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"], names  # kv lengths: one item
+            assert all(launch.inputs[-1] == "seed" and launch.constexprs["SEED_WORDS"] == words
+                       and launch.constexprs["WINDOW"] and launch.constexprs["ALIBI"] for launch in launches)
+        portable = [bwd(gpu_spec((2, 8, 1000, 64)), gpu_spec((2, 2, 700, 64)), options=drop)[0]]
+    with plan_settings("flash_attention", fa_core, [], HOPPER_DROPOUT_BACKWARD=False):
+        portable.append(bwd(q, k, options=drop)[0])
+    cu = gpu_spec((3,), "int32")
+    packed = fa_core.varlen_backward_plan(gpu_spec((700, 8, 128)), gpu_spec((900, 2, 128)), gpu_spec((900, 2, 128)),
+                                          cu, cu, gpu_spec((700, 8, 128)), max_seqlen_q=400, max_seqlen_k=500,
+                                          causal=True, softmax_scale=None, has_dlse=False, target=h100(), options=drop)
+    portable.append([launch.name for launch in packed.launches[1:]])
+    assert portable == [["fa_bwd_dkdv_kernel", "fa_bwd_dq_kernel"]] * 3, portable
 
 
 @needs_gluon
@@ -458,7 +504,7 @@ def test_hopper_persistent_dq_chosen_where_it_applies():
                        HOPPER_BWD_PERSISTENT=True):
         launch = dq(q, k)
         assert launch.name == "fa_bwd_dq_hopper_persistent_kernel" and launch.grid == (min(8 * 16, h100().num_sms), 1)
-        assert launch.scalars[-3:] == (1000, 700, 2) and launch.outputs[-1].name == "tma_scratch_dq"
+        assert launch.scalars[-4:] == (1000, 700, 2, 0) and launch.outputs[-1].name == "tma_scratch_dq"
         assert dq(q, k, options=fa_core.Options(window=(64, None), softcap=30.0)).name == launch.name
         assert dq(q, k, arrays=(gpu_spec((2, 8), "float32"),) + (None,) * 7).name == launch.name
         long_q = gpu_spec((1, 4, 16384, 128))
@@ -499,14 +545,14 @@ def test_hopper_varlen_chosen_where_it_applies():
     assert (f.grid, dkdv.grid, dq.grid) == ((3, 32), (4, 8), (3, 32))
     assert f.inputs == ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "alibi_slopes", "q", "q", "q")  # no seed
     assert dkdv.inputs == dq.inputs == ("q", "k", "v", "do", "lse_base2", "delta", "cu_seqlens_q", "cu_seqlens_k",
-                                        "alibi_slopes", "q", "q")
+                                        "alibi_slopes", "q", "q", "q")
     assert all(launch.constexprs["VARLEN"] and launch.constexprs["WINDOW"] and launch.constexprs["ALIBI"]
                and not launch.constexprs["Q_LENS"] and not launch.constexprs["KV_LENS"] for launch in (f, dkdv, dq))
-    assert f.scalars[-3:] == (700, 900, 0) and dkdv.scalars[-2:] == dq.scalars[-2:] == (700, 900)  # Tq, Tk (seed)
+    assert f.scalars[-3:] == (700, 900, 0) and dkdv.scalars[-3:] == dq.scalars[-3:] == (700, 900, 0)  # Tq, Tk, seed
     assert f.scalars[:4] == dkdv.scalars[:4] == (8, 4, 300, 500) and f.scalars[15:18] == (0, 128, 8 * 128)
     assert fwd.buffer("o").shape == (700, 8, 128) and fwd.buffer("lse").shape == (8, 700)
     assert fwd.buffer("lse_base2").shape == (8, 700)
-    assert bwd.buffer("dk").shape == (900, 2, 128) and dkdv.scalars[-8:-2] == (0, 128, 256) * 2
+    assert bwd.buffer("dk").shape == (900, 2, 128) and dkdv.scalars[-9:-3] == (0, 128, 256) * 2
     assert plans(gpu_spec((700, 8, 128), "float16"), gpu_spec((900, 8, 128), "float16"), causal=False)[2] == gluon
     assert plans(q, k, options=fa_core.Options(softcap=30.0))[2] == gluon
     portable = [

@@ -600,9 +600,12 @@ DQ_PERSISTENT_SCRATCH = 512
 # consumers read transposed; dQ: a [ROWS, 64 keys] ring a consumer), the dQ producer at the
 # registers the forward's draw needs (the dK / dV producer is the default partition: 32 left). On an
 # H200 (B4 H32 N4096 D128 bf16 causal, p 0.1) the backward 1.27x plain's time against the portable
-# dropout backward's 1.50x; fwd+bwd 1.29x plain (NVIDIA_H200-flash_gluon.txt 39).
+# dropout backward's 1.50x; fwd+bwd 1.29x plain (NVIDIA_H200-flash_gluon.txt 39). dQ's rings (K / V
+# tiles, masks) 3 deep: its kernel 1.34x plain's against 1.39x with 2 (dK / dV's 1.17x against 1.16x
+# with 3: kept at 2; section 40).
 HOPPER_DROPOUT_BACKWARD = True
 HOPPER_BWD_DROPOUT = {"PRODUCER_REGS": 32}
+DQ_DROPOUT_STAGES = 3
 
 
 def _hopper_backward(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: ArraySpec, D: int, Nk: int, target: Target,
@@ -641,8 +644,9 @@ def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: Arra
         dq_fn, dq_tail, dq_scratch = (kern.hopper.fa_bwd_dq_hopper_persistent_kernel, (*geo.tail(), geo.B),
                                       DQ_PERSISTENT_SCRATCH)
         query_grid = (min(math.prod(query_grid), target.num_sms), 1)
+    dq_const = {**const, "STAGES": DQ_DROPOUT_STAGES} if dropout else const
     dq = Launch(dq_fn, query_grid, inputs, (*common, *dq_strides, *dq_tail, drop_tail[-1]),
-                (dq, scratch_buffer("tma_scratch_dq", query_grid, dq_scratch)), const, num_warps=4)
+                (dq, scratch_buffer("tma_scratch_dq", query_grid, dq_scratch)), dq_const, num_warps=4)
     return dkdv, dq
 
 
