@@ -1,7 +1,8 @@
 """Issue 25: what bounds dropout on the Gluon forward (plans.HOPPER_DROPOUT, the mask drawn by the
 producer, hopper._draw_masks): what its parts cost (NVIDIA_H200-flash_gluon.txt 37). Forward times, ato_torch,
 B4 H32 N4096 D128 bf16 causal, p 0.1, the persistent form, each variant in a process of its own
-over a copy of the tree with hopper.py patched (tools/fa_option_time.py's inputs; do_bench medians):
+over a copy of the tree with hopper.py patched (tools/patched_tree.py; tools/fa_option_time.py's inputs;
+do_bench medians; the patches as hopper.py reads since session 51):
 
     plain                 plain causal, the K/V ring of 3 stages (plans.HOPPER)
     plain, 2 stages       the ring of 2, as dropout has it (its masks take the third stage's shared memory)
@@ -13,25 +14,23 @@ over a copy of the tree with hopper.py patched (tools/fa_option_time.py's inputs
     python3 benchmarks/experiments/2026-11-28_flash_dropout_bound.py
 """
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOPPER = os.path.join("ato_core", "ops", "flash_attention", "hopper.py")
-DRAW_LOOP = "for step in range(ROWS // 16):"
+DRAW_LOOP = "for steps in range(0, ROWS // STEP, DRAW_CALLS):"
 PHILOX = "w0, w1, w2, w3 = tl.philox(drop[0], c0 + zero, c1 + zero, zero + drop[1].to(gl.uint32), zero,\n" \
-         "                                       DROPOUT_ROUNDS)"
-MULTIPLY = "p_op = p_op * masks[0].index(c % STAGES).load(p_op.type.layout)"
+         "                                           DROPOUT_ROUNDS)"
+MULTIPLY = "p_op = p_op * _keep_mask(masks, c, gl.constexpr(p_op.type.layout))"
 VARIANTS = [  # label, plans settings, (old, new) source replacements in hopper.py
     ("plain", {}, []),
     ("plain, 2 stages", {"STAGES": 2}, []),
     ("dropout", {"DROPOUT": True}, []),
-    ("dropout, no draws", {"DROPOUT": True}, [(DRAW_LOOP, "for step in range(0):")]),
-    ("dropout, no Philox", {"DROPOUT": True}, [(PHILOX, "w0 = c0 * 3 + c1\n            w1 = w0 ^ c1\n"
-                                                        "            w2 = w0 + c1\n            w3 = w1 * c0")]),
-    ("dropout, no multiply", {"DROPOUT": True}, [(MULTIPLY, "p_op = p_op")]),
+    ("dropout, no draws", {"DROPOUT": True}, [(DRAW_LOOP, "for steps in range(0):")]),
+    ("dropout, no Philox", {"DROPOUT": True}, [(PHILOX, "w0 = c0 * 3 + c1\n                w1 = w0 ^ c1\n"
+                                                        "                w2 = w0 + c1\n                w3 = w1 * c0")]),
+    # the mask still awaited and its slot freed (the producer waits on it), its load unused
+    ("dropout, no multiply", {"DROPOUT": True}, [(MULTIPLY, "_keep_mask(masks, c, gl.constexpr(p_op.type.layout))")]),
 ]
 
 
@@ -62,21 +61,13 @@ def one(label):
 def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--one":
         return one(sys.argv[2])
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "tools"))
+    from patched_tree import run_patched
+
     times = {}
     for label, _, patches in VARIANTS:
-        with tempfile.TemporaryDirectory() as tree:
-            shutil.copytree(ROOT, tree, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git", ".whl"))
-            path = os.path.join(tree, HOPPER)
-            src = open(path).read()
-            for old, new in patches:
-                assert src.count(old) == 1, (label, old)
-                src = src.replace(old, new)
-            open(path, "w").write(src)
-            out = subprocess.run([sys.executable, os.path.join(tree, "benchmarks", "experiments",
-                                                               os.path.basename(__file__)), "--one", label],
-                                 capture_output=True, text=True, cwd=tree,
-                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                     [tree] + os.environ.get("PYTHONPATH", "").split(os.pathsep)[:1])})
+        out = run_patched([(HOPPER, old, new) for old, new in patches],
+                          os.path.join("benchmarks", "experiments", os.path.basename(__file__)), "--one", label)
         lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
         if not lines:
             print(f"{label}: failed\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}", flush=True)

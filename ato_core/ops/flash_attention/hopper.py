@@ -25,8 +25,9 @@ README, "flash_attention on Hopper".
 The backward's dK / dV and dQ kernels (fa_bwd_dkdv_hopper_kernel, fa_bwd_dq_hopper_kernel) take
 the same form, after the portable delta kernel, with the forward's options (causal, GQA, a
 window, q / kv lengths, ALiBi, packed sequences; dropout dense, its masks drawn by their producers,
-plans.HOPPER_DROPOUT_BACKWARD); plans.HOPPER_BACKWARD = False runs the portable ones instead. block_sparse/hopper.py runs these consumers and producers over lists of kept
-blocks (BS: _tile_start, _head_list).
+plans.HOPPER_DROPOUT_BACKWARD); plans.HOPPER_BACKWARD = False runs the portable ones instead.
+block_sparse/hopper.py runs these consumers and producers over lists of kept blocks (BS:
+_tile_start, _head_list).
 """
 
 import triton.language as tl
@@ -43,6 +44,7 @@ LN2 = gl.constexpr(0.6931471805599453)
 LOG2E = gl.constexpr(1.4426950408889634)
 ROWS = gl.constexpr(64)  # query rows of a consumer warpgroup (two a program)
 DROPOUT_ROUNDS = gl.constexpr(7)  # Philox rounds of the dropout draw (plans.DROPOUT_ROUNDS, kernels')
+DRAW_CALLS = gl.constexpr(1)  # Philox calls a thread of _draw_masks makes a loop step (independent chains)
 
 
 @gluon.jit
@@ -422,7 +424,8 @@ def _draw_masks(masks, c, drop, start, BLOCK_N: gl.constexpr):
     thread covers rows {r, r + 8} x keys {2q + 8n + c} of a 32-key chunk, 4 bytes a word, a word's
     bytes 0-1 and 2-3 two key pairs. The ring is written as 32-bit pairs of v's dtype (the same
     swizzle), each word's four bytes compared with thr at once (_keep_flags), a pair's two halves 1
-    or 0 by byte permutes. The steps a range loop: written unrolled (static_range), they spilled."""
+    or 0 by byte permutes. The steps a range loop, DRAW_CALLS of them a loop step: written unrolled
+    (static_range), they spilled."""
     PAIRS: gl.constexpr = BLOCK_N // 2
     STEP: gl.constexpr = 2048 // BLOCK_N
     layout: gl.constexpr = _draw_layout(BLOCK_N)
@@ -440,16 +443,18 @@ def _draw_masks(masks, c, drop, start, BLOCK_N: gl.constexpr):
     mbarrier.wait(masks[2].index(slot), ((c // STAGES) & 1) ^ 1)
     for half in gl.static_range(len(masks[0])):
         ring = masks[0][half]._reinterpret(gl.int32, [STAGES * (ROWS // STEP), STEP, PAIRS], shared)
-        for step in range(ROWS // STEP):
-            row0 = drop[3] + half * ROWS + step * STEP
-            c1 = ((row0 // 16) * 8 + c1_row).to(gl.uint32)
-            zero = c0 * 0 + c1 * 0
-            w0, w1, w2, w3 = tl.philox(drop[0], c0 + zero, c1 + zero, zero + drop[1].to(gl.uint32), zero,
-                                       DROPOUT_ROUNDS)
-            w = gl.where(word < 2, gl.where(word == 0, w0, w1), gl.where(word == 2, w2, w3))
-            pair = gl.inline_asm_elementwise("prmt.b32 $0, $1, 0, $2;", "=r,r,r", [_keep_flags(w, thr4), select],
-                                             dtype=gl.int32, is_pure=True, pack=1)
-            ring.index(slot * (ROWS // STEP) + step).store(pair & one)
+        for steps in range(0, ROWS // STEP, DRAW_CALLS):
+            for u in gl.static_range(DRAW_CALLS):
+                step = steps + u
+                row0 = drop[3] + half * ROWS + step * STEP
+                c1 = ((row0 // 16) * 8 + c1_row).to(gl.uint32)
+                zero = c0 * 0 + c1 * 0
+                w0, w1, w2, w3 = tl.philox(drop[0], c0 + zero, c1 + zero, zero + drop[1].to(gl.uint32), zero,
+                                           DROPOUT_ROUNDS)
+                w = gl.where(word < 2, gl.where(word == 0, w0, w1), gl.where(word == 2, w2, w3))
+                pair = gl.inline_asm_elementwise("prmt.b32 $0, $1, 0, $2;", "=r,r,r", [_keep_flags(w, thr4), select],
+                                                 dtype=gl.int32, is_pure=True, pack=1)
+                ring.index(slot * (ROWS // STEP) + step).store(pair & one)
     gl.thread_barrier()  # every thread's masks stored before the arrival
     mbarrier.arrive(masks[1].index(slot), count=1)
 

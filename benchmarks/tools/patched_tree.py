@@ -1,0 +1,27 @@
+"""Run a script in a copy of the repository with some of its source replaced: an A/B of kernel
+source variants, each timed in a process of its own (the kernels compile from the copy). Used by
+experiments/2026-11-28_flash_dropout_bound.py and 2026-11-29_flash_draw_calls.py."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_patched(patches, script, *args) -> subprocess.CompletedProcess:
+    """``script`` (a path relative to the repository root) with ``args``, run by this Python in a
+    temporary copy of the tree (no .git, no .whl) whose files have each (path, old, new) of
+    ``patches`` applied (``old`` must occur exactly once), the copy first on PYTHONPATH."""
+    with tempfile.TemporaryDirectory() as tree:
+        shutil.copytree(ROOT, tree, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git", ".whl"))
+        for rel, old, new in patches:
+            path = os.path.join(tree, rel)
+            src = open(path).read()
+            assert src.count(old) == 1, (rel, old)
+            open(path, "w").write(src.replace(old, new))
+        path = os.pathsep.join([tree] + os.environ.get("PYTHONPATH", "").split(os.pathsep)[:1])
+        env = {**os.environ, "PYTHONPATH": path}
+        return subprocess.run([sys.executable, os.path.join(tree, script), *args], capture_output=True, text=True,
+                              cwd=tree, env=env)
