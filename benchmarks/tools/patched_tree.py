@@ -10,12 +10,15 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run_patched(patches, script, *args) -> subprocess.CompletedProcess:
+def run_patched(patches, script, *args, diffs=()) -> subprocess.CompletedProcess:
     """``script`` (a path relative to the repository root) with ``args``, run by this Python in a
-    temporary copy of the tree (no .git, no .whl) whose files have each (path, old, new) of
-    ``patches`` applied (``old`` must occur exactly once), the copy first on PYTHONPATH."""
+    temporary copy of the tree (no .git, no .whl) with the unified diffs ``diffs`` (paths relative to
+    the root) applied by git apply, then each (path, old, new) of ``patches`` (``old`` must occur
+    exactly once), the copy first on PYTHONPATH."""
     with tempfile.TemporaryDirectory() as tree:
         shutil.copytree(ROOT, tree, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git", ".whl"))
+        for diff in diffs:
+            subprocess.run(["git", "apply", os.path.join(ROOT, diff)], cwd=tree, check=True)
         for rel, old, new in patches:
             path = os.path.join(tree, rel)
             src = open(path).read()

@@ -1083,8 +1083,8 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, r0, dk, dv, zer
     before the bias, dS^T times the cap's slope 1 - tanh^2. drop (dropout): (the ring of the
     program's masks, _keep_mask's, this warpgroup's keys from KEY0 in it; the kept values' scale s,
     1 / s): dV from the kept P^T, dP^T through the same mask, dS^T = P^T (dP^T - delta / s), so
-    that dK and dV are s times the sums (the caller's): dV from the kept P^T times the
-    scale, dP^T through the same mask (kernels._dkdv_tile's). Frees the tile's slot."""
+    that dK and dV are s times the sums (the caller's; kernels._dkdv_tile's math). Frees the
+    tile's slot."""
     slot = c % STAGES
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
     fence_async_shared()
