@@ -502,6 +502,8 @@ def test_flash_attention_hopper_split_kv_gpu(dims, window, causal, lengths, alib
     from ato_core.ops.flash_attention import plans
     from helpers import plan_settings
 
+    if not _hopper():  # elsewhere both sides would be the portable kernels: nothing split to compare
+        pytest.skip("split K / V barriers: the Gluon forward, sm_90 with Gluon only")
     backward = ["fa_bwd_dkdv_hopper_kernel", "fa_bwd_dq_hopper_kernel"]
     got = {}
     for split in (True, False):
@@ -509,7 +511,7 @@ def test_flash_attention_hopper_split_kv_gpu(dims, window, causal, lengths, alib
                            HOPPER_PERSISTENT=form == HOPPER_FORWARD[0]):
             _, forward, got[split] = _check_hopper(dims, window, causal, lengths, alibi, dtype, backward, **options)
         launch = forward.launches[0]
-        assert not _hopper() or (launch.name == form and launch.constexprs["SPLIT_KV"] is split), (launch.name, split)
+        assert launch.name == form and launch.constexprs["SPLIT_KV"] is split, (launch.name, split)
     assert h.bitwise_equal(got[True], got[False]), f"split and joint differ: {h.max_rel_err(got[True], got[False]):.3g}"
 
 

@@ -11,7 +11,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-from fa_option_time import inputs, report, timed  # noqa: E402
+from fa_option_time import inputs, report, timed_forms  # noqa: E402
 
 DROP = {"dropout_p": 0.1, "seed": 7}
 FORMS = [  # label, plans settings, options
@@ -25,18 +25,10 @@ FORMS = [  # label, plans settings, options
 
 def main():
     import ato_torch
-    from ab import launched
-    from ato_core.ops.flash_attention import plans
-    from helpers import plan_settings
 
     x = inputs()
-    rows, outs = [], {}
-    for label, settings, kw in FORMS:
-        with plan_settings("flash_attention", plans, [], **settings):
-            fwd = lambda: ato_torch.flash_attention(*x[:3], causal=True, **kw)  # noqa: E731
-            print(f"  {label}: {launched(fwd, 'fa_fwd')}", flush=True)
-            outs[label] = fwd().float()
-            rows.append(timed(label, *x, **kw))
+    rows, outs = timed_forms(x, FORMS, lambda kw: ato_torch.flash_attention(*x[:3], causal=True, **kw).float(),
+                             "fa_fwd")
     a, b = outs["dropout 0.1 (producer)"], outs["dropout 0.1 (portable)"]
     print(f"  o (producer) against o (portable): rel err {float((a - b).norm() / b.norm()):.2e} "
           f"(bf16 rounding of two kernels: about 1e-3; another mask: about 0.3)", flush=True)

@@ -9,12 +9,6 @@
 set -uo pipefail
 source benchmarks/tools/gpu_env.sh >/dev/null 2>&1
 mem=benchmarks/experiments/2026-11-27_flash_hopper_memcheck.py
-(MEMCHECK_TIMEOUT=240 bash benchmarks/tools/memcheck.sh "$mem --split-kv" "$mem --split-kv --dropout" \
-   > "$OUT/memcheck-summary.txt" 2>&1) &
-mc=$!
-SHARD_TIMEOUT=330 HEAVY_K="" bash benchmarks/tools/gpu_tier_sharded.sh "split_kv" 6 > /dev/null 2>&1
-echo "passed $(grep -c PASSED "$OUT/gpu-tests-summary.txt")"; grep -v PASSED "$OUT/gpu-tests-summary.txt" | tail -12
-grep -h -A30 "^E " "$OUT"/gpu-tests-shard*.txt | head -60
-wait $mc; cat "$OUT/memcheck-summary.txt"; grep -c "rel err" "$OUT"/memcheck-*.txt
+SHARD_TIMEOUT=330 bash benchmarks/tools/tier_with_memcheck.sh "split_kv" 6 "$mem --split-kv" "$mem --split-kv --dropout"
 timeout 240 python3 benchmarks/experiments/2026-11-28_flash_split_kv_time.py 2>&1 | grep -v Warn \
    | tee "$OUT/split_kv.txt"

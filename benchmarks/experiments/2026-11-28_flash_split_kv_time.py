@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-from fa_option_time import inputs, report, timed  # noqa: E402
+from fa_option_time import inputs, report, timed_forms  # noqa: E402
 
 DROP = {"dropout_p": 0.1, "seed": 7}
 FORMS = [  # label, plans settings (HOPPER's STAGES apart), options
@@ -27,21 +27,16 @@ def main():
     import torch
 
     import ato_torch
-    from ab import launched
     from ato_core.ops.flash_attention import plans
-    from helpers import plan_settings
 
     x = inputs()
-    rows, outs = [], {}
-    for label, settings, kw in FORMS:
-        settings = dict(settings)
+    forms = []
+    for label, settings, kw in FORMS:  # STAGES as HOPPER's; HOPPER_SPLIT_KV off unless the form sets it
+        settings = {"HOPPER_SPLIT_KV": False, **settings}
         if "STAGES" in settings:
             settings["HOPPER"] = {**plans.HOPPER, "STAGES": settings.pop("STAGES")}
-        with plan_settings("flash_attention", plans, [], **{"HOPPER_SPLIT_KV": False, **settings}):
-            fwd = lambda: ato_torch.flash_attention(*x[:3], causal=True, **kw)  # noqa: E731
-            print(f"  {label}: {launched(fwd, 'fa_fwd')}", flush=True)
-            outs[label] = fwd()
-            rows.append(timed(label, *x, **kw))
+        forms.append((label, settings, kw))
+    rows, outs = timed_forms(x, forms, lambda kw: ato_torch.flash_attention(*x[:3], causal=True, **kw), "fa_fwd")
     for joint in ("plain, joint", "plain 2 stages, joint", "dropout, joint"):
         split = joint.replace("joint", "split")
         print(f"  o ({split}) bit for bit o ({joint}): {torch.equal(outs[split], outs[joint])}", flush=True)

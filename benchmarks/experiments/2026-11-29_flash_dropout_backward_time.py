@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-from fa_option_time import inputs, report, timed  # noqa: E402
+from fa_option_time import inputs, report, timed_forms  # noqa: E402
 
 DROP = {"dropout_p": 0.1, "seed": 7}
 FORMS = [  # label, plans settings, options
@@ -24,24 +24,15 @@ def main():
     import torch
 
     import ato_torch
-    from ab import launched
-    from ato_core.ops.flash_attention import plans
-    from helpers import plan_settings
 
     x = inputs()
-    rows, grads = [], {}
-    for label, settings, kw in FORMS:
-        with plan_settings("flash_attention", plans, [], **settings):
-            leaves = [t.detach().requires_grad_() for t in x[:3]]
+    leaves = [t.detach().requires_grad_() for t in x[:3]]
 
-            def bwd():
-                o = ato_torch.flash_attention(*leaves, causal=True, **kw)
-                return torch.autograd.grad(o, leaves, x[3])
+    def grads(kw):
+        return torch.autograd.grad(ato_torch.flash_attention(*leaves, causal=True, **kw), leaves, x[3])
 
-            print(f"  {label}: {launched(bwd, 'fa_')}", flush=True)
-            grads[label] = bwd()
-            rows.append(timed(label, *x, **kw))
-    for a, b, n in zip(grads["dropout, Gluon bwd"], grads["dropout, portable bwd"], ("dq", "dk", "dv")):
+    rows, got = timed_forms(x, FORMS, grads)
+    for a, b, n in zip(got["dropout, Gluon bwd"], got["dropout, portable bwd"], ("dq", "dk", "dv")):
         err = ((a.float() - b.float()).norm() / b.float().norm()).item()
         print(f"  {n}: Gluon against portable, rel err {err:.2e}", flush=True)
     report(rows)

@@ -40,6 +40,24 @@ def timed(label, q, k, v, do, **kw):
     return label, f, fb
 
 
+def timed_forms(x, forms, run, prefix="fa_"):
+    """Each (label, plans settings, flash_attention options) of ``forms`` under those settings
+    (helpers.plan_settings: the plans cleared on the way in and out): the kernels run(kw) launches
+    whose names start with ``prefix`` printed (torch.profiler: the toggle took effect), run(kw)'s
+    result kept and timed()'s row on x = inputs(). Returns (rows, {label: result})."""
+    from ab import launched
+    from ato_core.ops.flash_attention import plans
+    from helpers import plan_settings
+
+    rows, results = [], {}
+    for label, settings, kw in forms:
+        with plan_settings("flash_attention", plans, [], **settings):
+            print(f"  {label}: {launched(lambda: run(kw), prefix)}", flush=True)
+            results[label] = run(kw)
+            rows.append(timed(label, *x, **kw))
+    return rows, results
+
+
 @contextlib.contextmanager
 def patched(module, name, value):
     """module.name = value inside (the flash plans cleared on the way in and out)."""

@@ -387,6 +387,13 @@ def _mask_rings(dtype: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr
 
 
 @gluon.jit
+def _consumer_drop(masks, ring: gl.constexpr, scale: gl.constexpr):
+    """A consumer warpgroup's dropout: ((ring ``ring`` of _mask_rings' masks, ready, empty), the kept
+    values' scale, its inverse)."""
+    return (masks[0][ring], masks[1], masks[2]), scale, 1.0 / scale
+
+
+@gluon.jit
 def _keep_mask(masks, c, layout: gl.constexpr, T: gl.constexpr = False, KEY0: gl.constexpr = 0):
     """The ring's c-th tile of keep-masks in ``layout``, in v's dtype (1 kept, 0 dropped); T (a dK /
     dV consumer's): keys [KEY0, KEY0 + KEYS) of it, transposed ([KEYS, ROWS]). masks = (a [STAGES,
@@ -747,11 +754,10 @@ def fa_fwd_hopper_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SEED, Hq, G, 
     slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, nseq, ALIBI, VARLEN)
     shift = kv_len - q_len
     gl.static_assert(not (DROPOUT and VARLEN), "dropout on the Gluon forward: dense only")
-    drops = (None, None, None, None)  # the consumers' (mask ring, scale), the producer's rings and draw
+    drops = (None, None, None, None)  # the consumers' (_consumer_drop), the producer's rings and draw
     if DROPOUT:
         masks = _mask_rings(V.dtype.element_ty, STAGES, BLOCK_N)
-        drops = (((masks[0][0], masks[1], masks[2]), DROP_SCALE), ((masks[0][1], masks[1], masks[2]), DROP_SCALE),
-                 masks,
+        drops = (_consumer_drop(masks, 0, DROP_SCALE), _consumer_drop(masks, 1, DROP_SCALE), masks,
                  (dropout_seed(SEED, seed, SEED_WORDS), bh, DROP_THR, start_m))
     gl.warp_specialize([
         (_consumer, (q0, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off, son, n_q, q_len, kv_len,
@@ -806,10 +812,10 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SE
     gl.thread_barrier()
     item = (QLEN, QSEG, KSEG, Hq, G, Nq, Nk, left, right, sqsb, sqsn, sksb, sksn, n_m, n_m * B * Hq, KVLEN)
     out = (O, LSE, LSE2, SLOPES, s_ab, s_ah, sob, soh, son, qk_scale, (cap_in, cap_out))
-    drops = (None, None, None)  # the consumers' (mask ring, scale), the producer's (rings, seed, thr, Hq)
+    drops = (None, None, None)  # the consumers' (_consumer_drop), the producer's (rings, seed, thr, Hq)
     if DROPOUT:
         masks = _mask_rings(V.dtype.element_ty, STAGES, BLOCK_N)
-        drops = (((masks[0][0], masks[1], masks[2]), DROP_SCALE), ((masks[0][1], masks[1], masks[2]), DROP_SCALE),
+        drops = (_consumer_drop(masks, 0, DROP_SCALE), _consumer_drop(masks, 1, DROP_SCALE),
                  (masks, dropout_seed(SEED, seed, SEED_WORDS), DROP_THR, Hq))
     gl.warp_specialize([
         (_persistent_consumer, (q0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL, WINDOW,
@@ -1334,10 +1340,10 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSE
     q_desc = _head_descriptor(Q, q_off, sqh, sqn, G, q_len, ROWS, D)
     do_desc = _head_descriptor(DO, do_off, sdoh, sdon, G, q_len, ROWS, D)
     gl.static_assert(not (DROPOUT and VARLEN), "dropout on the Gluon backward: dense only")
-    drops = (None, None, None)  # the consumers' (mask ring, scale, 1 / scale), the producer's rings and draw
+    drops = (None, None, None)  # the consumers' (_consumer_drop), the producer's rings and draw
     if DROPOUT:
         masks = _mask_rings(dtype, STAGES, 2 * KEYS, 1)
-        drops = ((masks[0][0], masks[1], masks[2]), DROP_SCALE, 1.0 / DROP_SCALE), masks, \
+        drops = _consumer_drop(masks, 0, DROP_SCALE), masks, \
             (dropout_seed(SEED, seed, SEED_WORDS), b * Hq + hk * G, DROP_THR, k0)
     gl.warp_specialize([
         (_dkdv_producer, (q_bufs, do_bufs, ready, empty, q_desc, do_desc, G, tiles[0], tiles[3], (Q, Q, 0, 0, 0),
@@ -1503,11 +1509,10 @@ def fa_bwd_dq_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSEG,
         lse_off = bh.to(gl.int64) * Nq
     slope2 = _slope2(SLOPES, b, h, s_ab, s_ah, nseq, ALIBI, VARLEN)
     gl.static_assert(not (DROPOUT and VARLEN), "dropout on the Gluon backward: dense only")
-    drops = (None, None, None, None)  # the consumers' (mask ring, scale, 1 / scale), the producer's rings and draw
+    drops = (None, None, None, None)  # the consumers' (_consumer_drop), the producer's rings and draw
     if DROPOUT:
         masks = _mask_rings(dtype, STAGES, KEYS)
-        drops = ((masks[0][0], masks[1], masks[2]), DROP_SCALE, 1.0 / DROP_SCALE), \
-            ((masks[0][1], masks[1], masks[2]), DROP_SCALE, 1.0 / DROP_SCALE), masks, \
+        drops = _consumer_drop(masks, 0, DROP_SCALE), _consumer_drop(masks, 1, DROP_SCALE), masks, \
             (dropout_seed(SEED, seed, SEED_WORDS), bh, DROP_THR, m0)
     gl.warp_specialize([
         (_dq_consumer, (q0_s, do0_s, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ, lse_off, dq_off, sdqn, n_q, kv_len,
@@ -1566,11 +1571,10 @@ def fa_bwd_dq_hopper_persistent_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SL
     gl.thread_barrier()
     item = (QLEN, KVLEN, Hq, G, Nq, Nk, left, right, n_m, n_m * B * Hq)
     out = (LSE2, DELTA, DQ, SLOPES, s_ab, s_ah, sdqb, sdqh, sdqn, qk_scale, sm_scale, (cap_in, cap_out))
-    drops = (None, None, None)  # the consumers' (mask ring, scale, 1 / scale), the producer's (rings, seed, thr, Hq)
+    drops = (None, None, None)  # the consumers' (_consumer_drop), the producer's (rings, seed, thr, Hq)
     if DROPOUT:
         masks = _mask_rings(dtype, STAGES, KEYS)
-        drops = ((masks[0][0], masks[1], masks[2]), DROP_SCALE, 1.0 / DROP_SCALE), \
-            ((masks[0][1], masks[1], masks[2]), DROP_SCALE, 1.0 / DROP_SCALE), \
+        drops = _consumer_drop(masks, 0, DROP_SCALE), _consumer_drop(masks, 1, DROP_SCALE), \
             (masks, dropout_seed(SEED, seed, SEED_WORDS), DROP_THR, Hq)
     gl.warp_specialize([
         (_dq_persistent_consumer, (q0, do0, 0, k_bufs, v_bufs, ready, empty, q_ready, q_empty, out, item, CAUSAL,

@@ -527,6 +527,14 @@ class _Gluon(NamedTuple):
             return ("cu_seqlens_q", "cu_seqlens_k", *arrays[2:]), scalars, {**const, "VARLEN": True}
         return arrays, scalars, const
 
+    def dropout(self, options: Options, named: dict, causal: bool, scale: float) -> Tuple[str, int, dict]:
+        """What every Gluon attention kernel takes of dropout: the seed array's input name (q for none:
+        never read; their last input), the int seed (their last scalar, 0 for none) and the constexprs
+        DROPOUT, SEED_WORDS, DROP_THR, DROP_SCALE (none without dropout), as _option_launch makes them."""
+        inputs, _, tail, const = _option_launch(options, named, causal, scale, self.B, self.Hq, self.Nq, self.Nk)
+        names = ("DROPOUT", "SEED_WORDS", "DROP_THR", "DROP_SCALE")
+        return inputs[-1], tail[-1], {n: const[n] for n in names} if options.dropout_p > 0 else {}
+
 
 def mean_key_tiles(Nq: int, Nk: int, causal: bool, window, rows: int = 128, tile: int = 128) -> float:
     """The key tiles (of ``tile`` keys) a block of ``rows`` queries visits, on average over the
@@ -558,18 +566,15 @@ def _hopper_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, geo: _Gluon, causal: 
                  named: dict, target: Target) -> Plan:
     arrays, opt_scalars, const = geo.options(options, named, causal, scale)
     o, o_strides = geo.output("o", True, q.dtype)
-    # dropout's seed array (q for none), int seed (the last scalar), constexprs and config
-    dropout = options.dropout_p > 0
-    drop_inputs, _, drop_tail, drop = _option_launch(options, named, causal, scale, geo.B, geo.Hq, geo.Nq, geo.Nk)
+    seed_input, seed, dropout = geo.dropout(options, named, causal, scale)
     split = {"SPLIT_KV": True} if HOPPER_SPLIT_KV and not geo.packed else {}
-    config = {**HOPPER, **(HOPPER_DROPOUT_CONFIG if dropout else {}), **split,
-              **{n: drop[n] for n in ("DROPOUT", "SEED_WORDS", "DROP_THR", "DROP_SCALE") if dropout}}
+    config = {**HOPPER, **(HOPPER_DROPOUT_CONFIG if dropout else {}), **split, **dropout}
     kern_fn, grid, tail, scratch = kern.hopper.fa_fwd_hopper_kernel, geo.grid(True), geo.tail(), TMA_SCRATCH
     if _persistent(geo, causal, options.window, const["KV_LENS"]):
         items = math.prod(grid)
         kern_fn, grid, tail, scratch = (kern.hopper.fa_fwd_hopper_persistent_kernel, (min(items, target.num_sms), 1),
                                         (geo.B,), PERSISTENT_SCRATCH)
-    arrays, tail = (*arrays, drop_inputs[-1]), (*tail, drop_tail[-1])
+    arrays, tail = (*arrays, seed_input), (*tail, seed)
     launch = Launch(
         kern_fn, grid, ("q", "k", "v", *arrays),
         (geo.Hq, geo.Hq // geo.Hkv, geo.Nq, geo.Nk, scale * LOG2E, *opt_scalars, *geo.strides(q), *geo.strides(k),
@@ -604,7 +609,7 @@ DQ_PERSISTENT_SCRATCH = 512
 # tiles, masks) 3 deep: its kernel 1.34x plain's against 1.39x with 2 (dK / dV's 1.17x against 1.16x
 # with 3: kept at 2; section 40).
 HOPPER_DROPOUT_BACKWARD = True
-HOPPER_BWD_DROPOUT = {"PRODUCER_REGS": 32}
+HOPPER_BWD_DROPOUT = {"PRODUCER_REGS": HOPPER_DROPOUT_CONFIG["PRODUCER_REGS"]}
 DQ_DROPOUT_STAGES = 3
 
 
@@ -622,12 +627,10 @@ def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: Arra
                               scale: float, options: Options, named: dict, target: Target) -> Tuple[Launch, Launch]:
     """The dK / dV and dQ launches of the Gluon backward (after the portable delta launch)."""
     arrays, opt_scalars, o_const = geo.options(options, named, causal, scale)
-    # dropout's seed array (q for none), int seed (the last scalar) and constexprs, as the forward's
-    drop_inputs, _, drop_tail, drop = _option_launch(options, named, causal, scale, geo.B, geo.Hq, geo.Nq, geo.Nk)
-    dropout = {n: drop[n] for n in ("DROPOUT", "SEED_WORDS", "DROP_THR", "DROP_SCALE")} if options.dropout_p > 0 else {}
+    seed_input, seed, dropout = geo.dropout(options, named, causal, scale)
     # with ALiBi or softcap the forward's base-2 lse (the scores are not s * scale * log2(e)), else the delta launch's
     inputs = ("q", "k", "v", "do", "lse_base2" if o_const["ALIBI"] or o_const["SOFTCAP"] else "lse2", "delta", *arrays,
-              drop_inputs[-1])
+              seed_input)
     common = (geo.Hq, geo.Hq // geo.Hkv, geo.Nq, geo.Nk, scale * LOG2E, scale, *opt_scalars, *geo.strides(q),
               *geo.strides(k), *geo.strides(v), *geo.strides(do))
     const = {"CAUSAL": causal, "D": geo.D, **HOPPER_BWD, **(HOPPER_BWD_DROPOUT if dropout else {}), **o_const,
@@ -636,7 +639,7 @@ def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: Arra
     dq, dq_strides = geo.output("dq", True, q.dtype)
     key_grid, query_grid = geo.grid(False), geo.grid(True)
     dkdv = Launch(kern.hopper.fa_bwd_dkdv_hopper_kernel, key_grid, inputs,
-                  (*common, *dk_strides, *dv_strides, *geo.tail(), drop_tail[-1]),
+                  (*common, *dk_strides, *dv_strides, *geo.tail(), seed),
                   (dk, dv, scratch_buffer("tma_scratch_dkdv", key_grid, TMA_SCRATCH)), const, num_warps=4)
     dq_fn, dq_tail, dq_scratch = kern.hopper.fa_bwd_dq_hopper_kernel, geo.tail(), TMA_SCRATCH
     if HOPPER_BWD_PERSISTENT and not (geo.packed or o_const["Q_LENS"] or o_const["KV_LENS"]) and \
@@ -645,7 +648,7 @@ def _hopper_backward_launches(q: ArraySpec, k: ArraySpec, v: ArraySpec, do: Arra
                                       DQ_PERSISTENT_SCRATCH)
         query_grid = (min(math.prod(query_grid), target.num_sms), 1)
     dq_const = {**const, "STAGES": DQ_DROPOUT_STAGES} if dropout else const
-    dq = Launch(dq_fn, query_grid, inputs, (*common, *dq_strides, *dq_tail, drop_tail[-1]),
+    dq = Launch(dq_fn, query_grid, inputs, (*common, *dq_strides, *dq_tail, seed),
                 (dq, scratch_buffer("tma_scratch_dq", query_grid, dq_scratch)), dq_const, num_warps=4)
     return dkdv, dq
 
