@@ -17,7 +17,7 @@ biased scores in base 2 before the maximum), any Nq, Nk >= 1, o and the natural-
 raw scores and p = 2^(s * qk_scale - m * qk_scale) in one FMA a score; only key tiles that
 cross the causal diagonal, a window edge or Nk are masked. Attention dropout (DROPOUT, dense, either
 form; plans.HOPPER_DROPOUT): the producer warpgroup draws each tile's mask into a shared ring of its
-own beside the K/V copies (_mask_rings, _draw_masks), the consumers multiply p by it (_dropped). fp16 / bf16,
+own beside the K/V copies (_mask_rings, _draw_masks), the consumers and p with it (_dropped). fp16 / bf16,
 D = 128 (64 too on the persistent form); b, h and n strides multiples of 8 elements (16 bytes,
 as TMA needs), unit d strides (the plan checks: plans._hopper_forward). Benchmarks: results
 README, "flash_attention on Hopper".
@@ -44,7 +44,7 @@ LN2 = gl.constexpr(0.6931471805599453)
 LOG2E = gl.constexpr(1.4426950408889634)
 ROWS = gl.constexpr(64)  # query rows of a consumer warpgroup (two a program)
 DROPOUT_ROUNDS = gl.constexpr(7)  # Philox rounds of the dropout draw (plans.DROPOUT_ROUNDS, kernels')
-DRAW_CALLS = gl.constexpr(1)  # Philox calls a thread of _draw_masks makes a loop step (independent chains)
+DRAW_CALLS = gl.constexpr(2)  # Philox calls a thread of _draw_masks makes a loop step (independent chains)
 
 
 @gluon.jit
@@ -363,17 +363,31 @@ def _kv_barriers(barriers, which: gl.constexpr):
 @gluon.jit
 def _dropped(p_op, masks, c):
     """p (the PV wgmma's operand, in v's dtype) of the ring's c-th tile with dropout's dropped
-    elements 0: times its keep-masks (masks = (the warpgroup's [STAGES, ROWS, BLOCK_N] ring of 1 / 0
-    in v's dtype, ready, empty): _mask_rings'; a packed multiply a pair), the slot freed once read;
-    or p as it is (masks None)."""
+    elements 0: and-ed with its keep-masks (masks = (the warpgroup's [STAGES, ROWS, BLOCK_N] ring,
+    ready, empty): _mask_rings'; _kept, an and a pair), the slot freed once read; or p as it is
+    (masks None)."""
     if masks is not None:
-        p_op = p_op * _keep_mask(masks, c, gl.constexpr(p_op.type.layout))
+        p_op = _kept(p_op, _keep_mask(masks, c, gl.constexpr(p_op.type.layout)))
     return p_op
 
 
 @gluon.jit
+def _kept(x, m):
+    """x where m (a keep-mask of _draw_masks in v's dtype: each element's bits all ones, kept, or
+    zeros, dropped) says kept, else +0, by bitwise ands: x fp16 / bf16 as m (a pair an and), or fp32
+    (the mask sign-extended by a byte permute, two elements an asm)."""
+    if x.dtype == gl.float32:
+        return gl.inline_asm_elementwise(
+            "{ .reg .b32 l, h; prmt.b32 l, $4, 0, 0x9999; prmt.b32 h, $4, 0, 0xBBBB; "
+            "and.b32 $0, $2, l; and.b32 $1, $3, h; }", "=r,=r,r,r,r", [x, m], dtype=gl.float32, is_pure=True,
+            pack=2)
+    else:
+        return gl.inline_asm_elementwise("and.b32 $0, $1, $2;", "=r,r,r", [x, m], dtype=x.dtype, is_pure=True, pack=2)
+
+
+@gluon.jit
 def _mask_rings(dtype: gl.constexpr, STAGES: gl.constexpr, BLOCK_N: gl.constexpr, RINGS: gl.constexpr = 2):
-    """The consumers' rings of dropout keep-masks ([STAGES, ROWS, BLOCK_N] of ``dtype``, v's; RINGS
+    """The consumers' rings of dropout keep-masks ([STAGES, ROWS, BLOCK_N] of ``dtype``, v's, as bits; RINGS
     of them: one a consumer, or one whose key halves the dK / dV consumers read) that _draw_masks
     fills and _dropped / _keep_mask read, and their barriers (_ring: ready, one arrival; empty,
     both consumers'): (rings, ready, empty). Their own barriers, not the K / V ring's: a tile's
@@ -395,7 +409,7 @@ def _consumer_drop(masks, ring: gl.constexpr, scale: gl.constexpr):
 
 @gluon.jit
 def _keep_mask(masks, c, layout: gl.constexpr, T: gl.constexpr = False, KEY0: gl.constexpr = 0):
-    """The ring's c-th tile of keep-masks in ``layout``, in v's dtype (1 kept, 0 dropped); T (a dK /
+    """The ring's c-th tile of keep-masks in ``layout``, in v's dtype (_draw_masks' bits); T (a dK /
     dV consumer's): keys [KEY0, KEY0 + KEYS) of it, transposed ([KEYS, ROWS]). masks = (a [STAGES,
     ROWS, keys] ring, ready, empty), _mask_rings'; the slot freed once read."""
     STAGES: gl.constexpr = masks[0].shape[0]
@@ -422,17 +436,18 @@ def _draw_layout(block_n):
 def _draw_masks(masks, c, drop, start, BLOCK_N: gl.constexpr):
     """The dropout keep-masks of the ring's c-th key tile, keys [start, start + BLOCK_N) (128 or
     64), for query rows from drop[3] (drop = (seed, bh, thr, the rows' first)): once its slot is
-    free, rows drop[3] + ROWS h into masks[0][h] ([STAGES, ROWS, BLOCK_N], 1 kept, 0 dropped, in v's
-    dtype: _mask_rings', one or two rings), then an arrival on its ready barrier. Run by a producer
+    free, rows drop[3] + ROWS h into masks[0][h] ([STAGES, ROWS, BLOCK_N] of v's dtype, an element's
+    bits all ones kept, all zeros dropped: _mask_rings', one or two rings; _kept applies them), then
+    an arrival on its ready barrier. Run by a producer
     warpgroup, idle between copies: in the consumers the draws slowed their issue-bound instruction
     stream.
 
     kernels._dropout_keep's draws and bytes, 2048 elements a step (_draw_layout): one Philox call a
     thread covers rows {r, r + 8} x keys {2q + 8n + c} of a 32-key chunk, 4 bytes a word, a word's
     bytes 0-1 and 2-3 two key pairs. The ring is written as 32-bit pairs of v's dtype (the same
-    swizzle), each word's four bytes compared with thr at once (_keep_flags), a pair's two halves 1
-    or 0 by byte permutes. The steps a range loop, DRAW_CALLS of them a loop step: written unrolled
-    (static_range), they spilled."""
+    swizzle), each word's four bytes compared with thr at once (_keep_flags), a pair's two halves
+    all ones or zeros by byte permutes (sign replication). The steps a range loop, DRAW_CALLS of them
+    a loop step: written unrolled (static_range), they spilled."""
     PAIRS: gl.constexpr = BLOCK_N // 2
     STEP: gl.constexpr = 2048 // BLOCK_N
     layout: gl.constexpr = _draw_layout(BLOCK_N)
@@ -442,7 +457,6 @@ def _draw_masks(masks, c, drop, start, BLOCK_N: gl.constexpr):
     c1_row = (rows // 16) * 8 + rows % 8  # a row's counter past its step's first
     word = (pairs // 8) % 2 + 2 * ((rows // 8) % 2)  # of the call's four
     select = gl.where((pairs // 4) % 2 == 0, 0x9988, 0xBBAA)  # prmt: sign-replicate bytes 0, 1 or 2, 3
-    one: gl.constexpr = 0x3F803F80 if masks[0][0].dtype == gl.bfloat16 else 0x3C003C00  # a pair of 1.0
     thr4 = drop[2].to(gl.uint32) * 0x01010101
     shared: gl.constexpr = gl.SwizzledSharedLayout(4, 1, 8, [1, 0])
     STAGES: gl.constexpr = masks[0][0].shape[0]
@@ -461,7 +475,7 @@ def _draw_masks(masks, c, drop, start, BLOCK_N: gl.constexpr):
                 w = gl.where(word < 2, gl.where(word == 0, w0, w1), gl.where(word == 2, w2, w3))
                 pair = gl.inline_asm_elementwise("prmt.b32 $0, $1, 0, $2;", "=r,r,r", [_keep_flags(w, thr4), select],
                                                  dtype=gl.int32, is_pure=True, pack=1)
-                ring.index(slot * (ROWS // STEP) + step).store(pair & one)
+                ring.index(slot * (ROWS // STEP) + step).store(pair)
     gl.thread_barrier()  # every thread's masks stored before the arrival
     mbarrier.arrive(masks[1].index(slot), count=1)
 
@@ -1088,8 +1102,8 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, r0, dk, dv, zer
     split into a key and a row term, as _softmax). SOFTCAP: the scores _capped (by alibi[5])
     before the bias, dS^T times the cap's slope 1 - tanh^2. drop (dropout): (the ring of the
     program's masks, _keep_mask's, this warpgroup's keys from KEY0 in it; the kept values' scale s,
-    1 / s): dV from the kept P^T, dP^T through the same mask, dS^T = P^T (dP^T - delta / s), so
-    that dK and dV are s times the sums (the caller's; kernels._dkdv_tile's math). Frees the
+    1 / s): dV from the kept P^T, dP^T through the same mask (_kept), dS^T = P^T (dP^T - delta / s),
+    so that dK and dV are s times the sums (the caller's; kernels._dkdv_tile's math). Frees the
     tile's slot."""
     slot = c % STAGES
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
@@ -1125,8 +1139,8 @@ def _dkdv_tile(k_smem, v_smem, q_bufs, do_bufs, ready, empty, c, r0, dk, dv, zer
     dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt_tok, ))
     pv = pt.to(q_bufs.dtype)
     if drop is not None:
-        dpt = dpt * keep.to(gl.float32)
-        pv = pv * keep
+        dpt = _kept(dpt, keep)
+        pv = _kept(pv, keep)
     dst = pt * (dpt - delta[None, :])
     if SOFTCAP:
         dst = dst * _cap_slope(st, cap)
@@ -1397,7 +1411,7 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, k0, dq, zero_s, l
         p = gl.where(_visible(keys[None, :], rows[:, None], kv_len, lo_shift, hi_shift, CAUSAL, WINDOW, True), p, 0.0)
     dp = warpgroup_mma_wait(num_outstanding=0, deps=(dp_tok, ))
     if drop is not None:
-        dp = dp * keep.to(gl.float32)
+        dp = _kept(dp, keep)
     ds = p * (dp - delta[:, None])
     if SOFTCAP:
         ds = ds * _cap_slope(s, cap)
