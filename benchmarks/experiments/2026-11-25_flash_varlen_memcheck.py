@@ -5,7 +5,9 @@ max_seqlen, offsets past T, decreasing, negative: on a GPU no host check runs, t
 clamp): run under compute-sanitizer (memcheck) on the GPU machine to find out-of-range
 accesses (varlen computes its own bounds).
 
-    compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-25_flash_varlen_memcheck.py
+    compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-25_flash_varlen_memcheck.py [--dropout]
+
+--dropout (session 52): every case, the broken ones too, with dropout 0.1 (the Gluon kernels' at D 128).
 """
 import sys
 
@@ -41,6 +43,8 @@ for cu_q, cu_k, Tq, Tk, Hq, Hkv, D, mq, mk, dtype, kw in CASES:
     k, v = (torch.randn(Tk, Hkv, D, device="cuda", generator=g).to(dtype).requires_grad_() for _ in range(2))
     cq, ck = (torch.tensor(c, device="cuda", dtype=torch.int32) for c in (cu_q, cu_k))
     opts = {n: kw[n] for n in ("causal", "window_size", "softcap") if n in kw}
+    if "--dropout" in sys.argv:
+        opts.update(dropout_p=0.1, seed=Tq)
     if kw.get("alibi"):
         opts["alibi_slopes"] = torch.rand(len(cu_q) - 1, Hq, device="cuda", generator=g) * 0.3
     result = against_reference(ato_torch.flash_attention_varlen, reference.flash_attention_varlen, q, k, v, cq, ck,
@@ -50,7 +54,8 @@ for cu_q, cu_k, Tq, Tk, Hq, Hkv, D, mq, mk, dtype, kw in CASES:
 for (cu_q, cu_k, mq, mk), D in [(c, d) for c in BROKEN for d in (64, 128)]:  # D 128: the Gluon kernels
     q, k, v = (torch.randn(100, 2, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     cq, ck = (torch.tensor(c, device="cuda", dtype=torch.int32) for c in (cu_q, cu_k))
-    o = ato_torch.flash_attention_varlen(q, k, v, cq, ck, mq, mk, causal=True)
+    drop = {"dropout_p": 0.1, "seed": 5} if "--dropout" in sys.argv else {}
+    o = ato_torch.flash_attention_varlen(q, k, v, cq, ck, mq, mk, causal=True, **drop)
     grads = torch.autograd.grad(o.float().sum(), (q, k, v))
     torch.cuda.synchronize()
     finite = all(bool(torch.isfinite(t).all()) for t in (o, *grads))
