@@ -11,15 +11,14 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-from fa_option_time import inputs, report, timed_forms  # noqa: E402
+from fa_option_time import DROPOUT, inputs, report, timed_forms  # noqa: E402
 
-DROP = {"dropout_p": 0.1, "seed": 7}
 FORMS = [  # label, plans settings, options
     ("plain causal", {}, {}),
-    ("dropout 0.1 (producer)", {"HOPPER_DROPOUT": True}, DROP),
+    ("dropout 0.1 (producer)", {"HOPPER_DROPOUT": True}, DROPOUT),
     ("plain, one item a prog.", {"HOPPER_PERSISTENT": False}, {}),
-    ("dropout, one item a prog.", {"HOPPER_DROPOUT": True, "HOPPER_PERSISTENT": False}, DROP),
-    ("dropout 0.1 (portable)", {"HOPPER_DROPOUT": False}, DROP),
+    ("dropout, one item a prog.", {"HOPPER_DROPOUT": True, "HOPPER_PERSISTENT": False}, DROPOUT),
+    ("dropout 0.1 (portable)", {"HOPPER_DROPOUT": False}, DROPOUT),
 ]
 
 

@@ -10,16 +10,15 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-from fa_option_time import inputs, report, timed_forms  # noqa: E402
+from fa_option_time import DROPOUT, inputs, report, timed_forms  # noqa: E402
 
-DROP = {"dropout_p": 0.1, "seed": 7}
 FORMS = [  # label, plans settings (HOPPER's STAGES apart), options
     ("plain, joint", {}, {}),
     ("plain, split", {"HOPPER_SPLIT_KV": True}, {}),
     ("plain 2 stages, joint", {"STAGES": 2}, {}),
     ("plain 2 stages, split", {"STAGES": 2, "HOPPER_SPLIT_KV": True}, {}),
-    ("dropout, joint", {}, DROP),
-    ("dropout, split", {"HOPPER_SPLIT_KV": True}, DROP),
+    ("dropout, joint", {}, DROPOUT),
+    ("dropout, split", {"HOPPER_SPLIT_KV": True}, DROPOUT),
 ]
 
 

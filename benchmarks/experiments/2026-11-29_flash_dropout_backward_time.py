@@ -10,13 +10,12 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-from fa_option_time import inputs, report, timed_forms  # noqa: E402
+from fa_option_time import DROPOUT, inputs, report, timed_forms  # noqa: E402
 
-DROP = {"dropout_p": 0.1, "seed": 7}
 FORMS = [  # label, plans settings, options
     ("plain", {}, {}),
-    ("dropout, Gluon bwd", {"HOPPER_DROPOUT_BACKWARD": True}, DROP),
-    ("dropout, portable bwd", {"HOPPER_DROPOUT_BACKWARD": False}, DROP),
+    ("dropout, Gluon bwd", {"HOPPER_DROPOUT_BACKWARD": True}, DROPOUT),
+    ("dropout, portable bwd", {"HOPPER_DROPOUT_BACKWARD": False}, DROPOUT),
 ]
 
 

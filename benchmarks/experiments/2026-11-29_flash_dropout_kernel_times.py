@@ -9,7 +9,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-from fa_option_time import inputs  # noqa: E402
+from fa_option_time import DROPOUT, inputs  # noqa: E402
 
 CALLS = 20
 
@@ -59,10 +59,10 @@ def main():
     x = inputs()
     seed = torch.tensor(7, device="cuda")
     kernel_times(x)
-    rows = [("plain", {}, {}), ("dropout, int seed", {"dropout_p": 0.1, "seed": 7}, {}),
+    rows = [("plain", {}, {}), ("dropout, int seed", DROPOUT, {}),
             ("dropout, seed tensor", {"dropout_p": 0.1, "seed": seed}, {})]
     if "--stages" in sys.argv:
-        rows.append(("dropout, int seed, bwd rings of 3", {"dropout_p": 0.1, "seed": 7},
+        rows.append(("dropout, int seed, bwd rings of 3", DROPOUT,
                      {"HOPPER_BWD_DROPOUT": {**plans.HOPPER_BWD_DROPOUT, "STAGES": 3}}))
     base = None
     for label, kw, settings in rows:

@@ -8,6 +8,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 B, H, N, D = 4, 32, 4096, 128
+DROPOUT = {"dropout_p": 0.1, "seed": 7}  # the experiments' dropout: p 0.1, an int seed
 
 
 def inputs():
