@@ -1,0 +1,46 @@
+"""decode_attention's split kernel with a schedule (one split: it merges the chunk partials):
+every program merging them before its own tokens (the tree) against every other program merging
+them after (experiments/2026-11-29_decode_merge_after.patch; not taken, slower). Each form in a process of its own (benchmarks/tools/patched_tree.py),
+2 alternating rounds; per-kernel device time (CUPTI, us) and o's error against the seq-first path.
+Not a test. On the GPU machine: python3 benchmarks/experiments/2026-11-29_decode_merge_order.py
+"""
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks", "tools")]
+
+if "--inner" in sys.argv:
+    import torch
+
+    import ato_torch
+    from ato_cli import bench
+    from ato_core.ops.decode.schedule import DecodeSchedule, decode_schedule
+
+    for t in (256, 0, 16, 1024):
+        (B, Hq, Hkv, D, BS, P, T), args = bench.shared_prefix_batch(T=t)
+        s = DecodeSchedule(*(torch.as_tensor(a, device="cuda") for a in decode_schedule(
+            args[3].cpu().numpy(), args[4].cpu().numpy(), block_size=BS)))
+        ref = ato_torch.decode_attention(*args)
+        per = bench.device_kernels(lambda: ato_torch.decode_attention(*args, schedule=s), lambda out:
+                                   torch.cuda.synchronize(), calls=50)
+        o = ato_torch.decode_attention(*args, schedule=s)
+        err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+        kernels = ", ".join(f"{n.replace('decode_', '').replace('_kernel', '')} {us:.1f}" for n, (c, us) in
+                            sorted(per.items(), key=lambda kv: -kv[1][1]))
+        print(f"T{t} {sum(us for _, us in per.values()):6.1f} ({kernels}; o vs seq-first {err:.0e})", end=" | ")
+    print()
+else:
+    import torch
+
+    from patched_tree import run_patched
+
+    print(f"GPU {torch.cuda.get_device_name()}; shared prefix B64 P4096 + T own tokens, Hq32 Hkv8 D128 bs16 bf16; "
+          "device us")
+    for r in range(2):
+        for label, diffs in (("merge after on odd programs (the patch)",
+                              ("benchmarks/experiments/2026-11-29_decode_merge_after.patch",)),
+                             ("merge first everywhere (tree)", ())):
+            res = run_patched((), "benchmarks/experiments/2026-11-29_decode_merge_order.py", "--inner", diffs=diffs)
+            out = res.stdout.strip() or res.stderr.strip()[-400:]
+            print(f"round {r} {label:38s} {out}", flush=True)

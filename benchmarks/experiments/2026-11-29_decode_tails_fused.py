@@ -1,0 +1,76 @@
+"""decode_attention's shared-prefix schedule with the tails in the Gluon chunk kernel's fourth
+warpgroup (plans.HOPPER_TAILS; the combine merges) against the split kernel after the chunk
+kernel (the form before), and the tail worker's settings. Per-kernel device time (CUPTI, us) and
+o's error against the seq-first path. Not a test. The form is not in the tree: run on it with
+the patch applied (experiments/2026-11-29_decode_tails_fused.patch; results: decode-sweep.txt 16),
+on the GPU machine: git apply benchmarks/experiments/2026-11-29_decode_tails_fused.patch, then
+python3 benchmarks/experiments/2026-11-29_decode_tails_fused.py
+"""
+
+import torch
+
+import ato_torch
+from ato_cli import bench
+from ato_core.ops import OPS
+from ato_core.ops.decode import plans
+from ato_core.ops.decode.schedule import DecodeSchedule, decode_schedule
+
+(B, Hq, Hkv, D, BS, P, T), shared = bench.shared_prefix_batch()
+copy_gbs = bench._copy_gbs(False)
+print(f"GPU {torch.cuda.get_device_name()}; shared prefix B{B} P{P}+{T} Hq{Hq} Hkv{Hkv} D{D} bs{BS} bf16; us; "
+      f"copy {copy_gbs:.0f} GB/s")
+
+
+def scheduled(args):
+    return DecodeSchedule(*(torch.as_tensor(a, device="cuda") for a in decode_schedule(
+        args[3].cpu().numpy(), args[4].cpu().numpy(), block_size=BS)))
+
+
+batches = {"shared": (shared, scheduled(shared))}
+for t in (0, 16, 1024):
+    _, sb = bench.shared_prefix_batch(T=t)
+    batches[f"T{t}"] = (sb, scheduled(sb))
+BASE = (plans.TAIL_MIN_PROGRAMS, dict(plans.HOPPER_TAILS))
+
+
+def setting(min_programs=BASE[0], **kw):
+    plans.TAIL_MIN_PROGRAMS = min_programs
+    plans.HOPPER_TAILS.clear()
+    plans.HOPPER_TAILS.update({**BASE[1], **kw})
+    plans.decode_plan.cache_clear()
+    OPS["decode_attention"].cached_forward.cache_clear()
+
+
+def measure(args, s):
+    def run():
+        return ato_torch.decode_attention(*args, schedule=s, return_lse=True)
+    per = bench.device_kernels(run, lambda out: torch.cuda.synchronize(), calls=50)
+    total = sum(us for _, us in per.values())
+    kernels = ", ".join(f"{n.replace('decode_', '').replace('_kernel', '')} {us:.1f}"
+                        for n, (c, us) in sorted(per.items(), key=lambda kv: -kv[1][1]))
+    return run()[0], total, kernels
+
+
+FORMS = [("tails fused (taken)", {}), ("split kernel after", {"min_programs": float("inf")}),
+         ("tail tile 32, 4 stages", {"TAIL_N": 32, "TAIL_STAGES": 4, "STAGES": 4}),
+         ("tail tile 32, 6 stages", {"TAIL_N": 32, "TAIL_STAGES": 6, "STAGES": 3}),
+         ("chunk ring 2", {"TAIL_STAGES": 4, "STAGES": 2})]
+refs = {name: ato_torch.decode_attention(*args) for name, (args, _) in batches.items()}
+for name, (args, _) in batches.items():  # the unique K / V bytes (shared prefix once, every tail) at the copy rate
+    t = int(name[1:]) if name != "shared" else T
+    print(f"  {name}: unique-bytes floor {2 * (P + B * t) * Hkv * D * 2 / copy_gbs / 1e3:.1f} us")
+for r in range(2):
+    print(f"round {r}")
+    for label, kw in FORMS:
+        setting(**kw)
+        cells = []
+        for name, (args, s) in batches.items():
+            try:
+                o, total, kernels = measure(args, s)
+                ref = refs[name]
+                err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+                cells.append(f"{name} {total:6.1f} ({kernels}; o vs seq-first {err:.0e})")
+            except Exception as e:  # a setting that does not compile or fit
+                cells.append(f"{name} failed: {type(e).__name__}: {str(e)[:160]}")
+        print(f"  {label:26s} " + " | ".join(cells), flush=True)
+setting()
