@@ -16,19 +16,16 @@ if "--inner" in sys.argv:
     import ato_torch
     from ato_cli import bench
     from ato_core.ops.decode.schedule import DecodeSchedule, decode_schedule
+    from decode_kernels import measure
 
     for t in (256, 0, 16, 1024):
         (B, Hq, Hkv, D, BS, P, T), args = bench.shared_prefix_batch(T=t)
         s = DecodeSchedule(*(torch.as_tensor(a, device="cuda") for a in decode_schedule(
             args[3].cpu().numpy(), args[4].cpu().numpy(), block_size=BS)))
         ref = ato_torch.decode_attention(*args)
-        per = bench.device_kernels(lambda: ato_torch.decode_attention(*args, schedule=s), lambda out:
-                                   torch.cuda.synchronize(), calls=50)
-        o = ato_torch.decode_attention(*args, schedule=s)
+        o, total, kernels = measure(args, s)
         err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
-        kernels = ", ".join(f"{n.replace('decode_', '').replace('_kernel', '')} {us:.1f}" for n, (c, us) in
-                            sorted(per.items(), key=lambda kv: -kv[1][1]))
-        print(f"T{t} {sum(us for _, us in per.values()):6.1f} ({kernels}; o vs seq-first {err:.0e})", end=" | ")
+        print(f"T{t} {total:6.1f} ({kernels}; o vs seq-first {err:.0e})", end=" | ")
     print()
 else:
     import torch

@@ -7,6 +7,9 @@ on the GPU machine: git apply benchmarks/experiments/2026-11-29_decode_tails_fus
 python3 benchmarks/experiments/2026-11-29_decode_tails_fused.py
 """
 
+import os
+import sys
+
 import torch
 
 import ato_torch
@@ -14,6 +17,9 @@ from ato_cli import bench
 from ato_core.ops import OPS
 from ato_core.ops.decode import plans
 from ato_core.ops.decode.schedule import DecodeSchedule, decode_schedule
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from decode_kernels import measure  # noqa: E402
 
 (B, Hq, Hkv, D, BS, P, T), shared = bench.shared_prefix_batch()
 copy_gbs = bench._copy_gbs(False)
@@ -41,17 +47,7 @@ def setting(min_programs=BASE[0], **kw):
     OPS["decode_attention"].cached_forward.cache_clear()
 
 
-def measure(args, s):
-    def run():
-        return ato_torch.decode_attention(*args, schedule=s, return_lse=True)
-    per = bench.device_kernels(run, lambda out: torch.cuda.synchronize(), calls=50)
-    total = sum(us for _, us in per.values())
-    kernels = ", ".join(f"{n.replace('decode_', '').replace('_kernel', '')} {us:.1f}"
-                        for n, (c, us) in sorted(per.items(), key=lambda kv: -kv[1][1]))
-    return run()[0], total, kernels
-
-
-FORMS = [("tails fused (taken)", {}), ("split kernel after", {"min_programs": float("inf")}),
+FORMS = [("tails fused (the patch's plan)", {}), ("split kernel after", {"min_programs": float("inf")}),
          ("tail tile 32, 4 stages", {"TAIL_N": 32, "TAIL_STAGES": 4, "STAGES": 4}),
          ("tail tile 32, 6 stages", {"TAIL_N": 32, "TAIL_STAGES": 6, "STAGES": 3}),
          ("chunk ring 2", {"TAIL_STAGES": 4, "STAGES": 2})]
