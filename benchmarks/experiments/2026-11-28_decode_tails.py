@@ -5,13 +5,18 @@ and o's error against the base settings'. Not a test. On the GPU machine:
 python3 benchmarks/experiments/2026-11-28_decode_tails.py [--stages | --parts]
 """
 
+import os
+import sys
+
 import torch
 
-import ato_torch
 from ato_cli import bench
 from ato_core.ops import OPS
 from ato_core.ops.decode import plans
 from ato_core.ops.decode.schedule import DecodeSchedule, decode_schedule
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from decode_kernels import row  # noqa: E402
 
 (B, Hq, Hkv, D, BS, P, T), shared = bench.shared_prefix_batch()
 print(f"GPU {torch.cuda.get_device_name()}; shared prefix B{B} P{P}+{T} Hq{Hq} Hkv{Hkv} D{D} bs{BS} bf16; us")
@@ -28,16 +33,6 @@ def setting(**kw):
         setattr(plans, name, value)
     plans.decode_plan.cache_clear()
     OPS["decode_attention"].cached_forward.cache_clear()
-
-
-def measure(args, s):
-    def run():
-        return ato_torch.decode_attention(*args, schedule=s, return_lse=True)
-    per = bench.device_kernels(run, lambda out: torch.cuda.synchronize(), calls=50)
-    total = sum(us for _, us in per.values())
-    kernels = ", ".join(f"{n.replace('decode_', '').replace('_kernel', '')} {us:.1f}"
-                        for n, (c, us) in sorted(per.items(), key=lambda kv: -kv[1][1]))
-    return run()[0], total, kernels
 
 
 FORMS = [("base", {}), ("tokens 32", {"TOKENS": 32}), ("tokens 32, stages 3", {"TOKENS": 32, "STAGES": 3}),
@@ -64,14 +59,5 @@ for r in range(2):
     print(f"round {r}")
     for label, kw in FORMS:
         setting(**kw)
-        cells = []
-        for name, (args, s) in batches.items():
-            try:
-                o, total, kernels = measure(args, s)
-                ref = refs.setdefault(name, o)
-                err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
-                cells.append(f"{name} {total:6.1f} ({kernels}; o {err:.0e})")
-            except Exception as e:  # a setting that does not compile or fit
-                cells.append(f"{name} failed: {type(e).__name__}: {str(e)[:120]}")
-        print(f"  {label:28s} " + " | ".join(cells), flush=True)
+        print(f"  {label:28s} " + row(batches, refs), flush=True)
 setting()

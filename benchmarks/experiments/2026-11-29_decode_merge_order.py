@@ -16,17 +16,15 @@ if "--inner" in sys.argv:
     import ato_torch
     from ato_cli import bench
     from ato_core.ops.decode.schedule import DecodeSchedule, decode_schedule
-    from decode_kernels import measure
+    from decode_kernels import row
 
+    batches, refs = {}, {}
     for t in (256, 0, 16, 1024):
         (B, Hq, Hkv, D, BS, P, T), args = bench.shared_prefix_batch(T=t)
-        s = DecodeSchedule(*(torch.as_tensor(a, device="cuda") for a in decode_schedule(
-            args[3].cpu().numpy(), args[4].cpu().numpy(), block_size=BS)))
-        ref = ato_torch.decode_attention(*args)
-        o, total, kernels = measure(args, s)
-        err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
-        print(f"T{t} {total:6.1f} ({kernels}; o vs seq-first {err:.0e})", end=" | ")
-    print()
+        batches[f"T{t}"] = (args, DecodeSchedule(*(torch.as_tensor(a, device="cuda") for a in decode_schedule(
+            args[3].cpu().numpy(), args[4].cpu().numpy(), block_size=BS))))
+        refs[f"T{t}"] = ato_torch.decode_attention(*args)
+    print(row(batches, refs, "seq-first"))
 else:
     import torch
 

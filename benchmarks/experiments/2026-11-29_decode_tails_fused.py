@@ -19,7 +19,7 @@ from ato_core.ops.decode import plans
 from ato_core.ops.decode.schedule import DecodeSchedule, decode_schedule
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-from decode_kernels import measure  # noqa: E402
+from decode_kernels import row  # noqa: E402
 
 (B, Hq, Hkv, D, BS, P, T), shared = bench.shared_prefix_batch()
 copy_gbs = bench._copy_gbs(False)
@@ -59,14 +59,5 @@ for r in range(2):
     print(f"round {r}")
     for label, kw in FORMS:
         setting(**kw)
-        cells = []
-        for name, (args, s) in batches.items():
-            try:
-                o, total, kernels = measure(args, s)
-                ref = refs[name]
-                err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
-                cells.append(f"{name} {total:6.1f} ({kernels}; o vs seq-first {err:.0e})")
-            except Exception as e:  # a setting that does not compile or fit
-                cells.append(f"{name} failed: {type(e).__name__}: {str(e)[:160]}")
-        print(f"  {label:26s} " + " | ".join(cells), flush=True)
+        print(f"  {label:26s} " + row(batches, refs, "seq-first"), flush=True)
 setting()
