@@ -438,9 +438,8 @@ def _draw_masks(masks, c, drop, start, BLOCK_N: gl.constexpr):
     64), for query rows from drop[3] (drop = (seed, bh, thr, the rows' first)): once its slot is
     free, rows drop[3] + ROWS h into masks[0][h] ([STAGES, ROWS, BLOCK_N] of v's dtype, an element's
     bits all ones kept, all zeros dropped: _mask_rings', one or two rings; _kept applies them), then
-    an arrival on its ready barrier. Run by a producer
-    warpgroup, idle between copies: in the consumers the draws slowed their issue-bound instruction
-    stream.
+    an arrival on its ready barrier. Run by a producer warpgroup, idle between copies: in the
+    consumers the draws slowed their issue-bound instruction stream.
 
     kernels._dropout_keep's draws and bytes, 2048 elements a step (_draw_layout): one Philox call a
     thread covers rows {r, r + 8} x keys {2q + 8n + c} of a 32-key chunk, 4 bytes a word, a word's
