@@ -312,3 +312,21 @@ def test_hopper_chunk_kernel_chosen_where_it_applies():
     for kw in [{"dtype": "float32"}, {"D": 64}, {"k": gpu_spec((2048, 16, 8, 128), "bfloat16")._replace(aligned=False)},
                {"target": INTERPRETER}, {"target": dataclasses.replace(h100(), gluon=False)}]:
         assert chunk(**kw).name == "decode_chunk_kernel", kw
+
+
+def test_splits_fill_one_wave():
+    """On an H100 (132 SMs at PROGRAMS_PER_SM = 4: 528 places), Hq32 Hkv8 D128 bf16, 8192 tokens
+    a sequence: the splits (the split kernel's first grid axis) as many as fit in one wave where
+    they fill ONE_WAVE of it (B8: 8, not 9; B32: 2, not 3), else enough to fill it (B24: 2 would
+    fill 0.73, so 3), none where the GPU is full (B48, B64); B1 at MAX_SPLITS (results: H200
+    decode-sweep 20)."""
+    from ato_core.ops.decode import plans
+    from ato_core.testing import gpu_spec, h100
+
+    k = gpu_spec((8192, 64, 8, 128), "bfloat16")
+    for B, splits in ((1, 64), (8, 8), (16, 4), (24, 3), (32, 2), (48, 1), (64, 1)):
+        plan = plans.decode_plan(gpu_spec((B, 32, 128), "bfloat16"), k, k, gpu_spec((B, 128), "int32"),
+                                 gpu_spec((B,), "int32"), softmax_scale=None, target=h100())
+        split = next(launch for launch in plan.launches if launch.name == "decode_split_kernel")
+        assert split.grid == (splits, B * 8), (B, split.grid)
+        assert [launch.name for launch in plan.launches][1:] == (["decode_combine_kernel"] if splits > 1 else [])
