@@ -7,11 +7,12 @@ One process per cap, since the launcher keeps each launch's binary:
     python3 benchmarks/tools/maxnreg_ab.py FAMILY none
     python3 benchmarks/tools/maxnreg_ab.py FAMILY 168 [kernel names ...]   (default: every kernel)
 
-FAMILY: based, decode, block_sparse, linear_attention, layer_norm. Candidates (registers holding
+FAMILY: based, decode, block_sparse, coarsen, coarsen_d72, linear_attention, layer_norm. Candidates (registers holding
 them to 2 programs an SM or fewer): benchmarks/results/sm90-resources.txt, whose tool
 (sm90_resources.py --maxnreg N) shows what a cap costs in stack before a GPU run. Written in
 session 27 (from experiments/2026-11-26_based_maxnreg.py); run in session 28 on decode, linear_attention,
-layer_norm and block_sparse (results: NVIDIA_H100_80GB_HBM3-maxnreg-ab.txt; every cap slower).
+layer_norm and block_sparse (results: NVIDIA_H100_80GB_HBM3-maxnreg-ab.txt; every cap slower); in
+session 54 on max_l2_coarsen (NVIDIA_H200-block_sparse-sweep.txt 43).
 """
 import os
 import sys
@@ -47,7 +48,8 @@ def family(name):
         return "causal B8 H16 N4096 d16 Dv64", _fwd_bwd(ato_torch.based_attention, (q, k, v), do)
     if name == "linear_attention":
         q, k, v, do = (_rand(8, 16, 4096, 64, g=g) for _ in range(4))
-        return "causal B8 H16 N4096 D64", _fwd_bwd(lambda *a: ato_torch.linear_attention(*a, causal=True), (q, k, v), do)
+        return "causal B8 H16 N4096 D64", _fwd_bwd(lambda *a: ato_torch.linear_attention(*a, causal=True), (q, k, v),
+                                                   do)
     if name == "block_sparse":
         q, k, v, do = (_rand(1, 32, 32768, 128, g=g) for _ in range(4))
         mask = bench.random_block_mask(1, 32, 512, 0.1, "cuda")
@@ -59,11 +61,16 @@ def family(name):
         return "B64 Hq32 Hkv8 prefix 4096+256 D128, shared-prefix schedule and seq-first", lambda: [
             ato_torch.decode_attention(q, kc, vc, table, lens, schedule=sched),
             ato_torch.decode_attention(q, kc, vc, table, lens)]
+    if name in ("coarsen", "coarsen_d72"):  # max_l2_coarsen alone, blocks of 64
+        D, dtype = (128, torch.bfloat16) if name == "coarsen" else (72, torch.float16)
+        x = torch.randn(1, 32, 32768, D, device="cuda", generator=g).to(dtype)
+        return f"B1 H32 N32768 D{D} {str(dtype)[6:]} block 64", lambda: list(ato_torch.max_l2_coarsen(x, 64))
     if name == "layer_norm":
         x, do = (_rand(16384, 4096, g=g) for _ in range(2))
         w, b = (_rand(4096, g=g) for _ in range(2))
         return "M16384 N4096", _fwd_bwd(ato_torch.layer_norm, (x, w, b), do)
-    raise SystemExit(f"FAMILY: expected one of based, decode, block_sparse, linear_attention, layer_norm, got {name!r}")
+    raise SystemExit(f"FAMILY: expected one of based, decode, block_sparse, coarsen, coarsen_d72, linear_attention, "
+                     f"layer_norm, got {name!r}")
 
 
 def main():
