@@ -4,7 +4,6 @@ under compute-sanitizer (memcheck) on the GPU machine to find out-of-range acces
 
     compute-sanitizer --tool memcheck python benchmarks/experiments/2026-11-24_decode_memcheck.py
 """
-import numpy as np
 import torch
 
 import ato_torch

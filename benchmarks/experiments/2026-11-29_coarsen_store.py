@@ -61,10 +61,7 @@ if "--inner" in sys.argv:
 else:
     import torch
 
-    from patched_tree import run_patched
+    from patched_tree import alternate_forms
 
     print(f"GPU {torch.cuda.get_device_name()}; max_l2_coarsen device us")
-    for r in range(2):
-        for form, diffs in FORMS:
-            res = run_patched((), "benchmarks/experiments/2026-11-29_coarsen_store.py", "--inner", form, diffs=diffs)
-            print(f"round {r} {form}\n{res.stdout.rstrip() or res.stderr.strip()[-600:]}", flush=True)
+    alternate_forms("benchmarks/experiments/2026-11-29_coarsen_store.py", FORMS)

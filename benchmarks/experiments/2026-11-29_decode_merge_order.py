@@ -29,14 +29,11 @@ if "--inner" in sys.argv:
 else:
     import torch
 
-    from patched_tree import run_patched
+    from patched_tree import alternate_forms
 
     print(f"GPU {torch.cuda.get_device_name()}; shared prefix B64 P4096 + T own tokens, Hq32 Hkv8 D128 bs16 bf16; "
           "device us")
-    for r in range(2):
-        for label, diffs in (("merge after on odd programs (the patch)",
-                              ("benchmarks/experiments/2026-11-29_decode_merge_after.patch",)),
-                             ("merge first everywhere (tree)", ())):
-            res = run_patched((), "benchmarks/experiments/2026-11-29_decode_merge_order.py", "--inner", diffs=diffs)
-            out = res.stdout.strip() or res.stderr.strip()[-400:]
-            print(f"round {r} {label:38s} {out}", flush=True)
+    alternate_forms("benchmarks/experiments/2026-11-29_decode_merge_order.py",
+                    (("merge after on odd programs (the patch)",
+                      ("benchmarks/experiments/2026-11-29_decode_merge_after.patch",)),
+                     ("merge first everywhere (tree)", ())))

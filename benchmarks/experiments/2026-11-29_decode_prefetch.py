@@ -50,12 +50,8 @@ if "--inner" in sys.argv:
 else:
     import torch
 
-    from patched_tree import run_patched
+    from patched_tree import alternate_forms
 
     print(f"GPU {torch.cuda.get_device_name()}; Hq32 Hkv8 D128 bf16; device us (kernels: split, combine, chunk)")
-    for r in range(2):
-        for form, diffs in (("prefetch", ("benchmarks/experiments/2026-11-29_decode_prefetch.patch",)),
-                            ("tree", ())):
-            res = run_patched((), "benchmarks/experiments/2026-11-29_decode_prefetch.py", "--inner", form,
-                              diffs=diffs)
-            print(f"round {r} {form}\n{res.stdout.rstrip() or res.stderr.strip()[-600:]}", flush=True)
+    alternate_forms("benchmarks/experiments/2026-11-29_decode_prefetch.py",
+                    (("prefetch", ("benchmarks/experiments/2026-11-29_decode_prefetch.patch",)), ("tree", ())))

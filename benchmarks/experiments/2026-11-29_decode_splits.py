@@ -28,12 +28,8 @@ if "--inner" in sys.argv:
 else:
     import torch
 
-    from patched_tree import run_patched
+    from patched_tree import alternate_forms
 
     print(f"GPU {torch.cuda.get_device_name()}; no sharing, N 8192 bs16 Hq32 Hkv8 D128 bf16; device us")
-    for r in range(2):
-        for form, diffs in (("ceil", ("benchmarks/experiments/2026-11-29_decode_split_ceil.patch",)),
-                            ("one wave", ())):
-            res = run_patched((), "benchmarks/experiments/2026-11-29_decode_splits.py", "--inner", form,
-                              diffs=diffs)
-            print(f"round {r} {form}\n{res.stdout.rstrip() or res.stderr.strip()[-600:]}", flush=True)
+    alternate_forms("benchmarks/experiments/2026-11-29_decode_splits.py",
+                    (("ceil", ("benchmarks/experiments/2026-11-29_decode_split_ceil.patch",)), ("one wave", ())))

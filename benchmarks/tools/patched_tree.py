@@ -1,6 +1,8 @@
 """Run a script in a copy of the repository with some of its source replaced: an A/B of kernel
 source variants, each timed in a process of its own (the kernels compile from the copy). Used by
-experiments/2026-11-28_flash_dropout_bound.py and 2026-11-29_flash_draw_calls.py."""
+experiments/2026-11-28_flash_dropout_bound.py, 2026-11-29_flash_draw_calls.py, and through
+alternate_forms the other 2026-11-29 A/Bs (decode_merge_order, decode_prefetch, decode_splits,
+coarsen_store)."""
 import os
 import shutil
 import subprocess
@@ -28,3 +30,12 @@ def run_patched(patches, script, *args, diffs=()) -> subprocess.CompletedProcess
         env = {**os.environ, "PYTHONPATH": path}
         return subprocess.run([sys.executable, os.path.join(tree, script), *args], capture_output=True, text=True,
                               cwd=tree, env=env)
+
+
+def alternate_forms(script, forms, rounds: int = 2) -> None:
+    """For each round, each (form, diffs) of ``forms`` in turn: ``script --inner <form>`` run by
+    run_patched with ``diffs``; prints its output (or the end of its errors) under "round r form"."""
+    for r in range(rounds):
+        for form, diffs in forms:
+            res = run_patched((), script, "--inner", form, diffs=diffs)
+            print(f"round {r} {form}\n{res.stdout.rstrip() or res.stderr.strip()[-600:]}", flush=True)

@@ -11,7 +11,7 @@ from typing import NamedTuple, Optional, Tuple
 
 from ato_core import checks
 from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, numel,
-                             optional_output, row_alignment, row_major_strides)
+                             optional_output, row_alignment)
 from ato_core.layout import as_bhnd, bhnd_strides, check_layout, laid_out
 from ato_core.target import Target
 
