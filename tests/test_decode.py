@@ -319,7 +319,7 @@ def test_splits_fill_one_wave():
     a sequence: the splits (the split kernel's first grid axis) as many as fit in one wave where
     they fill ONE_WAVE of it (B8: 8, not 9; B32: 2, not 3), else enough to fill it (B24: 2 would
     fill 0.73, so 3), none where the GPU is full (B48, B64); B1 at MAX_SPLITS (results: H200
-    decode-sweep 20)."""
+    decode-sweep 21)."""
     from ato_core.ops.decode import plans
     from ato_core.testing import gpu_spec, h100
 
