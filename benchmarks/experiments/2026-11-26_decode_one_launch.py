@@ -63,7 +63,7 @@ for r in range(3):
               f"{rel(got[0], ref[0]):.1e}, lse {rel(got[1], ref[1]):.1e}", flush=True)
 for v, ts in times.items():
     print(f"{v[0]} {v[1]}: " + " / ".join(f"{t:6.1f}" for t in ts))
-del kc, vc
+kc = vc = None  # the shared batch's caches freed
 torch.cuda.empty_cache()
 
 N = 8192
@@ -88,5 +88,5 @@ for B in (1, 8, 64):
     res = ab.alternate(fns, 5, lambda f: do_bench(f, warmup=10, rep=100, return_mode="median") * 1e3)
     for name, ts in res.items():
         print(f"  {name}: " + " / ".join(f"{t:6.1f}" for t in ts) + f"  (min {min(ts):.1f})", flush=True)
-    del k, v, kc, vc
+    k = v = kc = vc = None
     torch.cuda.empty_cache()
