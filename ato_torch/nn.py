@@ -220,7 +220,7 @@ class MultiheadAttention(nn.Module):
                              "weights (expected need_weights=False)")
         if not self.batch_first:  # [N, B, E] -> [B, N, E]
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
-        E, H, D = self.embed_dim, self.num_heads, self.head_dim
+        H, D = self.num_heads, self.head_dim
         w = self.in_proj_weight.chunk(3)
         b = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None,) * 3
         q, k, v = (nn.functional.linear(t, wi, bi).unflatten(-1, (H, D)).transpose(1, 2)

@@ -4,7 +4,6 @@ Backward: dgate = dy * up * sigmoid(gate) * (1 + gate * (1 - sigmoid(gate))), du
 Flat row-major arrays; int64 offsets. fp32 arithmetic, results in the input dtype.
 """
 
-import triton
 import triton.language as tl
 
 from ato_core.launch import kernel
