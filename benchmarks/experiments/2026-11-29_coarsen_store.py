@@ -33,7 +33,7 @@ if "--inner" in sys.argv:
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     per = bench.device_kernels(lambda: dst.copy_(src), lambda out: torch.cuda.synchronize(), calls=20)
-    copy = 2 * src.numel() / sum(us for _, us in per.values()) / 1e3
+    copy = 2 * src.numel() / bench._device_ms(per) / 1e6
     del src, dst
     print(f"    copy 1 GiB {copy:.0f} GB/s (device)")
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -49,7 +49,7 @@ if "--inner" in sys.argv:
                 xc, idx = ato_torch.max_l2_coarsen(x, bs)
                 per = bench.device_kernels(lambda: ato_torch.max_l2_coarsen(x, bs),
                                            lambda out: torch.cuda.synchronize(), calls=20)
-                us = sum(u for _, u in per.values())
+                us = bench._device_ms(per) * 1e3
                 gbs = (x.numel() + xc.numel()) * x.element_size() / us / 1e3
                 rx, ri = refs.setdefault(j, (xc, idx))
                 same = torch.equal(xc.view(torch.int16), rx.view(torch.int16)) and torch.equal(idx, ri)
