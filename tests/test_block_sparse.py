@@ -49,6 +49,35 @@ def test_coarsen(N, D, block_size, dtype):
     assert ((index >= blocks) & (index < np.minimum(blocks + block_size, N))).all(), "an index outside its block"
 
 
+def test_coarsen_hopper_applies():
+    """The Gluon coarsening on Hopper takes fp16 / bf16, D a power of two from 16 to 256, rows TMA
+    can copy (a [B, N, H, D] view too) and MIN_BLOCKS blocks a program; anything else, fewer
+    blocks and an empty x launch the portable kernel. curvature_block_mask's q and k: one launch."""
+    from ato_core.launch import ArraySpec
+    from ato_core.ops.block_sparse import plans as bp
+    from ato_core.testing import gpu_spec, h100
+
+    target = h100()
+    if not target.gluon:
+        pytest.skip("the Gluon kernels need a Triton of target.GLUON_TRITON")
+
+    def name(x):
+        return bp.coarsen_plan(x, block_size=64, target=target).launches[0].name
+
+    N = 64 * bp.HOPPER_COARSEN["MIN_BLOCKS"] * bp.HOPPER_COARSEN["PROGRAMS_PER_SM"] * target.num_sms // 4
+    view = ArraySpec((1, 4, N, 64), "bfloat16", (N * 256, 64, 256, 1), "cuda:0")  # [B, N, H, D] transposed
+    for x in (gpu_spec((1, 4, N, 128)), gpu_spec((1, 4, N, 16), "float16"), view):
+        assert name(x) == "max_l2_coarsen_hopper_kernel", x
+    for x in (gpu_spec((1, 4, N - 64, 128)), gpu_spec((1, 4, N, 128), "float32"), gpu_spec((1, 4, N, 72)),
+              gpu_spec((1, 4, N, 8)), gpu_spec((1, 4, 0, 128)),
+              ArraySpec((1, 4, N, 128), "bfloat16", (520 * N, 130 * N, 130, 1), "cuda:0"),
+              ArraySpec((1, 4, N, 128), "bfloat16", (512 * N, 128 * N, 128, 1), "cuda:0", aligned=False)):
+        assert name(x) == "max_l2_coarsen_kernel", x
+    q, k = gpu_spec((1, 3, N, 128)), gpu_spec((1, 1, N, 128))
+    mask = bp.curvature_plan(q, k, block_size=64, keep=0.1, lam=0.5, causal=True, local_blocks=1, target=target)
+    assert [launch.name for launch in mask.launches if "coarsen" in launch.name] == ["max_l2_coarsen_hopper_kernel"]
+
+
 def test_ties_go_to_the_first_token():
     """Tokens of equal norm (sign flips of one row: the same squares, summed in the same
     order): the first is chosen, within a tile and across the interpreter's 4-token tiles."""

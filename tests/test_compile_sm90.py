@@ -459,9 +459,9 @@ def test_gluon_register_cap_reaches_jax():
     assert ".maxnreg 160" in capped.asm["ptx"]
 
 
-def _compiles_alike_for_jax(launch, plan, specs, warps):
-    """test_gluon_compiles_alike_for_jax's check of one Gluon launch of ``warps`` warps in all;
-    returns torch's compiled kernel."""
+def _compiles_alike_for_jax(launch, plan, specs, warps, specialised=True):
+    """test_gluon_compiles_alike_for_jax's check of one Gluon launch of ``warps`` warps in all
+    (``specialised``: warp-specialised); returns torch's compiled kernel."""
     from ato_jax import launcher
 
     name, n_warps, _, shared, ptx, _, cc = _jax_compile(launch, plan, specs)
@@ -472,11 +472,12 @@ def _compiles_alike_for_jax(launch, plan, specs, warps):
     if launch.scratch:  # JAX's reads its global scratch from the last output (jaxlib passes none)
         expected = launcher.scratch_from_last_output(expected, name, torch_side.metadata.global_scratch_align)
         assert expected != torch_side.asm["ptx"]
-    assert ptx == expected and "setmaxnreg" in ptx
+    assert ptx == expected and ("setmaxnreg" in ptx) == specialised
     # a barrier of the whole CTA (no thread count) in a partition waits for warps that never come:
     # Triton 3.6 emits one for a gl.jit(noinline=True) function called from a partition (an
     # mbarrier.arrive's thread barrier there), the persistent dK / dV patch's hang
-    assert not re.search(r"\bbar\.sync\s+0;", ptx), "a CTA-wide bar.sync 0 in a warp-specialised kernel"
+    bar0 = re.search(r"\bbar\.sync\s+0;", ptx)
+    assert not (specialised and bar0), "a CTA-wide bar.sync 0 in a warp-specialised kernel"
     return torch_side
 
 
@@ -575,3 +576,24 @@ def test_block_sparse_gluon_compiles_alike_for_jax(block_size, causal):
     _compiles_alike_for_jax(plan.launches[1], plan, specs, 12)
     for launch in backward.launches[2:]:
         _compiles_alike_for_jax(launch, backward, specs, 12)
+
+
+@pytest.mark.skipif(not H100.gluon, reason="the Gluon kernels need a Triton of target.GLUON_TRITON")
+@pytest.mark.parametrize("shape,block_size,y_heads", [((2, 3, 1000, 128), 64, 0), ((1, 2, 300, 256), 256, 0),
+                                                      ((3, 2, 70, 16), 16, 0), ((2, 4, 1000, 64), 32, 1)])
+def test_coarsen_gluon_compiles_alike_for_jax(shape, block_size, y_heads):
+    """max_l2_coarsen's Gluon kernel (4 warps, no partitions; y_heads: curvature_block_mask's q and
+    k in one launch), as test_gluon_compiles_alike_for_jax: the same PTX for both frameworks, its
+    ring within the shared memory of PROGRAMS_PER_SM programs."""
+    from ato_core.ops.block_sparse import plans as bp
+
+    x, y = _spec(shape), _spec((shape[0], y_heads, *shape[2:]))
+    with plan_settings("max_l2_coarsen", bp, [], HOPPER_COARSEN={**bp.HOPPER_COARSEN, "MIN_BLOCKS": 0}):
+        if y_heads:
+            plan = bp.curvature_plan(x, y, block_size=block_size, keep=0.1, lam=0.5, causal=True, local_blocks=1,
+                                     target=H100)
+        else:
+            plan = bp.coarsen_plan(x, block_size=block_size, target=H100)
+        assert plan.launches[0].name == "max_l2_coarsen_hopper_kernel"
+        compiled = _compiles_alike_for_jax(plan.launches[0], plan, {"x": x, "q": x, "k": y}, 4, specialised=False)
+        assert compiled.metadata.shared * bp.HOPPER_COARSEN["PROGRAMS_PER_SM"] <= 232448

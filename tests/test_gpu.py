@@ -1539,6 +1539,66 @@ def test_max_l2_coarsen_magnitudes_gpu(scale):
     assert torch.equal(idx, ri) and torch.equal(xc.double(), rc)
 
 
+# The Gluon coarsening's cases (sm_90): partial last blocks, a block in 8 tiles (D 256), blocks
+# of 16, 64 and 128 rows (D 64: 128-row tiles), fewer blocks than programs.
+HOPPER_COARSEN = [(2, 3, 1000, 128, 64), (1, 2, 300, 256, 256), (2, 3, 517, 16, 16), (1, 4, 999, 64, 128),
+                  (3, 1, 64, 32, 32)]
+
+
+@pytest.mark.parametrize("dims", HOPPER_COARSEN, ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_max_l2_coarsen_hopper_gpu(dims, dtype):
+    """The coarsening launch for fp16 / bf16 and D a power of two (the Gluon kernel on sm_90, at
+    any number of blocks: MIN_BLOCKS 0), with rows planted: a tie in one tile (a row and its
+    negation, the largest of their block), a tie across a block's halves, a NaN, an infinity and,
+    in bf16, a block of squares below fp32's normals and one of squares past its range (the
+    rescale): the reference's index and row, bit for bit; a [B, N, H, D] view the same; torch ==
+    JAX bitwise."""
+    from ato_core.ops.block_sparse import plans
+    from helpers import plan_settings
+
+    with plan_settings("max_l2_coarsen", plans, [], HOPPER_COARSEN={**plans.HOPPER_COARSEN, "MIN_BLOCKS": 0}):
+        _coarsen_planted(dims, dtype)
+
+
+def _coarsen_planted(dims, dtype):
+    import jax
+    import torch
+
+    import ato_jax
+    import ato_torch
+    from ato_core.ops.block_sparse import plans, reference
+    from ato_core.target import cuda_target
+    from ato_core.testing import gpu_spec
+
+    B, H, N, D, bs = dims
+    x = torch.randn(B, H, N, D, device="cuda", generator=torch.Generator("cuda").manual_seed(sum(dims)))
+    row = torch.randn(D, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    x[0, 0, 1], x[0, 0, 2] = 6 * row, -6 * row  # block 0: rows 1 and 2 tie, 1 wins
+    if N >= 2 * bs:
+        x[0, -1, bs + 3], x[0, -1, bs + bs // 2 + 3] = -6 * row, 6 * row  # block 1, one in each half
+    x[-1, 0, N - 1, 5] = float("nan")
+    x[-1, -1, min(N - 1, bs + 1), 0] = float("inf")
+    if dtype == "bfloat16":
+        x[0, 0, (N - 1) // bs * bs:] *= 1e30  # the last block's squares overflow fp32
+        x[-1, -1, :bs] *= 1e-30  # the first block's squares underflow
+    x = x.to(getattr(torch, dtype))
+    spec = gpu_spec(tuple(x.shape), dtype)
+    launch = plans.coarsen_plan(spec, block_size=bs, target=cuda_target(0)).launches[0]
+    assert launch.name == ("max_l2_coarsen_hopper_kernel" if _hopper() else "max_l2_coarsen_kernel")
+    xc, idx = ato_torch.max_l2_coarsen(x, bs)
+    rc, ri = reference.max_l2_coarsen(x.double(), bs)
+    assert torch.equal(idx, ri), f"{int((idx != ri).sum())} blocks differ"
+    assert np.array_equal(xc.double().cpu().numpy(), rc.cpu().numpy(), equal_nan=True)
+    assert int(idx[0, 0, 0]) == 1
+    view = x.transpose(1, 2).contiguous().transpose(1, 2)
+    vc, vi = ato_torch.max_l2_coarsen(view, bs)
+    assert torch.equal(vi, idx) and torch.equal(vc.view(torch.int16), xc.view(torch.int16))
+    jc, ji = jax.jit(lambda a: ato_jax.max_l2_coarsen(a, bs))(jax.dlpack.from_dlpack(x))
+    assert np.array_equal(np.asarray(ji), idx.cpu().numpy())
+    assert np.array_equal(np.asarray(jc.astype("float32")), xc.float().cpu().numpy(), equal_nan=True)
+
+
 SPARSE_DIMS = [(1, 8, 2, 4096, 4096, 128, 64), (2, 4, 4, 1000, 1500, 80, 128), (1, 4, 1, 2048, 2048, 64, 16)]
 
 
@@ -1612,11 +1672,25 @@ def test_block_sparse_attention_bnhd_gpu(dtype):
 def test_curvature_block_mask_gpu(dims, causal, dtype):
     """The mask against the float64 reference's (fp32 scores: a block may differ only where two
     F values of a row lie within rounding of the cut; at these shapes none does), torch ==
-    JAX bitwise."""
+    JAX bitwise. D 128: q and k coarsened in one launch (the Gluon kernel on sm_90, at any number
+    of blocks: MIN_BLOCKS 0)."""
+    from ato_core.ops.block_sparse import plans
     from ato_core.ops.block_sparse.cases import cab_case
+    from ato_core.target import cuda_target
+    from ato_core.testing import gpu_spec
 
-    case = cab_case(*dims, causal=causal, dtype=dtype, seed=sum(dims))
-    t, j, r = _run(case)
+    from helpers import plan_settings
+
+    B, Hq, Hkv, N, D, bs = dims
+    with plan_settings("curvature_block_mask", plans, [], HOPPER_COARSEN={**plans.HOPPER_COARSEN, "MIN_BLOCKS": 0}):
+        launches = plans.curvature_plan(gpu_spec((B, Hq, N, D), dtype), gpu_spec((B, Hkv, N, D), dtype),
+                                        block_size=bs, keep=0.1, lam=0.5, causal=causal, local_blocks=1,
+                                        target=cuda_target(0)).launches
+        coarsen = [launch.name for launch in launches if "coarsen" in launch.name]
+        assert coarsen == (["max_l2_coarsen_hopper_kernel"] if _hopper() and D == 128 else
+                           ["max_l2_coarsen_kernel"] * 2)
+        case = cab_case(*dims, causal=causal, dtype=dtype, seed=sum(dims))
+        t, j, r = _run(case)
     assert np.array_equal(t.outputs[0], r.outputs[0]), f"{int((t.outputs[0] != r.outputs[0]).sum())} blocks differ"
     assert h.bitwise_equal(t, j)
 

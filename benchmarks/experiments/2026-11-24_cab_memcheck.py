@@ -1,5 +1,5 @@
 """curvature_block_mask and cab_attention (forward and backward) on shapes whose coarse size M
-is not a multiple of the kernels' tiles (M 5, 63, 130), GQA, fp32 / fp16 / bf16, causal and
+is not a multiple of the kernels' tiles (M 5, 63, 130), GQA, the Gluon coarsening (sm_90), fp32 / fp16 / bf16, causal and
 not, each against the float64 reference: run under compute-sanitizer (memcheck) on the GPU
 machine to find out-of-range accesses.
 
@@ -8,11 +8,15 @@ machine to find out-of-range accesses.
 import torch
 
 import ato_torch
-from ato_core.ops.block_sparse import reference
+from ato_core.ops.block_sparse import plans, reference
+
+plans.HOPPER_COARSEN["MIN_BLOCKS"] = 0  # the Gluon coarsening at these small shapes too (sm_90)
 
 for B, Hq, Hkv, N, D, bs, causal, dtype in [(1, 4, 2, 300, 128, 64, True, torch.bfloat16),
                                             (2, 2, 1, 1000, 80, 16, False, torch.float16),
-                                            (1, 2, 2, 4160, 48, 32, True, torch.float32)]:
+                                            (1, 2, 2, 4160, 48, 32, True, torch.float32),
+                                            # q and k in one Gluon coarsening launch on sm_90 (2026-11-29)
+                                            (2, 8, 2, 1000, 64, 16, False, torch.float16)]:
     g = torch.Generator(device="cuda").manual_seed(N)
     q = torch.randn(B, Hq, N, D, device="cuda", generator=g).to(dtype).requires_grad_()
     k, v = (torch.randn(B, Hkv, N, D, device="cuda", generator=g).to(dtype).requires_grad_() for _ in range(2))

@@ -14,15 +14,21 @@ block_sparse-sweep.txt 38.) The blocks that cross the causal diagonal or Nk
 portable kernels': causal aligned to the bottom right, GQA, o = 0 and lse = -inf for a query
 that sees no key. fp16 / bf16, D 128; b, h and n strides multiples of 8 elements, unit d
 strides (the plans check).
+
+Max-L2 coarsening (max_l2_coarsen_hopper_kernel): kernels.max_l2_coarsen_kernel's math on
+persistent programs, each streaming its blocks' tiles through a TMA ring (fp16 / bf16, D a power
+of two from 16 to 256; plans._coarsen_launches decides).
 """
 
+from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from ato_core.launch import kernel
 from ..flash_attention.hopper import (KEYS, ROWS, _consumer, _descriptor, _dkdv_consumer, _dkdv_producer,
                                       _dq_consumer, _forward_smem, _head, _head_descriptor, _held, _key_program,
                                       _query_program, _strides8, _tile_ring, _tma_producer)
-from .kernels import _masked_tail
+from .kernels import _beats, _masked_tail, _tile_winner
 
 
 @kernel(inputs=5, outputs=3, gluon=True)
@@ -159,3 +165,109 @@ def bs_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, 
                           (0.0, 0.0), k0 + KEYS, tiles, lists, CAUSAL, False, False, False, False, False, D, STAGES,
                           BS)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+
+
+# -- Max-L2 coarsening ---------------------------------------------------------------------
+
+
+@gluon.constexpr_function
+def _unswizzled(dtype, rank):
+    """The TMA-writable shared layout with each row contiguous (no swizzle) of rank ``rank``."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=dtype.primitive_bitwidth, rank=rank)
+
+
+@gluon.jit
+def _coarsen_descriptor(X, B, H, N, sxb, sxh, sxn, ROWS_C: gl.constexpr, D: gl.constexpr):
+    """A TMA descriptor of [1, 1, ROWS_C, D] tiles over x [B, H, N, D] (H at least 1, as TMA
+    needs), unswizzled: a row contiguous in the ring, so the winner's can be read out of it."""
+    layout: gl.constexpr = _unswizzled(X.dtype.element_ty, 4)
+    return tma.make_tensor_descriptor(X, [B, gl.maximum(H, 1), N, D], [sxb, sxh, sxn, 1], [1, 1, ROWS_C, D], layout)
+
+
+@gluon.jit
+def _coarsen_tile(descs, heads, ring, ready, j, pid, programs, M, BLOCK: gl.constexpr, ROWS_C: gl.constexpr,
+                  D: gl.constexpr, STAGES: gl.constexpr):
+    """The program's j-th tile (rows (j % T) ROWS_C on of its block pid + (j // T) programs: of x
+    below B HX M, else of y) by TMA into ring slot j % STAGES, announced on ready[slot]."""
+    T: gl.constexpr = BLOCK // ROWS_C
+    slot = j % STAGES
+    item = pid + (j // T) * programs
+    n0 = (item % M) * BLOCK + (j % T) * ROWS_C
+    bar = ready.index(slot)
+    buf = ring.index(slot).reshape([1, 1, ROWS_C, D])
+    mbarrier.expect(bar, descs[0].block_type.nbytes)
+    if item < heads[2]:
+        bh = item // M
+        tma.async_copy_global_to_shared(descs[0], [bh // heads[0], bh % heads[0], n0, 0], bar, buf)
+    else:
+        bh = (item - heads[2]) // M
+        tma.async_copy_global_to_shared(descs[1], [bh // heads[1], bh % heads[1], n0, 0], bar, buf)
+
+
+@kernel(inputs=2, outputs=5, gluon=True)
+def max_l2_coarsen_hopper_kernel(X, Y, B, HX, HY, N, M, sxb, sxh, sxn, syb, syh, syn, XC, XI, YC, YI, SCRATCH,
+                                 BLOCK: gl.constexpr, ROWS_C: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+    """Grid (programs), 4 warps: blocks pid, pid + programs, ... of x [B, HX, N, D], then of y
+    [B, HY, N, D] (HY 0: none; curvature_block_mask's q and k in one launch), each as
+    kernels.max_l2_coarsen_kernel's (the same candidates and comparisons), in BLOCK // ROWS_C
+    tiles [ROWS_C, D] by TMA (rows past N land as zeros, masked off) into a ring of STAGES, the
+    next STAGES - 1 tiles in flight while one is reduced; each tile's candidate row is read out
+    of the ring (no second read of x). XC [B, HX, M, D] (x's dtype), XI [B, HX, M] int32, YC, YI
+    y's; SCRATCH: the descriptors'."""
+    sxb, sxh, sxn = _strides8(sxb, sxh, sxn)
+    syb, syh, syn = _strides8(syb, syh, syn)
+    T: gl.constexpr = BLOCK // ROWS_C
+    dtype: gl.constexpr = X.dtype.element_ty
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    x_items = B * HX * M
+    tiles = gl.cdiv(x_items + B * HY * M - pid, programs) * T
+    descs = (_coarsen_descriptor(X, B, HX, N, sxb, sxh, sxn, ROWS_C, D),
+             _coarsen_descriptor(Y, B, HY, N, syb, syh, syn, ROWS_C, D))
+    heads = (HX, HY, x_items)
+    ring = gl.allocate_shared_memory(dtype, [STAGES, ROWS_C, D], _unswizzled(dtype, 2))
+    rows = ring._reinterpret(dtype, [STAGES * ROWS_C, 1, D], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+    fence_async_shared()
+    for j in gl.static_range(STAGES - 1):
+        if j < tiles:
+            _coarsen_tile(descs, heads, ring, ready, j, pid, programs, M, BLOCK, ROWS_C, D, STAGES)
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
+    row_ld: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, 4], [1, 0])
+    offs_r = gl.arange(0, ROWS_C, layout=gl.SliceLayout(1, ld))
+    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, row_ld))[None, :]
+    best_s = gl.to_tensor(-1.0)
+    best_k = gl.to_tensor(0)
+    best_idx = gl.to_tensor(0)
+    best_row = gl.zeros([1, D], dtype, row_ld)
+    for j in range(tiles):
+        # the slot tile j + STAGES - 1 takes was read at tile j - 1 by every warp
+        gl.thread_barrier()
+        if j + STAGES - 1 < tiles:
+            _coarsen_tile(descs, heads, ring, ready, j + STAGES - 1, pid, programs, M, BLOCK, ROWS_C, D, STAGES)
+        slot = j % STAGES
+        t = j % T
+        item = pid + (j // T) * programs
+        first = (item % M) * BLOCK + t * ROWS_C
+        mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
+        x = ring.index(slot).load(ld).to(gl.float32)
+        i, sc, k = _tile_winner(x, first + offs_r < N, offs_r, ROWS_C, True)
+        fresh = t == 0  # a block's first tile: nothing to beat
+        best_s = gl.where(fresh, -1.0, best_s)
+        best_k = gl.where(fresh, 0, best_k)
+        better = _beats(sc, k, best_s, best_k)
+        best_s = gl.where(better, sc, best_s)
+        best_k = gl.where(better, k, best_k)
+        best_idx = gl.where(better, first + i, best_idx)
+        best_row = gl.where(better, rows.index(slot * ROWS_C + i).load(row_ld), best_row)
+        if t == T - 1:
+            if item < x_items:
+                gl.store(XC + item.to(gl.int64) * D + offs_d, best_row)
+                gl.store(XI + item, best_idx)
+            else:
+                gl.store(YC + (item - x_items).to(gl.int64) * D + offs_d, best_row)
+                gl.store(YI + (item - x_items), best_idx)
+    for s in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(s))

@@ -9,7 +9,8 @@ tokens [m * BLOCK, (m + 1) * BLOCK) (the last one partial). The block's represen
 token of largest L2 norm, the first on ties; x_coarse [B, H, M, D] takes that token's row and
 index [B, H, M] int32 its position n. One pass over x: each tile of ROWS tokens is loaded once
 (evict_first: no other program reads it) and its squared norms summed in fp32; the winner's
-row is read again at the end (from cache).
+row is read again at the end (from cache). On Hopper, hopper.max_l2_coarsen_hopper_kernel runs
+the same per-tile math (_tile_winner, _beats) over a TMA ring.
 
 No overflow or underflow, whatever the magnitude: a tile whose largest squared norm is infinite
 or below SMALL is summed again scaled by 2^k, the power of two that brings its largest finite
@@ -43,6 +44,56 @@ def _down(e):
     return tl.where(e > 126, 0.0, _pow2(-tl.minimum(e, 126)))
 
 
+@triton.jit
+def _top_row(s, offs_r, LOW: tl.constexpr):
+    """(i, s[i]) of the largest squared norm s [ROWS] (-1 for rows outside the block; the first
+    NaN if any, as argmax), the first on ties: one max over (the norm's bits, LOW - row) as int64
+    keys (the bits of norms >= 0 and of -1 order as the values; a NaN as 0x7FFFFFFF, above +inf)."""
+    bits = tl.where(s != s, 0x7FFFFFFF, s.to(tl.int32, bitcast=True))
+    key = tl.max((bits.to(tl.int64) << 32) | (LOW - offs_r).to(tl.int64), 0)
+    return LOW - (key & 0xFFFFFFFF).to(tl.int32), (key >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _tile_winner(x, nmask, offs_r, ROWS: tl.constexpr, KEYS: tl.constexpr):
+    """A tile's candidate: (i, s, k) of x [ROWS, BD] (fp32; rows outside the block masked off by
+    nmask): its row i of the largest squared norm (the first on ties; the first NaN's, if any),
+    that norm s, summed scaled by 2^k (0, or the rescale of the module notes). KEYS: by _top_row
+    (the Gluon kernel), else by separate reductions (the maximum, the first NaN, the first row at
+    the maximum), which take fewer registers: the keys cost the portable kernel a program an SM
+    (results NVIDIA_H200-block_sparse-sweep.txt 44)."""
+    s = tl.where(nmask, tl.sum(x * x, 1), -1.0)
+    if KEYS:
+        i, top = _top_row(s, offs_r, ROWS)
+    else:
+        top = tl.max(tl.where(s == s, s, -1.0), 0)
+    k = tl.cast(0, tl.int32)
+    if (top == float("inf")) | (top < SMALL):  # a square may have overflowed or underflowed: rescale
+        a = tl.abs(x)
+        scale = tl.max(tl.max(tl.where(a < float("inf"), a, 0.0), 1), 0)  # largest finite |x|
+        k = tl.where(scale > 0.0, -tl.floor(tl.math.log2(tl.where(scale > 0.0, scale, 1.0))), 0.0).to(tl.int32)
+        y = x * _pow2(k // 2) * _pow2(k - k // 2)
+        s = tl.where(nmask, tl.sum(y * y, 1), -1.0)
+        if KEYS:
+            i, top = _top_row(s, offs_r, ROWS)
+    if not KEYS:
+        nan = s != s
+        i = tl.where(tl.max(nan.to(tl.int32), 0) > 0, tl.argmax(nan.to(tl.int32), 0, tie_break_left=True),
+                     tl.argmax(tl.where(nan, -1.0, s), 0, tie_break_left=True))
+        top = tl.sum(tl.where(offs_r == i, s, 0.0), 0)
+    return i, top, k
+
+
+@triton.jit
+def _beats(sc, k, best_s, best_k):
+    """Whether a tile's candidate (sc, k: _tile_winner's) beats the best of the block's earlier
+    tiles (best_s, best_k; best_s -1 for none), which wins ties."""
+    kmin = tl.minimum(k, best_k)
+    infinite = (sc == float("inf")) | (best_s == float("inf"))
+    finer = sc * _down(2 * (k - kmin)) > best_s * _down(2 * (best_k - kmin))
+    return (best_s == best_s) & ((sc != sc) | tl.where(infinite, sc > best_s, finer))
+
+
 @kernel(inputs=1, outputs=2)
 def max_l2_coarsen_kernel(
     X,
@@ -69,25 +120,8 @@ def max_l2_coarsen_kernel(
         nmask = n < N
         x = tl.load(base + n.to(tl.int64)[:, None] * aligned(sxn, ALIGN) + offs_d[None, :] * sxd,
                     mask=nmask[:, None] & dmask[None, :], other=0.0, eviction_policy="evict_first").to(tl.float32)
-        s = tl.where(nmask, tl.sum(x * x, 1), -1.0)
-        top = tl.max(tl.where(s == s, s, -1.0), 0)
-        k = tl.full([], 0, tl.int32)
-        if (top == float("inf")) | (top < SMALL):  # a square may have overflowed or underflowed: rescale
-            a = tl.abs(x)
-            scale = tl.max(tl.max(tl.where(a < float("inf"), a, 0.0), 1), 0)  # largest finite |x|
-            k = tl.where(scale > 0.0, -tl.floor(tl.math.log2(tl.where(scale > 0.0, scale, 1.0))), 0.0).to(tl.int32)
-            y = x * _pow2(k // 2) * _pow2(k - k // 2)
-            s = tl.where(nmask, tl.sum(y * y, 1), -1.0)
-        nan = s != s
-        any_nan = tl.max(nan.to(tl.int32), 0) > 0
-        i = tl.where(any_nan, tl.argmax(nan.to(tl.int32), 0, tie_break_left=True),
-                     tl.argmax(tl.where(nan, -1.0, s), 0, tie_break_left=True))
-        sc = tl.sum(tl.where(offs_r == i, s, 0.0), 0)
-        # against the best of the earlier tiles (which wins ties)
-        kmin = tl.minimum(k, best_k)
-        infinite = (sc == float("inf")) | (best_s == float("inf"))
-        finer = sc * _down(2 * (k - kmin)) > best_s * _down(2 * (best_k - kmin))
-        better = (best_s == best_s) & ((sc != sc) | tl.where(infinite, sc > best_s, finer))
+        i, sc, k = _tile_winner(x, nmask, offs_r, ROWS, False)
+        better = _beats(sc, k, best_s, best_k)
         best_s = tl.where(better, sc, best_s)
         best_k = tl.where(better, k, best_k)
         best_idx = tl.where(better, m * BLOCK + r0 + i, best_idx)

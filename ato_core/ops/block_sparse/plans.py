@@ -7,8 +7,8 @@ import struct
 from typing import Tuple
 
 from ato_core import checks
-from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, row_alignment,
-                             row_major_strides, scratch_buffer)
+from ato_core.launch import (ArraySpec, Buffer, Launch, Plan, alignment, cached_plan, cdiv, next_pow2, optional_output,
+                             row_alignment, row_major_strides, scratch_buffer)
 from ato_core.layout import as_bhnd, bhnd_strides, laid_out
 from ato_core.target import Target, has_gluon
 
@@ -29,6 +29,12 @@ BLOCK_SIZES = (16, 32, 64, 128, 256)
 TILE_ELEMENTS = 8192
 INTERPRETER_TILES = 4
 WARPS = 4
+# The Gluon coarsening kernel (hopper.max_l2_coarsen_hopper_kernel, sm_90): programs an SM (each
+# holding STAGES tiles of TILE_ELEMENTS in shared memory, 4 warps), the ring's depth, and the
+# blocks a program it needs at least: its fixed cost (a descriptor, the ring's fill, the tail,
+# about 6 us) made it slower than the portable kernel at 8 and 10 blocks a program, faster at 31
+# (results NVIDIA_H200-block_sparse-sweep.txt 44-46).
+HOPPER_COARSEN = {"PROGRAMS_PER_SM": 4, "STAGES": 2, "MIN_BLOCKS": 16}
 
 
 def check_block_size(block_size) -> int:
@@ -56,19 +62,43 @@ def _tile(D: int, block_size: int, target: Target):
     return BD, min(rows, block_size)
 
 
-def _coarsen_launch(x: ArraySpec, block_size: int, target: Target, names=("x", "x_coarse", "index")) -> Launch:
+def _hopper_coarsen(x: ArraySpec, D: int, target: Target) -> bool:
+    """Whether max_l2_coarsen runs the Gluon kernel: a Hopper GPU, fp16 / bf16, D a power of two
+    from 16 to 256, rows TMA can copy (flash attention's _cp_async_rows)."""
+    return (hopper is not None and target.gluon and x.dtype in ("float16", "bfloat16") and 16 <= D <= 256
+            and D == next_pow2(D) and fa_plans._cp_async_rows(x))
+
+
+def _coarsen_launches(x: ArraySpec, block_size: int, target: Target, names=("x", "x_coarse", "index"), y=None,
+                      y_names=()) -> Tuple[Launch, ...]:
+    """max_l2_coarsen of x and, if given, of y (curvature_block_mask's q and k: the same B, N, D):
+    on Hopper, with enough blocks, one Gluon launch for both, else a portable launch each."""
     B, H, N, D, M = check_coarsen(x, block_size)
     BD, rows = _tile(D, block_size, target)
-    return Launch(kern.max_l2_coarsen_kernel, (B * H * M,), (names[0],), (H, N, D, M, *x.strides),
-                  (Buffer(names[1], (B, H, M, D), x.dtype), Buffer(names[2], (B, H, M), "int32")),
-                  {"BLOCK": block_size, "ROWS": rows, "BD": BD, "ALIGN": row_alignment((D,), (x,))},
-                  num_warps=WARPS)
+    HY = 0 if y is None else y.shape[1]
+    outputs = (Buffer(names[1], (B, H, M, D), x.dtype), Buffer(names[2], (B, H, M), "int32"))
+    y_outputs = (optional_output(y_names[1] if y is not None else "y_coarse", (B, HY, M, D), x.dtype, y is not None),
+                 optional_output(y_names[2] if y is not None else "y_index", (B, HY, M), "int32", y is not None))
+    blocks, programs = B * (H + HY) * M, HOPPER_COARSEN["PROGRAMS_PER_SM"] * target.num_sms
+    if (blocks and blocks >= HOPPER_COARSEN["MIN_BLOCKS"] * programs and _hopper_coarsen(x, D, target)
+            and (y is None or _hopper_coarsen(y, D, target))):
+        grid = (min(blocks, programs),)
+        y_name, y_strides = (names[0], x.strides[:3]) if y is None else (y_names[0], y.strides[:3])
+        return (Launch(hopper.max_l2_coarsen_hopper_kernel, grid, (names[0], y_name),
+                       (B, H, HY, N, M, *x.strides[:3], *y_strides),
+                       (*outputs, *y_outputs, scratch_buffer(names[1] + "_tma_scratch", grid, fa_plans.TMA_SCRATCH)),
+                       {"BLOCK": block_size, "ROWS_C": rows, "D": D, "STAGES": HOPPER_COARSEN["STAGES"]},
+                       num_warps=4),)
+    launch = Launch(kern.max_l2_coarsen_kernel, (B * H * M,), (names[0],), (H, N, D, M, *x.strides), outputs,
+                    {"BLOCK": block_size, "ROWS": rows, "BD": BD, "ALIGN": row_alignment((D,), (x,))},
+                    num_warps=WARPS)
+    return (launch,) + (() if y is None else _coarsen_launches(y, block_size, target, y_names))
 
 
 @cached_plan
 def coarsen_plan(x: ArraySpec, *, block_size: int, target: Target) -> Plan:
     """Inputs: x. Results: x_coarse [B, H, M, D] (x's dtype), index [B, H, M] int32."""
-    return Plan((_coarsen_launch(x, block_size, target),), ("x_coarse", "index"))
+    return Plan(_coarsen_launches(x, block_size, target), ("x_coarse", "index"))
 
 
 @cached_plan
@@ -313,9 +343,8 @@ def curvature_plan(q: ArraySpec, k: ArraySpec, *, block_size: int, keep: float, 
     select = Launch(kern.cab_select_kernel, (programs,), ("cab_f",), (rows, M, half_programs, keep_bits, local_blocks),
                     (Buffer("mask", (B, Hq, M, M), "bool"),),
                     {"BR": BR, "BM": BW, "CAUSAL": causal, "HALF": half, "ALIGN": align}, num_warps=select_warps)
-    return Plan((_coarsen_launch(q, block_size, target, ("q", "qc", "q_index")),
-                 _coarsen_launch(k, block_size, target, ("k", "kc", "k_index")), scores, split, curvature, select),
-                ("mask",))
+    coarsen = _coarsen_launches(q, block_size, target, ("q", "qc", "q_index"), k, ("k", "kc", "k_index"))
+    return Plan((*coarsen, scores, split, curvature, select), ("mask",))
 
 
 # -- cab attention: the mask, then attention on it ----------------------------------------
