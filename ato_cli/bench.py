@@ -1102,8 +1102,19 @@ def block_sparse_rows(quick: bool):
              ("max_l2_coarsen: index == torch's", shape, "", None, None,
               f"{float((idx == ref_idx).float().mean()):.6f} of blocks; rows equal {bool(torch.equal(xc, ref))}")]
     fn = jax.jit(lambda a: ato_jax.max_l2_coarsen(a, bs))
-    msj = _median_jax(fn, to_jax_bf16(x), reps=3 if quick else 10)
+    xj = to_jax_bf16(x)
+    msj = _median_jax(fn, xj, reps=3 if quick else 10)
     rows.append(("max_l2_coarsen ato_jax", shape, "x ato_torch", msj, msj / ms, f"{nbytes / msj / 1e6:.0f} GB/s"))
+    # device time (CUPTI): the kernels alone, without each call's launch and event overhead
+    sync = lambda out: torch.cuda.synchronize()  # noqa: E731
+    dev = _device_ms(device_kernels(lambda: ato_torch.max_l2_coarsen(x, bs), sync))
+    dev_comp = _device_ms(device_kernels(lambda: compiled(x, bs), sync))
+    devj = _device_ms(device_kernels(lambda: fn(xj), jax.block_until_ready))
+    rows += [("device: max_l2_coarsen ato_torch", shape, "x torch.compile device", dev, dev / dev_comp,
+              f"{nbytes / dev / 1e6:.0f} GB/s, {nbytes / dev / 1e6 / copy_gbs:.2f} of copy"),
+             ("device: max_l2_coarsen torch.compile", shape, "x torch.compile device", dev_comp, 1.0,
+              f"{nbytes / dev_comp / 1e6:.0f} GB/s"),
+             ("device: max_l2_coarsen ato_jax", shape, "x ato_torch device", devj, devj / dev, "")]
     cot = torch.randn(B, H, N // bs, D, device="cuda", dtype=torch.bfloat16, generator=g)
     ms_fb = _bench_torch(_torch_fwd_bwd(lambda a: ato_torch.max_l2_coarsen(a, bs)[0], [x], cot), quick)
     ms_fb_eager = _bench_torch(_torch_fwd_bwd(lambda a: torch_max_l2_coarsen(a, bs)[0], [x], cot), quick)
@@ -1129,8 +1140,8 @@ def random_block_mask(B, H, M, keep, device, seed=0):
 def _block_sparse_attention_rows(quick: bool):
     """block_sparse_attention B1 H32 N32768 D128 bf16, blocks of 64, 10% of the key blocks of
     each query block kept (random, the diagonal among them): against dense flash_attention
-    times the kept fraction (also blocks of 128), and torch FlexAttention (compiled) with the
-    same block mask."""
+    times the kept fraction and torch FlexAttention (compiled) with the same block mask, both
+    also at blocks of 128."""
     import torch
 
     import ato_jax
@@ -1165,16 +1176,34 @@ def _block_sparse_attention_rows(quick: bool):
     rows += [("block_sparse ato_torch fwd", shape128, "x dense flash x kept", ms128, ms128 / (ms_dense * kept128), ""),
              ("block_sparse ato_torch fwd+bwd", shape128, "x dense flash x kept", fb128,
               fb128 / (fb_dense * kept128), "")]
+    # FlexAttention's tiles sized to the 64-token blocks (the fastest that compile:
+    # experiments/2026-11-24_flex_options.py; its backward compiles with none of them), its defaults at 128
+    tiles = {"BLOCK_M": bs, "BLOCK_N": bs, "num_warps": 4, "num_stages": 2, "BLOCK_M1": 32, "BLOCK_N1": bs,
+             "BLOCK_M2": bs, "BLOCK_N2": 32}
+    rows += _flex_rows(q, k, v, do, mask, bs, shape, ms, fb, tiles, quick)
+    rows += _flex_rows(q, k, v, do, mask128, 128, shape128, ms128, fb128, None, quick)
+    fn = jax.jit(lambda a, b, c, m: ato_jax.block_sparse_attention(a, b, c, m, block_size=bs))
+    msj = _median_jax(fn, to_jax_bf16(q), to_jax_bf16(k), to_jax_bf16(v), jax.numpy.asarray(mask.cpu().numpy()),
+                      reps=3, calls=10)
+    rows.append(("block_sparse ato_jax fwd", shape, "x ato_torch", msj, msj / ms, ""))
+    return rows + _cab_rows(q, k, v, do, bs, quick)
+
+
+def _flex_rows(q, k, v, do, mask, bs, shape, ms, fb, tiles, quick):
+    """block_sparse_attention (forward ms, forward+backward fb) against torch FlexAttention
+    (compiled, kernel_options ``tiles``) with the same block mask (its kept-block lists, no
+    token-level mask_mod), and the outputs' difference; a failing FlexAttention is a row saying so."""
+    import torch
+
+    import ato_torch
+
+    rows = []
     try:
         from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-        # the same block mask, as FlexAttention's kept-block lists (no token-level mask_mod); its
-        # tiles sized to the 64-token blocks (the fastest that compile: experiments/2026-11-24_flex_options.py)
         order = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True).to(torch.int32)
         bm = BlockMask.from_kv_blocks(mask.sum(-1).to(torch.int32), order, BLOCK_SIZE=bs)
         flex = torch.compile(flex_attention)
-        tiles = {"BLOCK_M": bs, "BLOCK_N": bs, "num_warps": 4, "num_stages": 2, "BLOCK_M1": 32, "BLOCK_N1": bs,
-                 "BLOCK_M2": bs, "BLOCK_N2": 32}
         ms_flex = _bench_torch(lambda: flex(q, k, v, block_mask=bm, kernel_options=tiles), quick)
         o1 = ato_torch.block_sparse_attention(q, k, v, mask, block_size=bs).float()
         o2 = flex(q, k, v, block_mask=bm, kernel_options=tiles).float()
@@ -1189,11 +1218,7 @@ def _block_sparse_attention_rows(quick: bool):
     except Exception as exc:  # noqa: BLE001  (FlexAttention missing or failing: say so in the table)
         msg = str(exc).splitlines()[0] if str(exc) else ""
         rows.append(("FlexAttention", shape, "", None, None, f"failed: {type(exc).__name__}: {msg[:90]}"))
-    fn = jax.jit(lambda a, b, c, m: ato_jax.block_sparse_attention(a, b, c, m, block_size=bs))
-    msj = _median_jax(fn, to_jax_bf16(q), to_jax_bf16(k), to_jax_bf16(v), jax.numpy.asarray(mask.cpu().numpy()),
-                      reps=3, calls=10)
-    rows.append(("block_sparse ato_jax fwd", shape, "x ato_torch", msj, msj / ms, ""))
-    return rows + _cab_rows(q, k, v, do, bs, quick)
+    return rows
 
 
 def _cab_rows(q, k, v, do, bs, quick):
