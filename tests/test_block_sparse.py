@@ -51,8 +51,9 @@ def test_coarsen(N, D, block_size, dtype):
 
 def test_coarsen_hopper_applies():
     """The Gluon coarsening on Hopper takes fp16 / bf16, D a power of two from 16 to 256, rows TMA
-    can copy (a [B, N, H, D] view too) and MIN_BLOCKS blocks a program; anything else, fewer
-    blocks and an empty x launch the portable kernel. curvature_block_mask's q and k: one launch."""
+    can copy (a [B, N, H, D] view too) and MIN_TILES tiles a program (blocks of 64 at D 128: a
+    tile each; of 128 at D 128: two); anything else, fewer tiles and an empty x launch the
+    portable kernel. curvature_block_mask's q and k: one launch."""
     from ato_core.launch import ArraySpec
     from ato_core.ops.block_sparse import plans as bp
     from ato_core.testing import gpu_spec, h100
@@ -64,7 +65,7 @@ def test_coarsen_hopper_applies():
     def name(x):
         return bp.coarsen_plan(x, block_size=64, target=target).launches[0].name
 
-    N = 64 * bp.HOPPER_COARSEN["MIN_BLOCKS"] * bp.HOPPER_COARSEN["PROGRAMS_PER_SM"] * target.num_sms // 4
+    N = 64 * bp.HOPPER_COARSEN["MIN_TILES"] * bp.HOPPER_COARSEN["PROGRAMS_PER_SM"] * target.num_sms // 4
     view = ArraySpec((1, 4, N, 64), "bfloat16", (N * 256, 64, 256, 1), "cuda:0")  # [B, N, H, D] transposed
     for x in (gpu_spec((1, 4, N, 128)), gpu_spec((1, 4, N, 16), "float16"), view):
         assert name(x) == "max_l2_coarsen_hopper_kernel", x
@@ -73,6 +74,11 @@ def test_coarsen_hopper_applies():
               ArraySpec((1, 4, N, 128), "bfloat16", (520 * N, 130 * N, 130, 1), "cuda:0"),
               ArraySpec((1, 4, N, 128), "bfloat16", (512 * N, 128 * N, 128, 1), "cuda:0", aligned=False)):
         assert name(x) == "max_l2_coarsen_kernel", x
+    # blocks of 128 at D 128: two tiles each, so half as many blocks suffice (the tokens counted alike)
+    assert bp.coarsen_plan(gpu_spec((1, 4, N, 128)), block_size=128, target=target).launches[0].name == \
+        "max_l2_coarsen_hopper_kernel"
+    assert bp.coarsen_plan(gpu_spec((1, 4, N - 128, 128)), block_size=128, target=target).launches[0].name == \
+        "max_l2_coarsen_kernel"
     q, k = gpu_spec((1, 3, N, 128)), gpu_spec((1, 1, N, 128))
     mask = bp.curvature_plan(q, k, block_size=64, keep=0.1, lam=0.5, causal=True, local_blocks=1, target=target)
     assert [launch.name for launch in mask.launches if "coarsen" in launch.name] == ["max_l2_coarsen_hopper_kernel"]

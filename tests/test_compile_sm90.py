@@ -588,7 +588,7 @@ def test_coarsen_gluon_compiles_alike_for_jax(shape, block_size, y_heads):
     from ato_core.ops.block_sparse import plans as bp
 
     x, y = _spec(shape), _spec((shape[0], y_heads, *shape[2:]))
-    with plan_settings("max_l2_coarsen", bp, [], HOPPER_COARSEN={**bp.HOPPER_COARSEN, "MIN_BLOCKS": 0}):
+    with plan_settings("max_l2_coarsen", bp, [], HOPPER_COARSEN={**bp.HOPPER_COARSEN, "MIN_TILES": 0}):
         if y_heads:
             plan = bp.curvature_plan(x, y, block_size=block_size, keep=0.1, lam=0.5, causal=True, local_blocks=1,
                                      target=H100)

@@ -1549,7 +1549,7 @@ HOPPER_COARSEN = [(2, 3, 1000, 128, 64), (1, 2, 300, 256, 256), (2, 3, 517, 16, 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_max_l2_coarsen_hopper_gpu(dims, dtype):
     """The coarsening launch for fp16 / bf16 and D a power of two (the Gluon kernel on sm_90, at
-    any number of blocks: MIN_BLOCKS 0), with rows planted: a tie in one tile (a row and its
+    any number of tiles: MIN_TILES 0), with rows planted: a tie in one tile (a row and its
     negation, the largest of their block), a tie across a block's halves, a NaN, an infinity and,
     in bf16, a block of squares below fp32's normals and one of squares past its range (the
     rescale): the reference's index and row, bit for bit; a [B, N, H, D] view the same; torch ==
@@ -1557,7 +1557,7 @@ def test_max_l2_coarsen_hopper_gpu(dims, dtype):
     from ato_core.ops.block_sparse import plans
     from helpers import plan_settings
 
-    with plan_settings("max_l2_coarsen", plans, [], HOPPER_COARSEN={**plans.HOPPER_COARSEN, "MIN_BLOCKS": 0}):
+    with plan_settings("max_l2_coarsen", plans, [], HOPPER_COARSEN={**plans.HOPPER_COARSEN, "MIN_TILES": 0}):
         _coarsen_planted(dims, dtype)
 
 
@@ -1673,7 +1673,7 @@ def test_curvature_block_mask_gpu(dims, causal, dtype):
     """The mask against the float64 reference's (fp32 scores: a block may differ only where two
     F values of a row lie within rounding of the cut; at these shapes none does), torch ==
     JAX bitwise. D 128: q and k coarsened in one launch (the Gluon kernel on sm_90, at any number
-    of blocks: MIN_BLOCKS 0)."""
+    of tiles: MIN_TILES 0)."""
     from ato_core.ops.block_sparse import plans
     from ato_core.ops.block_sparse.cases import cab_case
     from ato_core.target import cuda_target
@@ -1682,7 +1682,7 @@ def test_curvature_block_mask_gpu(dims, causal, dtype):
     from helpers import plan_settings
 
     B, Hq, Hkv, N, D, bs = dims
-    with plan_settings("curvature_block_mask", plans, [], HOPPER_COARSEN={**plans.HOPPER_COARSEN, "MIN_BLOCKS": 0}):
+    with plan_settings("curvature_block_mask", plans, [], HOPPER_COARSEN={**plans.HOPPER_COARSEN, "MIN_TILES": 0}):
         launches = plans.curvature_plan(gpu_spec((B, Hq, N, D), dtype), gpu_spec((B, Hkv, N, D), dtype),
                                         block_size=bs, keep=0.1, lam=0.5, causal=causal, local_blocks=1,
                                         target=cuda_target(0)).launches

@@ -10,7 +10,7 @@ import torch
 import ato_torch
 from ato_core.ops.block_sparse import plans, reference
 
-plans.HOPPER_COARSEN["MIN_BLOCKS"] = 0  # the Gluon coarsening at these small shapes too (sm_90)
+plans.HOPPER_COARSEN["MIN_TILES"] = 0  # the Gluon coarsening at these small shapes too (sm_90)
 
 for B, Hq, Hkv, N, D, bs, causal, dtype in [(1, 4, 2, 300, 128, 64, True, torch.bfloat16),
                                             (2, 2, 1, 1000, 80, 16, False, torch.float16),

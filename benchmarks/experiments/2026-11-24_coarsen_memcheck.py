@@ -9,7 +9,7 @@ import torch
 import ato_torch
 from ato_core.ops.block_sparse import plans, reference
 
-plans.HOPPER_COARSEN["MIN_BLOCKS"] = 0  # the Gluon coarsening at these small shapes too (sm_90)
+plans.HOPPER_COARSEN["MIN_TILES"] = 0  # the Gluon coarsening at these small shapes too (sm_90)
 
 for B, H, N, D, bs, dtype in [(2, 3, 37, 48, 16, torch.bfloat16), (1, 2, 1000, 200, 256, torch.float32),
                               (1, 4, 129, 5, 128, torch.float16), (2, 2, 4096, 128, 64, torch.bfloat16),

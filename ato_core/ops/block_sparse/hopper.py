@@ -262,12 +262,12 @@ def max_l2_coarsen_hopper_kernel(X, Y, B, HX, HY, N, M, sxb, sxh, sxn, syb, syh,
         best_k = gl.where(better, k, best_k)
         best_idx = gl.where(better, first + i, best_idx)
         best_row = gl.where(better, rows.index(slot * ROWS_C + i).load(row_ld), best_row)
-        if t == T - 1:
+        if t == T - 1:  # (evict_last: x's stream would push the coarse rows out of L2 before the mask reads them)
             if item < x_items:
-                gl.store(XC + item.to(gl.int64) * D + offs_d, best_row)
-                gl.store(XI + item, best_idx)
+                gl.store(XC + item.to(gl.int64) * D + offs_d, best_row, eviction_policy="evict_last")
+                gl.store(XI + item, best_idx, eviction_policy="evict_last")
             else:
-                gl.store(YC + (item - x_items).to(gl.int64) * D + offs_d, best_row)
-                gl.store(YI + (item - x_items), best_idx)
+                gl.store(YC + (item - x_items).to(gl.int64) * D + offs_d, best_row, eviction_policy="evict_last")
+                gl.store(YI + (item - x_items), best_idx, eviction_policy="evict_last")
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(s))

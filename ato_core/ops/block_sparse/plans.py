@@ -31,10 +31,10 @@ INTERPRETER_TILES = 4
 WARPS = 4
 # The Gluon coarsening kernel (hopper.max_l2_coarsen_hopper_kernel, sm_90): programs an SM (each
 # holding STAGES tiles of TILE_ELEMENTS in shared memory, 4 warps), the ring's depth, and the
-# blocks a program it needs at least: its fixed cost (a descriptor, the ring's fill, the tail,
-# about 6 us) made it slower than the portable kernel at 8 and 10 blocks a program, faster at 31
-# (results NVIDIA_H200-block_sparse-sweep.txt 44-46).
-HOPPER_COARSEN = {"PROGRAMS_PER_SM": 4, "STAGES": 2, "MIN_BLOCKS": 16}
+# tiles a program it needs at least: its fixed cost (a descriptor, the ring's fill, the tail,
+# about 6 us) made it slower than the portable kernel at 8 and 10 tiles a program, faster at 31
+# (results NVIDIA_H200-block_sparse-sweep.txt 44-48).
+HOPPER_COARSEN = {"PROGRAMS_PER_SM": 4, "STAGES": 2, "MIN_TILES": 16}
 
 
 def check_block_size(block_size) -> int:
@@ -72,7 +72,7 @@ def _hopper_coarsen(x: ArraySpec, D: int, target: Target) -> bool:
 def _coarsen_launches(x: ArraySpec, block_size: int, target: Target, names=("x", "x_coarse", "index"), y=None,
                       y_names=()) -> Tuple[Launch, ...]:
     """max_l2_coarsen of x and, if given, of y (curvature_block_mask's q and k: the same B, N, D):
-    on Hopper, with enough blocks, one Gluon launch for both, else a portable launch each."""
+    on Hopper, with enough tiles, one Gluon launch for both, else a portable launch each."""
     B, H, N, D, M = check_coarsen(x, block_size)
     BD, rows = _tile(D, block_size, target)
     HY = 0 if y is None else y.shape[1]
@@ -80,8 +80,8 @@ def _coarsen_launches(x: ArraySpec, block_size: int, target: Target, names=("x",
     y_outputs = (optional_output(y_names[1] if y is not None else "y_coarse", (B, HY, M, D), x.dtype, y is not None),
                  optional_output(y_names[2] if y is not None else "y_index", (B, HY, M), "int32", y is not None))
     blocks, programs = B * (H + HY) * M, HOPPER_COARSEN["PROGRAMS_PER_SM"] * target.num_sms
-    if (blocks and blocks >= HOPPER_COARSEN["MIN_BLOCKS"] * programs and _hopper_coarsen(x, D, target)
-            and (y is None or _hopper_coarsen(y, D, target))):
+    if (blocks and blocks * (block_size // rows) >= HOPPER_COARSEN["MIN_TILES"] * programs
+            and _hopper_coarsen(x, D, target) and (y is None or _hopper_coarsen(y, D, target))):
         grid = (min(blocks, programs),)
         y_name, y_strides = (names[0], x.strides[:3]) if y is None else (y_names[0], y.strides[:3])
         return (Launch(hopper.max_l2_coarsen_hopper_kernel, grid, (names[0], y_name),
