@@ -17,8 +17,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks", "tools")]
 
 # (programs an SM, stages); None: the portable kernel
-SETTINGS = (None, (3, 4), (4, 3), (4, 2), (2, 6))
-FORMS = (("tree", ()),)  # (hopper.py's _tile_winner(..., True) made False: section 45's "reductions")
+SETTINGS = (None, (4, 2))  # sections 44-46 swept (3, 4), (4, 3), (4, 2), (2, 6) and more
+# (hopper.py's _tile_winner(..., True) made False: section 45's "reductions"). Section 48 ran ("tree", ()) and
+# ("evict_last", ("benchmarks/experiments/2026-11-29_coarsen_evict_last.patch",)) at commit c965a6f: the patch,
+# the coarse rows and indices stored with L2's evict_last priority, is in the tree since.
+FORMS = (("tree", ()),)
 SHAPES = (((1, 32, 32768, 128), 64, "bfloat16"), ((1, 32, 131072, 128), 64, "bfloat16"),
           ((1, 32, 32768, 128), 128, "bfloat16"), ((1, 32, 32768, 256), 256, "bfloat16"),
           ((2, 8, 4000, 64), 16, "float16"))
