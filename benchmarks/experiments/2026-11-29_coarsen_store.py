@@ -7,6 +7,7 @@ summed out of the tile as integer bits, took 157 us against the tree's 77 at the
 Per-kernel device time (CUPTI, us), the share of the copy rate measured in the same process;
 x_coarse and index against the first setting's (bit for bit). Each form in a process of its own,
 2 rounds. Not a test. On the GPU machine: python3 benchmarks/experiments/2026-11-29_coarsen_store.py
+(the patches apply to the tree at commit a894de5, before the Gluon coarsening).
 """
 import os
 import sys
