@@ -26,8 +26,9 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from ato_core.launch import kernel
 from ..flash_attention.hopper import (KEYS, ROWS, _consumer, _descriptor, _dkdv_consumer, _dkdv_producer,
-                                      _dq_consumer, _forward_smem, _head, _head_descriptor, _held, _key_program,
-                                      _query_program, _strides8, _tile_ring, _tma_producer)
+                                      _dq_consumer, _forward_smem, _head, _head_descriptor, _heads_descriptor, _held,
+                                      _key_program, _query_program, _strides8, _tile_layout, _tile_ring,
+                                      _tma_producer)
 from .kernels import _beats, _masked_tail, _tile_winner
 
 
@@ -170,20 +171,6 @@ def bs_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, 
 # -- Max-L2 coarsening ---------------------------------------------------------------------
 
 
-@gluon.constexpr_function
-def _unswizzled(dtype, rank):
-    """The TMA-writable shared layout with each row contiguous (no swizzle) of rank ``rank``."""
-    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=dtype.primitive_bitwidth, rank=rank)
-
-
-@gluon.jit
-def _coarsen_descriptor(X, B, H, N, sxb, sxh, sxn, ROWS_C: gl.constexpr, D: gl.constexpr):
-    """A TMA descriptor of [1, 1, ROWS_C, D] tiles over x [B, H, N, D] (H at least 1, as TMA
-    needs), unswizzled: a row contiguous in the ring, so the winner's can be read out of it."""
-    layout: gl.constexpr = _unswizzled(X.dtype.element_ty, 4)
-    return tma.make_tensor_descriptor(X, [B, gl.maximum(H, 1), N, D], [sxb, sxh, sxn, 1], [1, 1, ROWS_C, D], layout)
-
-
 @gluon.jit
 def _coarsen_tile(descs, heads, ring, ready, j, pid, programs, M, BLOCK: gl.constexpr, ROWS_C: gl.constexpr,
                   D: gl.constexpr, STAGES: gl.constexpr):
@@ -222,10 +209,11 @@ def max_l2_coarsen_hopper_kernel(X, Y, B, HX, HY, N, M, sxb, sxh, sxn, syb, syh,
     programs = gl.num_programs(0)
     x_items = B * HX * M
     tiles = gl.cdiv(x_items + B * HY * M - pid, programs) * T
-    descs = (_coarsen_descriptor(X, B, HX, N, sxb, sxh, sxn, ROWS_C, D),
-             _coarsen_descriptor(Y, B, HY, N, syb, syh, syn, ROWS_C, D))
+    # unswizzled tiles (a row contiguous: the winner's is read out of the ring); H at least 1, as TMA needs
+    descs = (_heads_descriptor(X, B, gl.maximum(HX, 1), N, sxb, sxh, sxn, ROWS_C, D, False),
+             _heads_descriptor(Y, B, gl.maximum(HY, 1), N, syb, syh, syn, ROWS_C, D, False))
     heads = (HX, HY, x_items)
-    ring = gl.allocate_shared_memory(dtype, [STAGES, ROWS_C, D], _unswizzled(dtype, 2))
+    ring = gl.allocate_shared_memory(dtype, [STAGES, ROWS_C, D], _tile_layout([ROWS_C, D], dtype, False))
     rows = ring._reinterpret(dtype, [STAGES * ROWS_C, 1, D], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):

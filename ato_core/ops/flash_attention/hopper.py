@@ -840,11 +840,21 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SE
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
+@gluon.constexpr_function
+def _tile_layout(shape, dtype, swizzled=True):
+    """The shared layout of a TMA-written tile of ``shape``: the default swizzle for it, or none
+    (swizzled False: each row contiguous, so a row can be read out of it by index)."""
+    if swizzled:
+        return gl.NVMMASharedLayout.get_default_for(shape, dtype)
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=dtype.primitive_bitwidth, rank=len(shape))
+
+
 @gluon.jit
-def _heads_descriptor(A, B, H, n, sab, sah, san, TILE: gl.constexpr, D: gl.constexpr):
+def _heads_descriptor(A, B, H, n, sab, sah, san, TILE: gl.constexpr, D: gl.constexpr,
+                      SWIZZLED: gl.constexpr = True):
     """A TMA descriptor of [1, 1, TILE, D] tiles over an array [B, H, n, D] (n >= 1; strides sab,
-    sah, san, 1): rows past n land as zeros."""
-    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([1, 1, TILE, D], A.dtype.element_ty)
+    sah, san, 1; tiles laid out as _tile_layout(SWIZZLED)): rows past n land as zeros."""
+    layout: gl.constexpr = _tile_layout([1, 1, TILE, D], A.dtype.element_ty, SWIZZLED)
     return tma.make_tensor_descriptor(A, [B, H, n, D], [sab, sah, san, 1], [1, 1, TILE, D], layout)
 
 
