@@ -13,6 +13,10 @@
 # inside one device command (a stopped shard's line says so, with the tests it reported). Logs: $OUT/gpu-tests-shard<i>.txt; the summary (every test's
 # result, each failure's one-line reason from pytest's short summary, and each shard's last
 # line) in $OUT/gpu-tests-summary.txt.
+# Beside other correctness work (memcheck.sh) in one command, wait on this script's own pid:
+#   bash benchmarks/tools/gpu_tier_sharded.sh K N & tier=$!; bash benchmarks/tools/memcheck.sh ...; wait $tier
+# A `pgrep -f pytest` loop matches the device command's own shell (its line names pytest) and
+# never ends: it spent a whole command's time on 2026-11-29.
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 k=${1:-}
