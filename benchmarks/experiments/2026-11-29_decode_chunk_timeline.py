@@ -43,23 +43,18 @@ STAMPS = 104
 
 
 @gluon.jit
-def _now():
-    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _stamp(TIMES, pid, col):
-    gl.store(TIMES + pid * 104 + col, _now())
-
-
-@gluon.jit
-def _clock():
-    return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+def _stamp(TIMES, pid, col, CLOCK: gl.constexpr = False):
+    """TIMES[pid, col] = %globaltimer (ns), or with CLOCK the SM's %clock64 (cycles)."""
+    if CLOCK:
+        t = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+    else:
+        t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+    gl.store(TIMES + pid * 104 + col, t)
 
 
 @gluon.jit
 def _tick(TIMES, pid, col):
-    gl.store(TIMES + pid * 104 + col, _clock())
+    _stamp(TIMES, pid, col, True)
 
 
 @gluon.jit
