@@ -34,7 +34,8 @@ from ato_core.ops.decode.hopper import _paged_producer, _task_queries  # noqa: E
 from ato_core.ops.decode.kernels import work_item  # noqa: E402
 from ato_core.ops.flash_attention.hopper import (LN2, ROWS, _consumer, _forward_buffers, _softmax, _step,  # noqa: E402
                                                  _strides8)
-from triton.experimental.gluon.language.nvidia.hopper import async_copy, tma, warpgroup_mma, warpgroup_mma_wait  # noqa: E402,E501
+from triton.experimental.gluon.language.nvidia.hopper import (async_copy, tma, warpgroup_mma,  # noqa: E402
+                                                              warpgroup_mma_wait)
 
 # per program: %globaltimer at 0 start, 1 q in smem, 2 first tile ready, 3 consumer 0 end, 4 consumer 1 end,
 # 5 producer end; %clock64 (TILE_STAMPS form) at 8 + 2 j / 9 + 2 j (consumer 0: tile j's data ready / its step
@@ -292,9 +293,23 @@ def _paged_descriptor(A, num_blocks, Hkv, sn, sh, st, R: gl.constexpr, BS: gl.co
 
 
 @gluon.jit
-def _timed_producer(TIMES, pid, k_bufs, v_bufs, ready, empty, K, V, BLOCKS, k_off, v_off, skn, skt, svn, svt,
+def _timed_producer(TIMES, pid, k_bufs, v_bufs, ready, empty, K, V, BLOCKS, hk, Hkv, skn, skt, skh, svn, svt, svh,
                     num_blocks, lo, hi, end, BLOCK_N: gl.constexpr, D: gl.constexpr, BS: gl.constexpr,
-                    STAGES: gl.constexpr, CHUNK: gl.constexpr, TILE_STAMPS: gl.constexpr, PREFETCH: gl.constexpr):
+                    STAGES: gl.constexpr, CHUNK: gl.constexpr, TILE_STAMPS: gl.constexpr, PREFETCH: gl.constexpr,
+                    TMA: gl.constexpr, DESC_IN_PRODUCER: gl.constexpr, descs):
+    """The producer of a form: by TMA (descs: the descriptors; DESC_IN_PRODUCER: made here), with the block
+    ids a tile ahead (PREFETCH), stamped (TILE_STAMPS), or decode's _paged_producer; then its end stamp."""
+    if TMA:
+        if DESC_IN_PRODUCER:
+            _tma_paged_producer(TIMES, pid, k_bufs, v_bufs, ready, empty, None, None, BLOCKS, hk.to(gl.int32),
+                                num_blocks, lo, hi, end, BLOCK_N, D, BS, STAGES, TILE_STAMPS,
+                                (K, V, Hkv, skn, skh, skt, svn, svh, svt))
+        else:
+            _tma_paged_producer(TIMES, pid, k_bufs, v_bufs, ready, empty, descs[0], descs[1], BLOCKS, hk.to(gl.int32),
+                                num_blocks, lo, hi, end, BLOCK_N, D, BS, STAGES, TILE_STAMPS)
+        return
+    k_off = hk * skh
+    v_off = hk * svh
     if PREFETCH:
         _prefetch_producer(TIMES, pid, k_bufs, v_bufs, ready, empty, K, V, BLOCKS, k_off, v_off, skn, skt, svn, svt,
                            num_blocks, lo, hi, end, BLOCK_N, D, BS, STAGES, TILE_STAMPS)
@@ -345,44 +360,21 @@ def chunk_timed_kernel(Q, K, V, WORK, TASK_SEQS, TASK_BLOCKS, Hkv, G, num_blocks
     hi = gl.where(start_m < n_rows, gl.cdiv(tok1, BLOCK_N), lo)
     tiles = (lo, lo, gl.minimum(tok1 // BLOCK_N, hi), hi)
     base = (hk * U + unit0) * G
-    if TMA and DESC_IN_PRODUCER:
-        gl.warp_specialize([
-            (_timed_consumer, (TIMES, pid, 3, q0, k_bufs, v_bufs, ready, empty, CO, CL, base, n_rows, tok1, qk_scale,
-                               start_m, tiles, Q, seqs, hk, G, sqb, sqh, BLOCK_N, D, STAGES, Q_IN, TILE_STAMPS)),
-            (_timed_consumer, (TIMES, pid, 4, q1, k_bufs, v_bufs, ready, empty, CO, CL, base, n_rows, tok1, qk_scale,
-                               start_m + ROWS, tiles, Q, seqs, hk, G, sqb, sqh, BLOCK_N, D, STAGES, Q_IN,
-                               TILE_STAMPS)),
-            (_tma_paged_producer, (TIMES, pid, k_bufs, v_bufs, ready, empty, None, None, TASK_BLOCKS + blk_off,
-                                   hk.to(gl.int32), num_blocks, tiles[0], tiles[3], tok1, BLOCK_N, D, BS, STAGES,
-                                   TILE_STAMPS, (K, V, Hkv, skn, skh, skt, svn, svh, svt))),
-        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
-        return
-    if TMA:
+    descs = (K, V)  # TMA: the descriptors made here, else (DESC_IN_PRODUCER, or no TMA) unused
+    if TMA and not DESC_IN_PRODUCER:
         R: gl.constexpr = _box_rows(BLOCK_N, BS)
-        k_desc = _paged_descriptor(K, num_blocks, Hkv, skn, skh, skt, R, BS, D)
-        v_desc = _paged_descriptor(V, num_blocks, Hkv, svn, svh, svt, R, BS, D)
-        gl.warp_specialize([
-            (_timed_consumer, (TIMES, pid, 3, q0, k_bufs, v_bufs, ready, empty, CO, CL, base, n_rows, tok1, qk_scale,
-                               start_m, tiles, Q, seqs, hk, G, sqb, sqh, BLOCK_N, D, STAGES, Q_IN, TILE_STAMPS)),
-            (_timed_consumer, (TIMES, pid, 4, q1, k_bufs, v_bufs, ready, empty, CO, CL, base, n_rows, tok1, qk_scale,
-                               start_m + ROWS, tiles, Q, seqs, hk, G, sqb, sqh, BLOCK_N, D, STAGES, Q_IN,
-                               TILE_STAMPS)),
-            (_tma_paged_producer, (TIMES, pid, k_bufs, v_bufs, ready, empty, k_desc, v_desc, TASK_BLOCKS + blk_off,
-                                   hk.to(gl.int32), num_blocks, tiles[0], tiles[3], tok1, BLOCK_N, D, BS, STAGES,
-                                   TILE_STAMPS)),
-        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
-        return
+        descs = (_paged_descriptor(K, num_blocks, Hkv, skn, skh, skt, R, BS, D),
+                 _paged_descriptor(V, num_blocks, Hkv, svn, svh, svt, R, BS, D))
     gl.warp_specialize([
         (_timed_consumer, (TIMES, pid, 3, q0, k_bufs, v_bufs, ready, empty, CO, CL, base, n_rows, tok1, qk_scale,
                            start_m, tiles, Q, seqs, hk, G, sqb, sqh, BLOCK_N, D, STAGES, Q_IN, TILE_STAMPS)),
         (_timed_consumer, (TIMES, pid, 4, q1, k_bufs, v_bufs, ready, empty, CO, CL, base, n_rows, tok1, qk_scale,
                            start_m + ROWS, tiles, Q, seqs, hk, G, sqb, sqh, BLOCK_N, D, STAGES, Q_IN,
                            TILE_STAMPS)),
-        (_timed_producer, (TIMES, pid, k_bufs, v_bufs, ready, empty, K, V, TASK_BLOCKS + blk_off, hk * skh, hk * svh,
-                           skn, skt, svn, svt, num_blocks, tiles[0], tiles[3], tok1, BLOCK_N, D, BS, STAGES, CHUNK,
-                           TILE_STAMPS, PREFETCH)),
+        (_timed_producer, (TIMES, pid, k_bufs, v_bufs, ready, empty, K, V, TASK_BLOCKS + blk_off, hk, Hkv, skn, skt,
+                           skh, svn, svt, svh, num_blocks, tiles[0], tiles[3], tok1, BLOCK_N, D, BS, STAGES, CHUNK,
+                           TILE_STAMPS, PREFETCH, TMA, DESC_IN_PRODUCER, descs)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
-
 
 FORMS = {"q gathered before the partitions": {"Q_IN": False}, "q in the consumers (the tree)": {"Q_IN": True},
          "q in the consumers, each tile stamped (clock64)": {"Q_IN": True, "TILE_STAMPS": True},
@@ -413,29 +405,19 @@ def compile_forms():
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    from ato_core.launch import constexpr_defaults
+
     names = [p.name for p in chunk_timed_kernel.params]
-    sig = {}
-    for i, n in enumerate(names):
-        if n in ("Q", "K", "V"):
-            sig[n] = "*bf16"
-        elif n in ("WORK", "TASK_SEQS", "TASK_BLOCKS"):
-            sig[n] = "*i32"
-        elif n in ("CO", "CL"):
-            sig[n] = "*fp32"
-        elif n == "TIMES":
-            sig[n] = "*i64"
-        elif n == "qk_scale":
-            sig[n] = "fp32"
-        elif n in ("BLOCK_N", "D", "BS", "STAGES", "CHUNK", "PRODUCER_REGS", "CONSUMER_REGS", "Q_IN",
-                   "ROWS_FIRST", "TILE_STAMPS", "PREFETCH", "TMA",
-                   "DESC_IN_PRODUCER"):
-            sig[n] = "constexpr"
-        else:
-            sig[n] = "i32"
+    defaults = constexpr_defaults(chunk_timed_kernel)
+    constexpr_names = {p.name for p in chunk_timed_kernel.params if p.is_constexpr}
+    types = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "WORK": "*i32", "TASK_SEQS": "*i32", "TASK_BLOCKS": "*i32",
+             "CO": "*fp32", "CL": "*fp32", "TIMES": "*i64", "qk_scale": "fp32"}
+    sig = {n: "constexpr" if n in constexpr_names else types.get(n, "i32") for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n].startswith("*")}
     for form, ce in FORMS.items():
-        constexprs = {"D": 128, "BS": 16, **plans.HOPPER_CHUNK, **ce}
-        constexprs.pop("ROWS_FIRST", None)
-        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n].startswith("*")}
+        # every constexpr given, defaults too: Triton's source hash joins the constants' values
+        # without their names, so two forms each setting a different flag would share a binary
+        constexprs = {**defaults, "D": 128, "BS": 16, **plans.HOPPER_CHUNK, **ce}
         src = GluonASTSource(fn=chunk_timed_kernel, signature=sig, constexprs=constexprs, attrs=attrs)
         k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
         ptx = k.asm["ptx"]
@@ -505,7 +487,8 @@ def run():
         for name, c in cols.items():
             print(f"   {name:18s} min {c.min():6.2f}  median {np.median(c):6.2f}  max {c.max():6.2f}")
         for name, c in (("q gather", t[:, 1] - t[:, 0]), ("to first tile", t[:, 2] - t[:, 0]),
-                        ("tiles (first ready -> consumer 0 end)", t[:, 3] - t[:, 2]), ("whole program", t[:, 3:5].max(1) - t[:, 0])):
+                        ("tiles (first ready -> consumer 0 end)", t[:, 3] - t[:, 2]),
+                        ("whole program", t[:, 3:5].max(1) - t[:, 0])):
             print(f"   per program, {name}: median {np.median(c):6.2f}  max {c.max():6.2f}")
         if extra.get("TILE_STAMPS"):
             n = 512 // extra.get("BLOCK_N", plans.HOPPER_CHUNK["BLOCK_N"])

@@ -11,29 +11,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks", "tools")]
 
-if "--inner" in sys.argv:
-    import torch
+from decode_kernels import shared_prefix_ab  # noqa: E402
 
-    import ato_torch
-    from ato_cli import bench
-    from ato_core.ops.decode.schedule import DecodeSchedule, decode_schedule
-    from decode_kernels import row
-
-    batches, refs = {}, {}
-    for t in (256, 0, 16, 1024):
-        (B, Hq, Hkv, D, BS, P, T), args = bench.shared_prefix_batch(T=t)
-        batches[f"T{t}"] = (args, DecodeSchedule(*(torch.as_tensor(a, device="cuda") for a in decode_schedule(
-            args[3].cpu().numpy(), args[4].cpu().numpy(), block_size=BS))))
-        refs[f"T{t}"] = ato_torch.decode_attention(*args)
-    print(row(batches, refs, "seq-first"))
-else:
-    import torch
-
-    from patched_tree import alternate_forms
-
-    print(f"GPU {torch.cuda.get_device_name()}; shared prefix B64 P4096 + T own tokens, Hq32 Hkv8 D128 bs16 bf16; "
-          "device us")
-    alternate_forms("benchmarks/experiments/2026-11-29_decode_merge_order.py",
-                    (("merge after on odd programs (the patch)",
-                      ("benchmarks/experiments/2026-11-29_decode_merge_after.patch",)),
-                     ("merge first everywhere (tree)", ())))
+shared_prefix_ab("benchmarks/experiments/2026-11-29_decode_merge_order.py",
+                 (("merge after on odd programs (the patch)",
+                   ("benchmarks/experiments/2026-11-29_decode_merge_after.patch",)),
+                  ("merge first everywhere (tree)", ())))
