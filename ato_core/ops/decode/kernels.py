@@ -28,8 +28,7 @@ from ato_core.triton_helpers import aligned
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
-# Chunk-first partials the split kernel loads at a time (_unit_state): 16 registers a thread each
-# at G <= 16, D 128.
+# Chunk-first partials the split kernel loads at a time (_unit_state writes the four out).
 MERGE_LOADS = tl.constexpr(4)
 
 
@@ -85,7 +84,9 @@ def _unit_state(CO, CL, units_ptr, depth, unit_base, G, offs_g, gmask, offs_d, d
     a kv head (CO [.., U, G, D], CL [.., U, G] from unit_base = hk * U) as _attend's state (m, l,
     acc) in base 2: m the largest lse log2(e), weights w_u = 2^(lse_u log2(e) - m), l their sum,
     acc = sum w_u o_u (m = -inf, l = 0 where none), for the split kernel to start from.
-    MERGE_LOADS partials are loaded at a time, none waiting for another."""
+    Four partials' loads are issued before the first is used (16 registers a thread each at G <= 16,
+    D 128), their ids as scalar loads: picking an id out of the [BDEPTH] tile is a reduction across
+    the program's warps, whose barriers kept each partial's load behind the last one's use."""
     offs_u = tl.arange(0, BDEPTH)
     units = tl.load(units_ptr + offs_u, mask=offs_u < depth, other=-1).to(tl.int64)
     umask = units >= 0
@@ -94,14 +95,25 @@ def _unit_state(CO, CL, units_ptr, depth, unit_base, G, offs_g, gmask, offs_d, d
     m = tl.max(lu, 1)
     wu = tl.math.exp2(lu - tl.where(m == float("-inf"), 0.0, m)[:, None])
     acc = tl.zeros([offs_g.shape[0], offs_d.shape[0]], tl.float32)
-    for i0 in range(0, depth, MERGE_LOADS):
-        for j in tl.static_range(MERGE_LOADS):
-            u = tl.max(tl.where(offs_u == i0 + j, units, -1), 0)
-            w = tl.sum(tl.where(offs_u[None, :] == i0 + j, wu, 0.0), 1)
-            ou = tl.load(CO + ((unit_base + u) * G + offs_g)[:, None] * D + offs_d[None, :],
-                         mask=(gmask & (u >= 0))[:, None] & dmask[None, :], other=0.0)
-            acc += ou * w[:, None]
+    tl.static_assert(MERGE_LOADS == 4, "_unit_state writes four loads out")
+    for i0 in range(0, depth, MERGE_LOADS):  # four units' loads issued before the first is used
+        o0 = _unit_rows(CO, units_ptr, i0, depth, unit_base, G, offs_g, gmask, offs_d, dmask, D)
+        o1 = _unit_rows(CO, units_ptr, i0 + 1, depth, unit_base, G, offs_g, gmask, offs_d, dmask, D)
+        o2 = _unit_rows(CO, units_ptr, i0 + 2, depth, unit_base, G, offs_g, gmask, offs_d, dmask, D)
+        o3 = _unit_rows(CO, units_ptr, i0 + 3, depth, unit_base, G, offs_g, gmask, offs_d, dmask, D)
+        acc += o0 * tl.sum(tl.where(offs_u[None, :] == i0, wu, 0.0), 1)[:, None]
+        acc += o1 * tl.sum(tl.where(offs_u[None, :] == i0 + 1, wu, 0.0), 1)[:, None]
+        acc += o2 * tl.sum(tl.where(offs_u[None, :] == i0 + 2, wu, 0.0), 1)[:, None]
+        acc += o3 * tl.sum(tl.where(offs_u[None, :] == i0 + 3, wu, 0.0), 1)[:, None]
     return m, tl.sum(wu, 1), acc
+
+
+@triton.jit
+def _unit_rows(CO, units_ptr, i, depth, unit_base, G, offs_g, gmask, offs_d, dmask, D):
+    """Unit units_ptr[i]'s partial rows offs_g (zeros from depth on), its id a scalar load."""
+    u = tl.load(units_ptr + i, mask=i < depth, other=-1).to(tl.int64)
+    return tl.load(CO + ((unit_base + u) * G + offs_g)[:, None] * D + offs_d[None, :],
+                   mask=(gmask & (u >= 0))[:, None] & dmask[None, :], other=0.0)
 
 
 @kernel(inputs=9, outputs=2)

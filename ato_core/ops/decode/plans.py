@@ -41,6 +41,9 @@ MAX_SPLITS = 64
 ONE_WAVE = 0.9
 WARPS = 4
 STAGES = 2
+# A register cap for the split kernel where it merges the chunk partials (four partials' loads in
+# flight take it to 139 a thread: 3 programs an SM; at 128, 4 and no spill on sm_90).
+MERGE_MAXNREG = 128
 
 
 # The caches' layouts (ato_core.layout's names: where the token axis stands against the heads):
@@ -245,7 +248,7 @@ def decode_plan(q: ArraySpec, k: ArraySpec, v: ArraySpec, table: ArraySpec, lens
                 num_warps=warps, num_stages=stages))
     if not partial:
         launches.append(Launch(kern.decode_split_kernel, (1, B * Hkv), inputs, scalars, out, ce, num_warps=WARPS,
-                               num_stages=STAGES))
+                               num_stages=STAGES, maxnreg=MERGE_MAXNREG if merge and not target.interpret else None))
         return Plan(tuple(launches), ("o", "lse"))
     parts = (Buffer("o_parts", (B, Hq, nsplit, D), "float32"), Buffer("lse_parts", (B, Hq, nsplit), "float32"))
     launches.append(Launch(kern.decode_split_kernel, (nsplit, B * Hkv), inputs, scalars, parts, ce, num_warps=WARPS,
