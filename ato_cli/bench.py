@@ -42,6 +42,19 @@ def _bench_torch(fn, quick: bool) -> float:
     return do_bench(fn, warmup=25 if quick else 100, rep=100 if quick else 500, return_mode="median")
 
 
+def _bench_graph(fn, quick: bool) -> float:
+    """_bench_torch of replaying a CUDA graph of one call of fn (a call already made, so nothing
+    compiles in the capture): the call's time without its host time."""
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    ms = _bench_torch(graph.replay, quick)
+    del graph
+    return ms
+
+
 def _bench_rounds(fns: dict, quick: bool, rounds: int = 3) -> dict:
     """{name: the best of ``rounds`` _bench_torch medians} of fns, measured in alternating rounds:
     the ratios between them then see one thermal and clock state, not the one each ran in."""
@@ -931,7 +944,8 @@ def decode_rows(quick: bool):
     against the copy rate measured here, and time against torch's SDPA on the same keys laid
     out contiguously ([B, Hkv, N, D], enable_gqa). B 64 with block sizes 16 and 64, B 8 and 1
     (split-K must keep the GPU busy). JAX rows: wall time per call. "device" rows: the kernels'
-    time per call alone (CUPTI), which wall time hides where a call's host time is longer (B 1)."""
+    time per call alone (CUPTI), which wall time hides where a call's host time is longer (B 1);
+    "graph" rows: wall time of a CUDA graph's replay (a serving loop's step without host time)."""
     import jax
     import torch
     import torch.nn.functional as F
@@ -958,8 +972,10 @@ def decode_rows(quick: bool):
         ms_sdpa = _bench_torch(sdpa, quick)
         dev_sdpa = _device_ms(device_kernels(sdpa, lambda out: torch.cuda.synchronize()))
         ref = F.scaled_dot_product_attention(q[:, :, None].float(), k.float(), v.float(), enable_gqa=True)[:, :, 0]
+        graph_sdpa = _bench_graph(sdpa, quick)
         del k, v
         ms = _bench_torch(lambda: ato_torch.decode_attention(q, kc, vc, table, lens), quick)
+        graph = _bench_graph(lambda: ato_torch.decode_attention(q, kc, vc, table, lens), quick)
         dev = _device_ms(device_kernels(lambda: ato_torch.decode_attention(q, kc, vc, table, lens),
                                         lambda out: torch.cuda.synchronize()))
         gbs = nbytes / ms / 1e6
@@ -980,7 +996,9 @@ def decode_rows(quick: bool):
         rows += [("device: ato_torch", shape, "x SDPA device", dev, dev / dev_sdpa,
                   f"{nbytes / dev / 1e6:.0f} GB/s, {nbytes / dev / 1e6 / copy_gbs:.2f} of copy"),
                  ("device: SDPA contiguous", shape, "x SDPA device", dev_sdpa, 1.0, f"{nbytes / dev_sdpa / 1e6:.0f} GB/s"),
-                 ("device: ato_jax", shape, "x ato_torch device", devj, devj / dev, "")]
+                 ("device: ato_jax", shape, "x ato_torch device", devj, devj / dev, ""),
+                 ("graph: ato_torch", shape, "x SDPA graph", graph, graph / graph_sdpa, ""),
+                 ("graph: SDPA contiguous", shape, "x SDPA graph", graph_sdpa, 1.0, "")]
         del args, kc, vc, ref, o
         torch.cuda.empty_cache()
     rows += _decode_shared_rows(quick, copy_gbs, reps)
@@ -1055,6 +1073,11 @@ def _decode_shared_rows(quick: bool, copy_gbs: float, reps: int):
               f"{dev / floor:.2f}x the unique-bytes floor"),
              ("shared device: ato_torch, seq-first", shape, "x seq-first device", dev_seq, 1.0, ""),
              ("shared device: ato_jax, schedule", shape, "x ato_torch device", devj, devj / dev, "")]
+    graph_seq = _bench_graph(lambda: ato_torch.decode_attention(q, kc, vc, table, lens), quick)
+    graph = _bench_graph(lambda: ato_torch.decode_attention(q, kc, vc, table, lens, schedule=sched), quick)
+    rows += [("shared graph: ato_torch, schedule", shape, "x seq-first graph", graph, graph / graph_seq,
+              f"{graph / floor:.2f}x the unique-bytes floor"),
+             ("shared graph: ato_torch, seq-first", shape, "x seq-first graph", graph_seq, 1.0, "")]
     return rows
 
 
