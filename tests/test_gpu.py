@@ -1797,3 +1797,70 @@ def test_block_trains_the_same_four_ways_gpu():
     Measured on an H100: 7e-8."""
     losses = test_block_layers.train_four_ways((4, 256, 256, 4, 512, 1024), "cuda", steps=4, lr=0.2)
     test_block_layers.check_losses(losses, rtol=1e-5)
+
+
+def _graph_cases() -> dict:
+    """{op: its family's first bf16 GPU check case} (test_cuda_graph_is_eager_gpu)."""
+    import importlib
+
+    from ato_core.ops import FAMILIES
+
+    out = {}
+    for family in FAMILIES:
+        for case in importlib.import_module(family.__name__ + ".cases").check_cases(True, "bfloat16", True):
+            out.setdefault(case.op, case)
+    return out
+
+
+GRAPH_CASES = _graph_cases()
+
+
+@pytest.mark.parametrize("op", sorted(GRAPH_CASES))
+def test_cuda_graph_is_eager_gpu(op):
+    """Each op's forward and backward (run_torch's loss, sum(o * cotangent)) captured in one CUDA
+    graph, as torch.compile's reduce-overhead mode and serving loops replay them: captured on
+    other values, the inputs then rewritten in place, a replay gives the eager call's outputs and
+    gradients bit for bit (nothing synchronises, allocates outside the graph's pool or reads a
+    value on the host during capture)."""
+    import torch
+
+    import ato_torch
+
+    case = GRAPH_CASES[op]
+    inputs = h.make_inputs(case)
+    eager = h.run_torch(case, inputs, "cuda")
+    diff = case.differentiated(list(inputs))
+    fn = getattr(ato_torch, case.op)
+
+    def device(a):
+        a = np.asarray(a)
+        return torch.from_numpy(a.copy()).cuda() if a.dtype.kind in "iub" else h.to_torch(a).cuda()
+
+    want = {n: device(a) for n, a in inputs.items()}
+    args = {n: (t * 0.5 if t.is_floating_point() else t.clone()).requires_grad_(n in diff) for n, t in want.items()}
+    cts = [torch.from_numpy(c).double().cuda() for c in h.cotangents(case, case.call(fn, args))]
+
+    def step():
+        outs = case.call(fn, args)
+        if diff:
+            sum((o.double() * c).sum() for o, c in zip(outs, cts)).backward()
+        return outs
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (compiles, autograd's own set-up) off the capture
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    for n in diff:
+        args[n].grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = step()
+    with torch.no_grad():
+        for n, t in want.items():
+            args[n].copy_(t)
+    graph.replay()
+    torch.cuda.synchronize()
+    grads = {n: h._f64(args[n].grad if args[n].grad is not None else torch.zeros_like(args[n])) for n in diff}
+    got = h.Result([h._f64(o) for o in outs], grads, 0.0)
+    assert h.bitwise_equal(eager, got), f"{op}: a replay differs from the eager call"
