@@ -70,38 +70,53 @@ def run_torch(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", re
 
     import ato_torch
 
-    def to_t(a):
-        t = to_torch(a)
-        if reference:
-            t = t.double()
-        return t.to(device).requires_grad_(True)
-
-    def to_const(name, a):
-        a = np.asarray(a)
-        if a.dtype.kind in "iub":
-            return torch.from_numpy(a.copy()).to(device)
-        t = to_torch(a).to(device)  # in its own dtype, as the JAX side takes it
-        return t.double() if reference else t
-
     fn = reference_op(case.op) if reference else getattr(ato_torch, case.op)
     if wrap is not None:
         fn = wrap(fn)
-    diff = case.differentiated(list(inputs))
-    t_in = {n: to_t(a) if n in diff else to_const(n, a) for n, a in inputs.items()}
+    t_in, diff = torch_inputs(case, inputs, device, reference)
     args = {n: _strided(t) if strided and n in diff else t for n, t in t_in.items()}
     start = time.perf_counter()
     outs = case.call(fn, args)
-    cts = cotangents(case, outs)
+    cts = [torch.from_numpy(c).double().to(device) for c in cotangents(case, outs)]
     if diff:  # (a forward-only op's cases differentiate nothing)
-        loss = sum((o.double() * torch.from_numpy(c).double().to(device)).sum() for o, c in zip(outs, cts))
+        loss = torch_loss(outs, cts)
         if loss.requires_grad:  # (the reference of a call whose outputs use no input: all zero gradients)
             loss.backward()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-    secs = time.perf_counter() - start
-    # an input that no output depends on has a zero gradient (autograd leaves it None)
-    grads = {n: _f64(t_in[n].grad if t_in[n].grad is not None else torch.zeros_like(t_in[n])) for n in diff}
-    return Result([_f64(o) for o in outs], grads, secs)
+    return torch_result(outs, t_in, diff, time.perf_counter() - start)
+
+
+def torch_inputs(case: Case, inputs: Dict[str, np.ndarray], device: str = "cpu", reference: bool = False):
+    """(run_torch's tensors of ``inputs`` on ``device`` by name, the differentiated names): the
+    differentiated ones leaves requiring grad, integer ones as they are, the rest in their own
+    dtype (float64 with ``reference``)."""
+    import torch
+
+    def to_t(name, a):
+        a = np.asarray(a)
+        if a.dtype.kind in "iub":
+            return torch.from_numpy(a.copy()).to(device)
+        t = to_torch(a)
+        t = (t.double() if reference else t).to(device)
+        return t.requires_grad_(True) if name in diff else t
+
+    diff = case.differentiated(list(inputs))
+    return {n: to_t(n, a) for n, a in inputs.items()}, diff
+
+
+def torch_loss(outs, cts):
+    """run_torch's loss: sum(outputs * cotangents) in float64 (cts: float64 tensors)."""
+    return sum((o.double() * c).sum() for o, c in zip(outs, cts))
+
+
+def torch_result(outs, leaves: dict, diff, seconds: float = 0.0) -> Result:
+    """The Result of outputs ``outs`` and the gradients of ``leaves`` named in ``diff`` (an input
+    that no output depends on: zeros, where autograd leaves None)."""
+    import torch
+
+    grads = {n: _f64(leaves[n].grad if leaves[n].grad is not None else torch.zeros_like(leaves[n])) for n in diff}
+    return Result([_f64(o) for o in outs], grads, seconds)
 
 
 def _strided(t):

@@ -23,6 +23,20 @@ def slow_variants(values, slow):
     return [pytest.param(v, marks=SLOW) if v in slow else v for v in values]
 
 
+def first_cases(gpu: bool, dtype: str) -> dict:
+    """{op: the first of its family's check cases (ato check's, quick) in ``dtype``}, at the GPU's
+    sizes or the CPU's: one case an op (test_torch_compile, test_gpu's CUDA-graph test)."""
+    import importlib
+
+    from ato_core.ops import FAMILIES
+
+    out = {}
+    for family in FAMILIES:
+        for case in importlib.import_module(family.__name__ + ".cases").check_cases(gpu, dtype, True):
+            out.setdefault(case.op, case)
+    return out
+
+
 def check(case, inputs=None):
     """Runs ``case`` in ato_torch, in ato_jax (jit(value_and_grad)) and in the float64
     reference; asserts every output and gradient within the dtype's tolerance

@@ -2,25 +2,12 @@
 op (ato_torch.library), so Dynamo traces a call with no graph break (fullgraph=True), and the
 compiled forward and backward give the eager call's bits (the same plans and kernels)."""
 
-import importlib
-
 import pytest
 
 from ato_cli import harness as h
-from ato_core.ops import FAMILIES
-from helpers import slow_variants
+from helpers import first_cases, slow_variants
 
-
-def _cases():
-    """One case per op: the first of its family's CPU check cases in fp32."""
-    out = {}
-    for family in FAMILIES:
-        for case in importlib.import_module(family.__name__ + ".cases").check_cases(False, "float32", True):
-            out.setdefault(case.op, case)
-    return out
-
-
-CASES = _cases()
+CASES = first_cases(False, "float32")  # one fp32 CPU case an op
 
 
 def _compiled(fn, graphs=None):
