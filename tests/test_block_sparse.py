@@ -14,6 +14,8 @@ blocks, causal, empty rows, an all-true mask against flash_attention. Tolerances
 ato_cli.harness.TOLERANCE (fp32 1e-4: softmax sums over at most a few hundred keys in fp32; bf16
 2e-2: bf16 inputs and output, p rounded to bf16 for the p v dot)."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -320,6 +322,52 @@ def test_curvature_select_writes_every_mask_entry(causal):
     assert masks[0][..., 0].all() and masks[0].sum() < masks[0].numel() // 2
     if causal:
         assert not torch.triu(masks[0], 1).any()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_curvature_select_ranks_nan_first(causal):
+    """The select alone on scores with NaN of both signs (bit patterns 0x7FC00000 and
+    0xFFC00000): a NaN ranks above every score, NaN ties to the lower block, as the reference
+    ranks them, whatever the NaN's sign (the interpreter's inf / inf is negative, the GPU's
+    positive)."""
+    import torch
+
+    from ato_core import interpreter
+    from ato_core.ops.block_sparse import plans
+    from ato_core.target import INTERPRETER
+    from ato_core.testing import gpu_spec
+
+    M, keep = 40, 0.3
+    x = gpu_spec((1, 2, M * 16, 16), "float32")
+    plan = plans.curvature_plan(x, x, block_size=16, keep=keep, lam=0.5, causal=causal, local_blocks=1,
+                                target=INTERPRETER)
+    (select,) = [launch for launch in plan.launches if launch.name == "cab_select_kernel"]
+    rng = np.random.default_rng(5)
+    f = rng.standard_normal((2 * M, M)).astype(np.float32)
+    bits = f.view(np.uint32)
+    nan = rng.random(f.shape) < 0.1
+    bits[nan] = np.where(rng.random(f.shape) < 0.5, 0x7FC00000, 0xFFC00000)[nan]
+    mask = torch.zeros((1, 2, M, M), dtype=torch.bool)
+    interpreter.interpreted(select.kernel)[select.grid](torch.from_numpy(f), *select.scalars, mask, **select.constexprs)
+    for row in range(2 * M):
+        i = row % M
+        allowed = np.arange(M) <= i if causal else np.ones(M, bool)
+        order = sorted(np.flatnonzero(allowed), key=lambda j: (not nan[row, j], 0.0 if nan[row, j] else -f[row, j], j))
+        want = set(order[:math.ceil(keep * allowed.sum())]) | {i, 0}
+        assert set(torch.nonzero(mask[0, row // M, i]).flatten().tolist()) == want, row
+
+
+def test_curvature_infinite_input_kernels_equal_reference():
+    """An infinite key (the fuzzing tier's case): max A is infinite, An NaN where A is, and
+    those blocks rank first in the kernels as in the reference; both frameworks the same mask."""
+    from ato_cli import harness as h
+
+    case = cab_case(2, 6, 2, 182, 4, 16, keep=0.35, lam=0.0, causal=True, local_blocks=1, dtype="bfloat16",
+                    seed=7)
+    inputs = h.make_inputs(case)
+    inputs["k"][0, 1, 15, 1] = np.inf  # block 0 of kv head 1
+    t, j, r = (h.run_torch(case, inputs), h.run_jax(case, inputs), h.run_torch(case, inputs, reference=True))
+    assert np.array_equal(t.outputs[0], r.outputs[0]) and np.array_equal(j.outputs[0], r.outputs[0])
 
 
 def test_curvature_constant_scores_keep_the_lowest_blocks():

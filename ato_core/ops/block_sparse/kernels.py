@@ -588,7 +588,9 @@ def _select_rows(F, MASK, heads, M, I0, IN, r0, keep_bits, local_blocks, BR: tl.
     n_keep = tl.math.ceil(keep * n_allowed.to(tl.float64)).to(tl.int32)  # [BR, 1]
     n_keep = tl.where(valid[:, None], n_keep, 0)
     f = tl.load(F + row[:, None] * M + j, mask=allowed, other=0.0) + 0.0  # -0.0 -> +0.0
-    bits = f.to(tl.int32, bitcast=True)
+    # a NaN of either sign as 0x7FC00000, above +inf: NaN ranks highest (its block kept, so a
+    # non-finite input reaches the attention), the same on every platform
+    bits = tl.where(f != f, 0x7FC00000, f.to(tl.int32, bitcast=True))
     # F's order as int32 (its bits made monotonic); the n_keep-th largest, t, found bit by bit
     # from the top as if unsigned (u = mono + 2^31): t starts at u = 0 (mono -2^31), and
     # setting bit b of u flips bit b of mono. Done when every row has exactly n_keep values
@@ -625,7 +627,7 @@ def cab_select_kernel(
 ):
     """Grid (programs): BR query blocks a program (rows of F [heads * M, M], row = head * M +
     block i). Each keeps, of its allowed key blocks (CAUSAL: j <= i; else all), the ceil(keep *
-    allowed) with the highest F (ties: the lower j), the local_blocks blocks ending at i (i,
+    allowed) with the highest F (NaN highest; ties: the lower j), the local_blocks blocks ending at i (i,
     i - 1, ...) and block 0, into MASK [heads * M, M] (bool). keep_bits: keep's float64 bits
     (so that ceil(keep * allowed) is Python's, exactly). The cut: a radix search over F's bits
     made monotonic (at most 32 counting passes), the ties at the cut taken by a running count.

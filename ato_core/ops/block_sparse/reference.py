@@ -77,8 +77,10 @@ def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True,
     allowed = (j <= i) if causal else xp.ones((M, M), dtype=xp.bool, device=dev)
     n_allowed = xp.sum(xp.astype(allowed, xp.int64), axis=-1)                   # [M]
     n_keep = xp.asarray([math.ceil(keep * int(n)) for n in n_allowed], device=dev)[:, None]
-    # rank of each allowed block by F, descending, ties to the lower index (a stable sort)
-    key = xp.where(allowed, -F, xp.full_like(F, math.inf))
+    # rank of each allowed block by F, descending (NaN first; F is otherwise finite: An in [0, 1]),
+    # ties to the lower index (a stable sort)
+    key = xp.where(xp.isnan(F), xp.full_like(F, -math.inf), -F)
+    key = xp.where(allowed, key, xp.full_like(F, math.inf))
     order = xp.argsort(key, axis=-1, stable=True)
     rank = xp.argsort(order, axis=-1, stable=True)
     chosen = allowed & (rank < n_keep)
