@@ -23,6 +23,15 @@ def slow_variants(values, slow):
     return [pytest.param(v, marks=SLOW) if v in slow else v for v in values]
 
 
+def cases_of(op: str):
+    """The ato_core.ops.<family>.cases module of ``op`` (its test cases, fuzz strategy, MAGNITUDES)."""
+    import importlib
+
+    from ato_core.ops import OPS
+
+    return importlib.import_module(f"ato_core.ops.{OPS[op].family}.cases")
+
+
 def first_cases(gpu: bool, dtype: str) -> dict:
     """{op: the first of its family's check cases (ato check's, quick) in ``dtype``}, at the GPU's
     sizes or the CPU's: one case an op (test_torch_compile, test_gpu's CUDA-graph test)."""
@@ -92,8 +101,9 @@ def raises_naming(exc, fragment, fn, *args, **kwargs):
 def causal_masked(case) -> bool:
     """Whether ``case`` is masked attention: causal (an op with a ``causal`` argument, called
     with it true or defaulting to true) or restricted to some key blocks (Case option
-    "block_masked": a block mask drawn with entries false, or one the op chooses), whose kernels skip or select away masked entries that the
-    dense reference multiplies by a zero weight (``check_special``'s ``masked``)."""
+    "block_masked": a block mask drawn with entries false, or one the op chooses), whose
+    kernels skip or select away masked entries that the dense reference multiplies by a zero
+    weight (``check_special``'s ``masked``)."""
     import inspect
 
     from ato_core.ops import OPS
@@ -104,7 +114,14 @@ def causal_masked(case) -> bool:
     return bool(dict(case.kwargs).get("causal", default.default if default else False))
 
 
-def check_special(case, inputs, device="cpu", masked=False, cancelling=(), grads=True):
+# Inputs that a kernel multiplies by weights which can round to zero where the float64 reference's
+# stay positive (attention's values by probabilities: fp16 P is 0 below 2^-25, fp32 below 2^-149; the
+# merge's partials by exp(lse - max)): an infinity there meets 0 * inf = NaN in the kernel where the
+# reference gives the infinity (NVIDIA_H200-special-values.txt).
+WEIGHTED_VALUES = ("v", "v_cache", "o_a", "o_b")
+
+
+def check_special(case, inputs, device="cpu", masked=False, cancelling=(), grads=True, note="", inf_as_nan=False):
     """``check`` for inputs holding NaN, infinities or extreme magnitudes: in every output and
     gradient, NaN and each infinity exactly where the float64 reference (torch autograd) has
     them, the finite entries within the dtype's tolerance, and the two frameworks bitwise
@@ -114,12 +131,14 @@ def check_special(case, inputs, device="cpu", masked=False, cancelling=(), grads
     when the reference's is, and a gradient's NaN are not compared: a NaN meets a zero weight
     (0 * NaN) at masked entries that the dense reference computes everywhere and a kernel
     only in the blocks it visits (none for a query that sees no key), so neither has the
-    NaN-free pattern of the math there. The entries finite in both agree within tolerance. ``cancelling``: inputs whose gradients are a cancellation here
-    (dq of attention whose softmax is one-hot): only their NaN and infinities are compared.
-    Without ``grads``, gradients are compared between the frameworks only. Returns (torch,
-    jax, reference) results."""
-    import numpy as np
-
+    NaN-free pattern of the math there. The entries finite in both agree within tolerance.
+    ``cancelling``: inputs whose gradients are a cancellation here (dq of attention whose
+    softmax is one-hot): only their NaN and infinities are compared.
+    Without ``grads``, gradients are compared between the frameworks only. ``inf_as_nan``: an
+    output may be NaN where the reference's is infinite (an infinity in WEIGHTED_VALUES); masked
+    as well, its NaN are not compared.
+    ``note`` follows the case's label in the messages (where the special value is). Returns
+    (torch, jax, reference) results."""
     from ato_core.testing import magnitude_of
 
     t = h.run_torch(case, inputs, device)
@@ -130,29 +149,44 @@ def check_special(case, inputs, device="cpu", masked=False, cancelling=(), grads
     pairs = [(f"output {i}", a, b, c) for i, (a, b, c) in enumerate(zip(t.outputs, j.outputs, r.outputs))]
     pairs += [(f"d{n}", t.grads[n], j.grads[n], r.grads[n]) for n in r.grads]
     for what, a, b, ref in pairs:
-        with np.errstate(over="ignore"):  # a true value past fp32's range is an infinity there
-            ref = np.where(np.isfinite(ref), ref.astype(np.float32), ref).astype(np.float64)
-        assert np.array_equal(a, b, equal_nan=True), f"{case.label}: {what}: torch and JAX differ"
+        assert np.array_equal(a, b, equal_nan=True), f"{case.label}{note}: {what}: torch and JAX differ"
         if what.startswith("d") and not grads:
             continue
-        nan = np.isnan(ref)
-        if masked:
-            assert what.startswith("d") or np.isnan(a).any() == nan.any(), (
-                f"{case.label}: {what}: NaN {np.isnan(a).any()}, reference {nan.any()}")
-            ref = np.where(np.isnan(a), np.nan, ref)
-            nan = np.isnan(ref)
-            a = np.where(nan, np.nan, a)
-        assert np.array_equal(np.isnan(a), nan), (
-            f"{case.label}: {what}: NaN at {np.argwhere(np.isnan(a) != nan)[:4].tolist()} "
-            f"(ato {np.isnan(a).sum()}, reference {nan.sum()} NaN)")
-        inf = np.isinf(ref)
-        assert np.array_equal(a[inf], ref[inf]) and not np.isinf(a[~inf]).any(), f"{case.label}: {what}: infinities differ"
-        if what in {"d" + n for n in cancelling}:
-            continue
-        fin = np.isfinite(ref)
-        err = h.rel_err(a[fin], ref[fin], floor)
-        assert err < tol, f"{case.label}: {what}: {err:.3g} >= {tol} over the finite entries"
+        grad = what.startswith("d")
+        # (masked with an infinite value: the dense reference's 0 * inf is NaN where a kernel skips the tile)
+        compare_special(f"{case.label}{note}: {what}", a, ref, tol, floor, masked and not grad and not inf_as_nan,
+                        masked and (grad or inf_as_nan), what in {"d" + n for n in cancelling}, inf_as_nan)
     return t, j, r
+
+
+def compare_special(what, a, ref, tol, floor, nan_anywhere=False, nan_any=False, cancelling=False, inf_as_nan=False):
+    """check_special's comparison of one result ``a`` with the float64 reference ``ref``: NaN and
+    each infinity exactly where ``ref`` has them, the entries finite in both within ``tol``
+    (ato_cli.harness.rel_err with ``floor``). ``nan_anywhere``: a NaN need only be somewhere in
+    ``a`` exactly when ``ref`` has one; ``nan_any``: NaN not compared at all (check_special's
+    masked outputs and gradients); ``cancelling``: the finite entries not compared; ``inf_as_nan``:
+    NaN in ``a`` where ``ref`` is infinite agrees (check_special's)."""
+    with np.errstate(over="ignore"):  # a true value past fp32's range is an infinity there
+        ref = np.where(np.isfinite(ref), ref.astype(np.float32), ref).astype(np.float64)
+    if inf_as_nan:
+        ref = np.where(np.isinf(ref) & np.isnan(a), np.nan, ref)
+    nan = np.isnan(ref)
+    if nan_anywhere:
+        assert np.isnan(a).any() == nan.any(), f"{what}: NaN {np.isnan(a).any()}, reference {nan.any()}"
+    if nan_anywhere or nan_any:
+        ref = np.where(np.isnan(a), np.nan, ref)
+        nan = np.isnan(ref)
+        a = np.where(nan, np.nan, a)
+    assert np.array_equal(np.isnan(a), nan), (
+        f"{what}: NaN at {np.argwhere(np.isnan(a) != nan)[:4].tolist()} (ato {np.isnan(a).sum()}, reference "
+        f"{nan.sum()} NaN)")
+    inf = np.isinf(ref)
+    assert np.array_equal(a[inf], ref[inf]) and not np.isinf(a[~inf]).any(), f"{what}: infinities differ"
+    if cancelling:
+        return
+    fin = np.isfinite(ref)
+    err = h.rel_err(a[fin], ref[fin], floor)
+    assert err < tol, f"{what}: {err:.3g} >= {tol} over the finite entries"
 
 
 @triton.jit

@@ -16,7 +16,9 @@ import pytest
 
 from ato_cli import harness as h
 from ato_core.ops.based.cases import based_case, based_step_case, taylor_case
+from ato_core.ops.block_sparse.cases import bs_case
 from ato_core.ops.cross_entropy.cases import ce_case
+from ato_core.ops.decode.cases import decode_case, merge_case
 from ato_core.ops.flash_attention.cases import fa_case, fa_varlen_case
 from ato_core.ops.linear_attention.cases import elu_case, la_case, step_case
 from ato_core.ops.linear_cross_entropy.cases import lce_case
@@ -27,7 +29,7 @@ from ato_core.ops.swiglu.cases import swiglu_case
 from ato_core.testing import In
 
 import test_block_layers
-from helpers import first_cases
+from helpers import WEIGHTED_VALUES, cases_of, first_cases
 import test_empty
 import test_flash_attention_dropout
 import test_float64
@@ -1182,6 +1184,132 @@ def test_cross_entropy_huge_logits_gpu(dtype, magnitude):
     assert np.isfinite(t.outputs[0]).all()
 
 
+# ---- special values on the compiled kernels ----
+# The fuzzing tier (test_fuzz.py) puts NaN, infinities and extreme magnitudes through every op on the
+# CPU, where the interpreter runs the portable kernels only. Here they meet what an sm_90 GPU runs: the
+# Gluon flash forward and backward with their options, dropout and packed sequences, the D 64
+# persistent forward, block-sparse's Gluon kernels, decode's split and combine kernels, the merge.
+# name: (case, masked, gluon): masked as check_special's (a NaN of v meets the dense reference's zero
+# weights of masked entries, not a kernel that skips their tiles); gluon: the case's forward runs a
+# Gluon kernel on sm_90.
+SPECIAL_GPU_CASES = {
+    "flash_full_gqa": (lambda: fa_case(1, 8, 2, 700, 900, 128, "bfloat16", seed=41), False, True),
+    "flash_softcap_alibi": (lambda: fa_case(2, 4, 2, 777, 300, 128, "float16", layout="bnhd", softcap=20.0,
+                                            alibi="h", seed=42), False, True),
+    "flash_causal_window_lengths": (lambda: fa_case(2, 4, 2, 300, 700, 128, "bfloat16", causal=True,
+                                                    window=(200, None), lengths="both", alibi="bh", seed=43),
+                                    True, True),
+    "flash_d64": (lambda: fa_case(1, 4, 2, 2100, 2100, 64, "bfloat16", seed=44), False, True),
+    "flash_segments": (lambda: fa_case(2, 4, 2, 900, 1100, 128, "bfloat16", causal=True, segments=3, seed=45),
+                       True, True),
+    "flash_dropout": (lambda: fa_case(1, 4, 2, 600, 600, 128, "bfloat16", causal=True, dropout=0.3, seed=46),
+                      True, True),
+    "flash_varlen": (lambda: fa_varlen_case((700, 0, 1, 333), (900, 5, 1, 400), 8, 2, 128, "bfloat16", causal=True,
+                                            window=(500, None), softcap=20.0, pad=(3, 7), seed=47), True, True),
+    "block_sparse": (lambda: bs_case(1, 8, 2, 1000, 1100, 128, 128, causal=True, density=0.3, dtype="bfloat16",
+                                     seed=48), True, True),
+    "decode_splits": (lambda: decode_case(2, 32, 8, 128, 16, 600, 256, "bfloat16", seed=49), False, False),
+    "decode_one_split": (lambda: decode_case(64, 32, 8, 128, 16, 4096, 64, "float16", seed=50), False, False),
+    "merge": (lambda: merge_case((4, 32), 128, "bfloat16", seed=51), False, False),
+}
+SPECIAL_GPU_INPUTS = [(n, a) for n, (f, *_) in SPECIAL_GPU_CASES.items() for a, _ in f().shapes]
+
+
+def _special_case(name):
+    """SPECIAL_GPU_CASES[name]: (case, masked), its forward plan checked to run a Gluon kernel on
+    an sm_90 GPU where the table says so (a plan change must not leave these tests on the
+    portable kernels unnoticed)."""
+    factory, masked, gluon = SPECIAL_GPU_CASES[name]
+    case = factory()
+    if gluon and _hopper():
+        names = [launch.name for launch in _plans(case)[0].launches]
+        assert any("hopper" in n for n in names), names
+    return case, masked
+
+
+def _special_index(case, inputs, arg, rng) -> int:
+    """A flat index into input ``arg`` that the op reads: in decode's caches a row of a block some
+    sequence holds below its length (most of a random cache is never read); elsewhere any."""
+    a = inputs[arg]
+    if arg not in ("k_cache", "v_cache"):
+        return int(rng.integers(0, a.size))
+    lens, table = inputs["seq_lens"], inputs["block_table"]
+    b = rng.choice(np.flatnonzero(lens > 0))
+    t = int(rng.integers(0, lens[b]))
+    bs = a.shape[1]
+    return int(np.ravel_multi_index((table[b, t // bs], t % bs, rng.integers(0, a.shape[2]),
+                                     rng.integers(0, a.shape[3])), a.shape))
+
+
+def _special_value(special, rng):
+    return np.nan if special == "nan" else rng.choice([np.inf, -np.inf])
+
+
+def _check_special_value(case, name, arg, special, masked):
+    """One NaN (or an infinity of either sign) in input ``arg`` of ``case`` at a position drawn
+    from ``name``, then helpers.check_special."""
+    import zlib
+
+    from helpers import check_special
+
+    inputs = h.make_inputs(case)
+    rng = np.random.default_rng(zlib.crc32(f"{name} {arg} {special}".encode()))
+    a = inputs[arg].copy()
+    index, value = _special_index(case, inputs, arg, rng), _special_value(special, rng)
+    a.reshape(-1)[index] = value
+    inputs[arg] = a
+    note = f" ({arg}{list(map(int, np.unravel_index(index, a.shape)))} = {value})"
+    check_special(case, inputs, "cuda", masked=masked, grads=special == "nan", note=note,
+                  inf_as_nan=special == "inf" and arg in WEIGHTED_VALUES)
+
+
+@pytest.mark.parametrize("special", ["nan", "inf"])
+@pytest.mark.parametrize("name,arg", SPECIAL_GPU_INPUTS, ids=lambda x: str(x))
+def test_special_values_gpu(name, arg, special):
+    """One NaN (or an infinity of either sign) in input ``arg`` at a drawn position: NaN and
+    infinities in the outputs (for NaN, in the gradients too) exactly where the float64
+    reference has them (an infinity in a weighted value may give NaN where the reference's
+    output is infinite: helpers.WEIGHTED_VALUES), the rest within tolerance, torch == JAX bit for
+    bit (helpers.check_special, as test_fuzz_nan on the CPU)."""
+    case, masked = _special_case(name)
+    _check_special_value(case, name, arg, special, masked)
+
+
+SPECIAL_EVERY_OP = [(op, a) for op, case in first_cases(True, "bfloat16").items() for a, _ in case.shapes]
+
+
+@pytest.mark.parametrize("special", ["nan", "inf"])
+@pytest.mark.parametrize("op,arg", SPECIAL_EVERY_OP, ids=lambda x: str(x))
+def test_special_values_every_op_gpu(op, arg, special):
+    """test_special_values_gpu's check on every op's first GPU check case (ato check's, bf16),
+    each float input in turn; causal attention as check_special's masked."""
+    from helpers import causal_masked
+
+    case = first_cases(True, "bfloat16")[op]
+    _check_special_value(case, op, arg, special, causal_masked(case))
+
+
+SPECIAL_GPU_MAGNITUDES = [(n, m) for n, (f, *_) in SPECIAL_GPU_CASES.items()
+                          for m in cases_of(f().op).MAGNITUDES[f().op]]
+
+
+@pytest.mark.parametrize("name,magnitude", SPECIAL_GPU_MAGNITUDES, ids=lambda x: str(x))
+def test_magnitudes_gpu(name, magnitude):
+    """Inputs of each magnitude the op's family declares (cases.MAGNITUDES; attention's 1e3 makes
+    scores of up to D 1e6): finite where the reference is, within tolerance relative to their
+    size (test_fuzz_magnitude's check on the compiled kernels); at huge magnitudes the gradients
+    the family calls cancelling (a one-hot softmax's dq and dk) compared for NaN and infinities
+    only."""
+    import dataclasses
+
+    from helpers import check_special
+
+    case, _ = _special_case(name)
+    case = dataclasses.replace(case, options=case.options + (("magnitude", magnitude),))
+    cancelling = getattr(cases_of(case.op), "CANCELLING", {}).get(case.op, ())
+    check_special(case, h.make_inputs(case), "cuda", cancelling=cancelling if magnitude > 1 else ())
+
+
 def test_bf16_cpu_equals_gpu():
     """Where a kernel has no freedom in its arithmetic (IEEE multiplies and adds, no reduction:
     rope, a bare fp32 -> bf16 store), its bf16 bits interpreted on the CPU are the GPU's: the
@@ -1372,7 +1500,6 @@ DECODE_DIMS = [(16, 32, 8, 128, 16, 4096, 256), (4, 8, 1, 80, 64, 64, 40), (2, 4
 def test_decode_gpu(dims, dtype):
     """decode_attention (B, Hq, Hkv, D, block_size, num_blocks, max_blocks) against the
     reference, and bitwise torch == JAX."""
-    from ato_core.ops.decode.cases import decode_case
 
     case = decode_case(*dims, dtype=dtype, seed=sum(dims))
     _check(case)
@@ -1414,12 +1541,37 @@ def test_decode_bhnd_cache_gpu(scheduled):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_merge_attention_states_gpu(dtype):
-    from ato_core.ops.decode.cases import merge_case
 
     case = merge_case((8, 32), 128, dtype=dtype, seed=1)
     _check(case)
     t, j, _ = _run(case)
     assert h.bitwise_equal(t, j)
+
+
+# decode's shared-prefix batch: B sequences share 1040 tokens (65 blocks of 16: the chunk kernels' last
+# key tile partial), 8 of them 512 more (32 blocks), then 1-300 tokens of their own; Hq32 Hkv8 D128.
+PREFIX_BLOCKS, NESTED_BLOCKS = 65, 32
+
+
+def _shared_prefix_batch(B, dtype, seed=0):
+    """(q, k_cache, v_cache, block_table, seq_lens), torch tensors on the host: the batch above,
+    blocks at random places in the caches."""
+    import torch
+
+    BS, Hq, Hkv, D = 16, 32, 8, 128
+    g = torch.Generator().manual_seed(seed)
+    NB = 97 + 8 * 20 + (B - 8) * 52
+    ids = torch.randperm(NB, generator=g).tolist()
+    common, nested = ids[:PREFIX_BLOCKS], ids[PREFIX_BLOCKS:PREFIX_BLOCKS + NESTED_BLOCKS]
+    rest = iter(ids[97:])
+    table = torch.tensor([common + (nested if b < 8 else []) + [next(rest) for _ in range(20 if b < 8 else 52)]
+                          for b in range(B)], dtype=torch.int32)[:, :116]
+    lens = torch.tensor([(1552 if b < 8 else 1040) + int(torch.randint(1, 300, (1,), generator=g)) for b in range(B)],
+                        dtype=torch.int32)
+    dt = getattr(torch, dtype)
+    q = torch.randn(B, Hq, D, generator=g).to(dt)
+    kc, vc = (torch.randn(NB, BS, Hkv, D, generator=g).to(dt) for _ in range(2))
+    return q, kc, vc, table, lens
 
 
 @pytest.mark.parametrize("B", [32, 64], ids=["B32 splits", "B64 one split"])
@@ -1431,25 +1583,13 @@ def test_decode_schedule_gpu(dtype, B):
     with it. B32 splits the private tokens (the
     combine kernel merges), B64 does not (the split kernel merges the chunk partials)."""
     import jax
-    import torch
 
     import ato_jax
     import ato_torch
     from ato_core.ops.decode import reference
 
-    BS, Hq, Hkv, D = 16, 32, 8, 128
-    g = torch.Generator().manual_seed(0)
-    NB = 97 + 8 * 20 + (B - 8) * 52
-    ids = torch.randperm(NB, generator=g).tolist()
-    common, nested = ids[:65], ids[65:97]
-    rest = iter(ids[97:])
-    table = torch.tensor([common + (nested if b < 8 else []) + [next(rest) for _ in range(20 if b < 8 else 52)]
-                          for b in range(B)], dtype=torch.int32)[:, :116]
-    lens = torch.tensor([(1552 if b < 8 else 1040) + int(torch.randint(1, 300, (1,), generator=g)) for b in range(B)],
-                        dtype=torch.int32)
-    dt = getattr(torch, dtype)
-    q = torch.randn(B, Hq, D, generator=g).to(dt)
-    kc, vc = (torch.randn(NB, BS, Hkv, D, generator=g).to(dt) for _ in range(2))
+    BS = 16
+    q, kc, vc, table, lens = _shared_prefix_batch(B, dtype)
     dev = [t.cuda() for t in (q, kc, vc, table, lens)]
     sched = ato_torch.decode_schedule(dev[3], dev[4], block_size=BS)
     assert sched.work.shape[0] > 0
@@ -1475,6 +1615,55 @@ def test_decode_schedule_gpu(dtype, B):
     chunk = plan.launches[0]
     assert chunk.name == ("decode_chunk_hopper_kernel" if _hopper() else "decode_chunk_kernel")
     assert os.environ.get("ATO_TRITON_JIT_LAUNCH") or chunk.compiled, "the call ran another plan"
+
+
+@pytest.mark.parametrize("special", ["nan", "inf"])
+@pytest.mark.parametrize("where", ["q", "k prefix", "v prefix", "k own", "v own"])
+@pytest.mark.parametrize("B", [32, 64], ids=["B32 splits", "B64 one split"])
+def test_decode_schedule_special_gpu(B, where, special):
+    """One NaN (or an infinity of either sign) in q, in a block every sequence shares (the
+    chunk-first kernel's: Gluon on sm_90) or in one sequence's own block (the split kernel's), in
+    the shared-prefix batch: with the schedule and without, NaN and infinities in o and lse
+    exactly where the float64 reference has them, the rest within tolerance
+    (helpers.compare_special); torch == JAX bit for bit with the schedule."""
+    import zlib
+
+    import jax
+
+    import ato_jax
+    import ato_torch
+    from ato_core.ops.decode import reference
+    from helpers import compare_special
+
+    q, kc, vc, table, lens = _shared_prefix_batch(B, "bfloat16")
+    rng = np.random.default_rng(zlib.crc32(f"{B} {where} {special}".encode()))
+    value = float(_special_value(special, rng))
+    BS, Hkv, D = kc.shape[1:]
+    if where == "q":
+        q[rng.integers(B), rng.integers(q.shape[1]), rng.integers(D)] = value
+    else:
+        if where.endswith("prefix"):
+            blk, row = int(table[0, rng.integers(PREFIX_BLOCKS)]), int(rng.integers(BS))
+        else:  # a token of sequence b's own, past its shared blocks
+            b = int(rng.integers(B))
+            t = int(rng.integers(BS * (PREFIX_BLOCKS + (NESTED_BLOCKS if b < 8 else 0)), int(lens[b])))
+            blk, row = int(table[b, t // BS]), t % BS
+        (kc if where[0] == "k" else vc)[blk, row, rng.integers(Hkv), rng.integers(D)] = value
+    dev = [t.cuda() for t in (q, kc, vc, table, lens)]
+    sched = ato_torch.decode_schedule(dev[3], dev[4], block_size=BS)
+    ro, rl = reference.decode_attention(*(t.double() for t in (q, kc, vc)), table, lens, return_lse=True)
+    assert (where[0] == "k" and special == "inf") or not np.isfinite(ro.numpy()).all()  # it reached o
+    results = {}
+    for label, kw in (("seq-first", {}), ("schedule", {"schedule": sched})):
+        o, lse = ato_torch.decode_attention(*dev, return_lse=True, **kw)
+        results[label] = o
+        compare_special(f"{label} o", o.double().cpu().numpy(), ro.numpy(), h.TOLERANCE["bfloat16"], h.FLOOR_RMS)
+        compare_special(f"{label} lse", lse.double().cpu().numpy(), rl.numpy(), 1e-5, h.FLOOR_RMS)
+    jargs = [jax.numpy.asarray(t.float().numpy()).astype("bfloat16") for t in (q, kc, vc)]
+    jargs += [jax.numpy.asarray(table.numpy()), jax.numpy.asarray(lens.numpy())]
+    js = ato_jax.decode_schedule(jargs[3], jargs[4], block_size=BS)
+    jo = jax.jit(lambda *a: ato_jax.decode_attention(*a[:5], schedule=a[5]))(*jargs, js)
+    assert np.array_equal(np.asarray(jo.astype("float32")), results["schedule"].float().cpu().numpy(), equal_nan=True)
 
 
 @pytest.mark.parametrize("scheduled", [False, True], ids=["seq_first", "schedule"])
@@ -1645,7 +1834,6 @@ SPARSE_DIMS = [(1, 8, 2, 4096, 4096, 128, 64), (2, 4, 4, 1000, 1500, 80, 128), (
 def test_block_sparse_attention_gpu(dims, density, causal, dtype):
     """At 90% and 99% sparsity (random block masks; at 99% many query blocks keep nothing):
     o, lse and gradients against the float64 reference, torch == JAX bitwise."""
-    from ato_core.ops.block_sparse.cases import bs_case
 
     case = bs_case(*dims, causal=causal, density=density, dtype=dtype, seed=sum(dims))
     _check(case)
@@ -1673,7 +1861,6 @@ def test_block_sparse_attention_hopper_gpu(dims, density, causal, layout, dtype)
     """The Gluon forward, dK / dV and dQ (sm_90 with Gluon, blocks from 128; the portable kernels
     elsewhere): o, lse and gradients against the float64 reference, torch == JAX bitwise, and the
     launches that ran are the plans' (_plans)."""
-    from ato_core.ops.block_sparse.cases import bs_case
 
     case = bs_case(*dims, causal=causal, density=density, dtype=dtype, seed=sum(dims), layout=layout)
     forward, backward = _plans(case)
@@ -1693,7 +1880,6 @@ def test_block_sparse_attention_hopper_gpu(dims, density, causal, layout, dtype)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_block_sparse_attention_bnhd_gpu(dtype):
     """layout="bnhd" at a real size: o, lse and gradients against the reference, torch == JAX."""
-    from ato_core.ops.block_sparse.cases import bs_case
 
     case = bs_case(1, 8, 2, 2000, 2048, 128, 64, causal=True, density=0.3, dtype=dtype, seed=5, layout="bnhd")
     _check(case)
@@ -1729,6 +1915,23 @@ def test_curvature_block_mask_gpu(dims, causal, dtype):
         t, j, r = _run(case)
     assert np.array_equal(t.outputs[0], r.outputs[0]), f"{int((t.outputs[0] != r.outputs[0]).sum())} blocks differ"
     assert h.bitwise_equal(t, j)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_curvature_infinite_key_gpu(causal, lam):
+    """An infinite key: max A infinite, An NaN where A is (the GPU's NaN positive, the CPU's
+    inf / inf negative), and the compiled select ranks those scores first as the reference
+    does: the same mask, torch == JAX (test_block_sparse's infinite-input test at a GPU size)."""
+    from ato_core.ops.block_sparse.cases import cab_case
+
+    case = cab_case(1, 8, 2, 4096, 128, 64, keep=0.2, lam=lam, causal=causal, dtype="bfloat16", seed=11)
+    inputs = h.make_inputs(case)
+    inputs["k"][0, 1, 700, 5] = np.inf  # block 10 of kv head 1
+    t, j, r = (h.run_torch(case, inputs, "cuda"), h.run_jax(case, inputs),
+               h.run_torch(case, inputs, "cuda", reference=True))
+    assert np.array_equal(t.outputs[0], r.outputs[0]), f"{int((t.outputs[0] != r.outputs[0]).sum())} blocks differ"
+    assert np.array_equal(j.outputs[0], t.outputs[0])
 
 
 @pytest.mark.parametrize("dims", [(1, 8, 2, 4096, 128, 64), (2, 4, 4, 1500, 80, 32)], ids=lambda d: "x".join(map(str, d)))
