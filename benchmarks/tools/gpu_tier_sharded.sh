@@ -5,7 +5,8 @@
 # process on an H100, past what fits in a device command beside anything else.
 # Memory: each process keeps its own JAX and torch pools. Beside other shards the largest
 # flash-attention tests ran out of the H100's 80 GB (2026-11-21, 5 shards; 2026-11-23, 4
-# shards; 2026-11-28, 8 shards: 3 of 112 Hopper and block-sparse tests): the tests that HEAVY_K
+# shards; 2026-11-28, 8 shards: 3 of 112 Hopper and block-sparse tests; 2026-11-29, H200, 10
+# shards: cab_attention's special values, N 8192 float64 references, and 6 beside them): the tests that HEAVY_K
 # (a pytest -k expression) selects run in shard 0 alone, the
 # rest in the other shards.
 # Usage (repository root, .whl carried): bash benchmarks/tools/gpu_tier_sharded.sh [PYTEST_K] [SHARDS]
@@ -21,7 +22,7 @@ set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 k=${1:-}
 shards=${2:-4}
-heavy_k=${HEAVY_K-vs_sdpa_16k or memory_linear_in_n or 4096x4096}
+heavy_k=${HEAVY_K-vs_sdpa_16k or memory_linear_in_n or 4096x4096 or (every_op and cab_attention)}
 collect() { python3 -m pytest -q --collect-only tests/test_gpu.py "$@" 2>/dev/null | grep '::'; }
 mapfile -t all < <(collect ${k:+-k "$k"})
 mapfile -t heavy < <([ -n "$heavy_k" ] && collect -k "${k:+($k) and }($heavy_k)")
