@@ -114,11 +114,12 @@ def causal_masked(case) -> bool:
     return bool(dict(case.kwargs).get("causal", default.default if default else False))
 
 
-# Inputs that a kernel multiplies by weights which can round to zero where the float64 reference's
-# stay positive (attention's values by probabilities: fp16 P is 0 below 2^-25, fp32 below 2^-149; the
-# merge's partials by exp(lse - max)): an infinity there meets 0 * inf = NaN in the kernel where the
-# reference gives the infinity (NVIDIA_H200-special-values.txt).
-WEIGHTED_VALUES = ("v", "v_cache", "o_a", "o_b")
+def declared(op: str, table: str) -> tuple:
+    """What ``op``'s family declares for it in cases.<table>, () where nothing: the inputs whose
+    gradients cancel at huge magnitudes (CANCELLING), the inputs whose infinity may come out NaN
+    where the reference's output is infinite (INF_AS_NAN: values a kernel weights by
+    probabilities that can round to zero, check_special's ``inf_as_nan``)."""
+    return getattr(cases_of(op), table, {}).get(op, ())
 
 
 def check_special(case, inputs, device="cpu", masked=False, cancelling=(), grads=True, note="", inf_as_nan=False):
@@ -131,12 +132,14 @@ def check_special(case, inputs, device="cpu", masked=False, cancelling=(), grads
     when the reference's is, and a gradient's NaN are not compared: a NaN meets a zero weight
     (0 * NaN) at masked entries that the dense reference computes everywhere and a kernel
     only in the blocks it visits (none for a query that sees no key), so neither has the
-    NaN-free pattern of the math there. The entries finite in both agree within tolerance.
+    NaN-free pattern of the math there. With an infinity among the inputs, masked outputs'
+    NaN are not compared at all: the dense reference's 0 * inf is NaN at masked entries, which a
+    kernel may never meet. The entries finite in both agree within tolerance.
     ``cancelling``: inputs whose gradients are a cancellation here (dq of attention whose
     softmax is one-hot): only their NaN and infinities are compared.
     Without ``grads``, gradients are compared between the frameworks only. ``inf_as_nan``: an
-    output may be NaN where the reference's is infinite (an infinity in WEIGHTED_VALUES); masked
-    as well, its NaN are not compared.
+    output may be NaN where the reference's is infinite (an infinity in one of
+    declared(op, "INF_AS_NAN")).
     ``note`` follows the case's label in the messages (where the special value is). Returns
     (torch, jax, reference) results."""
     from ato_core.testing import magnitude_of
@@ -148,14 +151,15 @@ def check_special(case, inputs, device="cpu", masked=False, cancelling=(), grads
     floor = h.FLOOR_RMS * min(1.0, magnitude_of(case))
     pairs = [(f"output {i}", a, b, c) for i, (a, b, c) in enumerate(zip(t.outputs, j.outputs, r.outputs))]
     pairs += [(f"d{n}", t.grads[n], j.grads[n], r.grads[n]) for n in r.grads]
+    ints = {n for n, *_ in case.int_inputs}
+    infinite = any(np.isinf(x.astype(np.float32)).any() for n, x in inputs.items() if n not in ints)
     for what, a, b, ref in pairs:
         assert np.array_equal(a, b, equal_nan=True), f"{case.label}{note}: {what}: torch and JAX differ"
         if what.startswith("d") and not grads:
             continue
-        grad = what.startswith("d")
-        # (masked with an infinite value: the dense reference's 0 * inf is NaN where a kernel skips the tile)
-        compare_special(f"{case.label}{note}: {what}", a, ref, tol, floor, masked and not grad and not inf_as_nan,
-                        masked and (grad or inf_as_nan), what in {"d" + n for n in cancelling}, inf_as_nan)
+        loose = masked and (what.startswith("d") or infinite)  # NaN not compared
+        compare_special(f"{case.label}{note}: {what}", a, ref, tol, floor, masked and not loose, loose,
+                        what in {"d" + n for n in cancelling}, inf_as_nan)
     return t, j, r
 
 

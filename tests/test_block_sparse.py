@@ -294,12 +294,10 @@ def test_curvature_block_mask(opts, dtype):
         assert np.array_equal(mask[0, 0], np.tril(np.ones((M, M), bool)))
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_curvature_select_writes_every_mask_entry(causal):
-    """The select alone, on a mask buffer filled with True first (a fresh allocation may hold
-    anything): every entry is written, so the result is the same as on a False-filled one and
-    causal rows keep nothing past the diagonal, also those ranked on half-wide tiles (M 40:
-    blocks below 32)."""
+def _select(f, keep, causal, fill):
+    """curvature_block_mask's select launch alone (interpreted), as its plan makes it for two heads
+    of 40 blocks of 16 (causal: rows ranked on half-wide tiles, HALF), on scores f [2 * 40, 40]
+    (fp32, NumPy), into a mask [1, 2, 40, 40] filled with ``fill`` first."""
     import torch
 
     from ato_core import interpreter
@@ -308,16 +306,26 @@ def test_curvature_select_writes_every_mask_entry(causal):
     from ato_core.testing import gpu_spec
 
     x = gpu_spec((1, 2, 40 * 16, 16), "float32")
-    plan = plans.curvature_plan(x, x, block_size=16, keep=0.3, lam=0.5, causal=causal, local_blocks=1,
+    plan = plans.curvature_plan(x, x, block_size=16, keep=keep, lam=0.5, causal=causal, local_blocks=1,
                                 target=INTERPRETER)
     (select,) = [launch for launch in plan.launches if launch.name == "cab_select_kernel"]
     assert select.constexprs["HALF"] is causal
-    f = torch.from_numpy(np.random.default_rng(4).standard_normal((2 * 40, 40)).astype(np.float32))
-    masks = []
-    for fill in (True, False):
-        mask = torch.full((1, 2, 40, 40), fill)
-        interpreter.interpreted(select.kernel)[select.grid](f, *select.scalars, mask, **select.constexprs)
-        masks.append(mask)
+    mask = torch.full((1, 2, 40, 40), fill)
+    interpreter.interpreted(select.kernel)[select.grid](torch.from_numpy(f), *select.scalars, mask,
+                                                          **select.constexprs)
+    return mask
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_curvature_select_writes_every_mask_entry(causal):
+    """The select alone, on a mask buffer filled with True first (a fresh allocation may hold
+    anything): every entry is written, so the result is the same as on a False-filled one and
+    causal rows keep nothing past the diagonal, also those ranked on half-wide tiles (M 40:
+    blocks below 32)."""
+    import torch
+
+    f = np.random.default_rng(4).standard_normal((2 * 40, 40)).astype(np.float32)
+    masks = [_select(f, 0.3, causal, fill) for fill in (True, False)]
     assert torch.equal(masks[0], masks[1])
     assert masks[0][..., 0].all() and masks[0].sum() < masks[0].numel() // 2
     if causal:
@@ -327,28 +335,18 @@ def test_curvature_select_writes_every_mask_entry(causal):
 @pytest.mark.parametrize("causal", [True, False])
 def test_curvature_select_ranks_nan_first(causal):
     """The select alone on scores with NaN of both signs (bit patterns 0x7FC00000 and
-    0xFFC00000): a NaN ranks above every score, NaN ties to the lower block, as the reference
-    ranks them, whatever the NaN's sign (the interpreter's inf / inf is negative, the GPU's
+    0xFFC00000): a NaN ranks above every score, NaN ties to the lower block (the reference's
+    rule, written out here), whatever the NaN's sign (the interpreter's inf / inf is negative, the GPU's
     positive)."""
     import torch
 
-    from ato_core import interpreter
-    from ato_core.ops.block_sparse import plans
-    from ato_core.target import INTERPRETER
-    from ato_core.testing import gpu_spec
-
     M, keep = 40, 0.3
-    x = gpu_spec((1, 2, M * 16, 16), "float32")
-    plan = plans.curvature_plan(x, x, block_size=16, keep=keep, lam=0.5, causal=causal, local_blocks=1,
-                                target=INTERPRETER)
-    (select,) = [launch for launch in plan.launches if launch.name == "cab_select_kernel"]
     rng = np.random.default_rng(5)
     f = rng.standard_normal((2 * M, M)).astype(np.float32)
     bits = f.view(np.uint32)
     nan = rng.random(f.shape) < 0.1
     bits[nan] = np.where(rng.random(f.shape) < 0.5, 0x7FC00000, 0xFFC00000)[nan]
-    mask = torch.zeros((1, 2, M, M), dtype=torch.bool)
-    interpreter.interpreted(select.kernel)[select.grid](torch.from_numpy(f), *select.scalars, mask, **select.constexprs)
+    mask = _select(f, keep, causal, False)
     for row in range(2 * M):
         i = row % M
         allowed = np.arange(M) <= i if causal else np.ones(M, bool)

@@ -31,13 +31,13 @@ from ato_core.ops import OPS
 from ato_core.testing import HALF_MAX
 import numpy as np
 
-from helpers import RUN_SLOW, WEIGHTED_VALUES, cases_of, causal_masked, check, check_special, slow_variants
+from helpers import RUN_SLOW, cases_of, causal_masked, check, check_special, declared, slow_variants
 
 EXAMPLES = int(os.environ.get("ATO_FUZZ_EXAMPLES", "3" if RUN_SLOW else "2"))
 CASES = {name: cases_of(name) for name in OPS}
 FUZZ = {name: cases.fuzz for name, cases in CASES.items()}
 MAGNITUDES = {name: cases.MAGNITUDES[name] for name, cases in CASES.items()}
-CANCELLING = {name: getattr(cases, "CANCELLING", {}).get(name, ()) for name, cases in CASES.items()}
+CANCELLING = {name: declared(name, "CANCELLING") for name in OPS}
 
 
 class _Pick:
@@ -89,7 +89,7 @@ def test_fuzz_nan(op, special, data):
     a.reshape(-1)[data.draw(st.integers(0, a.size - 1))] = value
     inputs[name] = a
     check_special(case, inputs, masked=causal_masked(case), grads=bool(np.isnan(value)),
-                  inf_as_nan=bool(np.isinf(value)) and name in WEIGHTED_VALUES)
+                  inf_as_nan=bool(np.isinf(value)) and name in declared(op, "INF_AS_NAN"))
 
 
 @pytest.mark.parametrize("op,magnitude", [(op, m) for op in sorted(OPS) for m in MAGNITUDES[op]], ids=str)

@@ -29,7 +29,7 @@ from ato_core.ops.swiglu.cases import swiglu_case
 from ato_core.testing import In
 
 import test_block_layers
-from helpers import WEIGHTED_VALUES, cases_of, first_cases
+from helpers import cases_of, declared, first_cases
 import test_empty
 import test_flash_attention_dropout
 import test_float64
@@ -1260,7 +1260,7 @@ def _check_special_value(case, name, arg, special, masked):
     inputs[arg] = a
     note = f" ({arg}{list(map(int, np.unravel_index(index, a.shape)))} = {value})"
     check_special(case, inputs, "cuda", masked=masked, grads=special == "nan", note=note,
-                  inf_as_nan=special == "inf" and arg in WEIGHTED_VALUES)
+                  inf_as_nan=special == "inf" and arg in declared(case.op, "INF_AS_NAN"))
 
 
 @pytest.mark.parametrize("special", ["nan", "inf"])
@@ -1269,7 +1269,7 @@ def test_special_values_gpu(name, arg, special):
     """One NaN (or an infinity of either sign) in input ``arg`` at a drawn position: NaN and
     infinities in the outputs (for NaN, in the gradients too) exactly where the float64
     reference has them (an infinity in a weighted value may give NaN where the reference's
-    output is infinite: helpers.WEIGHTED_VALUES), the rest within tolerance, torch == JAX bit for
+    output is infinite: cases.INF_AS_NAN), the rest within tolerance, torch == JAX bit for
     bit (helpers.check_special, as test_fuzz_nan on the CPU)."""
     case, masked = _special_case(name)
     _check_special_value(case, name, arg, special, masked)
@@ -1306,8 +1306,8 @@ def test_magnitudes_gpu(name, magnitude):
 
     case, _ = _special_case(name)
     case = dataclasses.replace(case, options=case.options + (("magnitude", magnitude),))
-    cancelling = getattr(cases_of(case.op), "CANCELLING", {}).get(case.op, ())
-    check_special(case, h.make_inputs(case), "cuda", cancelling=cancelling if magnitude > 1 else ())
+    cancelling = declared(case.op, "CANCELLING") if magnitude > 1 else ()
+    check_special(case, h.make_inputs(case), "cuda", cancelling=cancelling)
 
 
 def test_bf16_cpu_equals_gpu():
@@ -1560,10 +1560,11 @@ def _shared_prefix_batch(B, dtype, seed=0):
 
     BS, Hq, Hkv, D = 16, 32, 8, 128
     g = torch.Generator().manual_seed(seed)
-    NB = 97 + 8 * 20 + (B - 8) * 52
+    shared = PREFIX_BLOCKS + NESTED_BLOCKS
+    NB = shared + 8 * 20 + (B - 8) * 52
     ids = torch.randperm(NB, generator=g).tolist()
-    common, nested = ids[:PREFIX_BLOCKS], ids[PREFIX_BLOCKS:PREFIX_BLOCKS + NESTED_BLOCKS]
-    rest = iter(ids[97:])
+    common, nested = ids[:PREFIX_BLOCKS], ids[PREFIX_BLOCKS:shared]
+    rest = iter(ids[shared:])
     table = torch.tensor([common + (nested if b < 8 else []) + [next(rest) for _ in range(20 if b < 8 else 52)]
                           for b in range(B)], dtype=torch.int32)[:, :116]
     lens = torch.tensor([(1552 if b < 8 else 1040) + int(torch.randint(1, 300, (1,), generator=g)) for b in range(B)],

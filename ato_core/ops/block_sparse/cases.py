@@ -58,6 +58,8 @@ MAGNITUDES = {"max_l2_coarsen": (1e-30, HALF_MAX), "block_sparse_attention": (1e
               "curvature_block_mask": (1e-10, 1e3), "cab_attention": (1e-10, 1e3)}
 # Gradients that are a cancellation at a huge magnitude (as flash_attention's).
 CANCELLING = {"block_sparse_attention": ("q", "k"), "cab_attention": ("q", "k")}
+# Inputs whose infinity may come out NaN where the reference's is infinite (as flash_attention's).
+INF_AS_NAN = {"block_sparse_attention": ("v",), "cab_attention": ("v",)}
 
 def bs_case(B, Hq, Hkv, Nq, Nk, D, block_size, causal=False, density=0.5, dtype="float32", scale=None, seed=0,
             layout="bhnd"):

@@ -596,7 +596,7 @@ def _select_rows(F, MASK, heads, M, I0, IN, r0, keep_bits, local_blocks, BR: tl.
     # setting bit b of u flips bit b of mono. Done when every row has exactly n_keep values
     # >= t (count; rows keeping none count as done): later bits would not change that set.
     # A value not allowed is -2^31 (u = 0), below every candidate (each has a bit of u set), so
-    # a pass counts without the mask (an allowed -2^31, a NaN's bits, never counted either).
+    # a pass counts without the mask (no allowed value maps there: those bits are a NaN's).
     mono = tl.where(allowed, tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF), -2147483648)
     t = tl.full([BR, 1], -2147483648, tl.int32)
     count = tl.where(n_keep > 0, tl.sum(allowed.to(tl.int32), 1, keep_dims=True), 0)
