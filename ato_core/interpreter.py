@@ -138,6 +138,71 @@ def _patch_bf16_rounding() -> None:
     builder.create_fp_to_fp = create_fp_to_fp
 
 
+def _widen_bf16(data: np.ndarray) -> np.ndarray:
+    """fp32 values of bf16 bit patterns (uint16), exactly."""
+    return (np.asarray(data).astype(np.uint32) << 16).view(np.float32)
+
+
+def _patch_bf16_arithmetic() -> None:
+    """Triton's interpreter computes bf16 arithmetic on the uint16 bit patterns it stores bf16
+    as (inf - inf = 0, -1 < -2, exp of an integer; casts to ints and fp16 convert the pattern).
+    Here each bf16 operation (binary, unary, clamp, fma, cast) widens its operands to fp32,
+    computes there and rounds back to nearest even: correctly rounded bf16, as the GPU's, since
+    fp32 carries more than twice bf16's 8 bits plus 2 (+, -, *, /, sqrt round once then).
+    A comparison's result is typed int1 (the interpreter typed it as its operands, so a scalar
+    one broadcast against a block became that float type)."""
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    if getattr(builder.binary_op, "_ato_bf16", False):
+        return
+    binary_op, unary_op, ternary_op, fma, cast_impl = (
+        builder.binary_op, builder.unary_op, builder.ternary_op, builder.create_fma, builder.cast_impl)
+    bf16, fp32 = tl.bfloat16, tl.float32
+
+    def wide(h):
+        return interp.TensorHandle(_widen_bf16(h.data), fp32) if h.dtype.scalar == bf16 else h
+
+    def narrow(h):
+        if h.data.dtype != np.float32:  # a comparison's bool (typed int1: casts read the type)
+            return interp.TensorHandle(h.data, tl.int1)
+        bits = np.ascontiguousarray(h.data).view(np.uint32)
+        return interp.TensorHandle(round_to_bf16(bits), bf16)
+
+    def patched_binary(self, lhs, rhs, op):
+        if lhs.dtype.scalar == bf16:
+            return narrow(binary_op(self, wide(lhs), wide(rhs), op))
+        out = binary_op(self, lhs, rhs, op)
+        return interp.TensorHandle(out.data, tl.int1) if out.data.dtype == np.bool_ else out
+
+    def patched_unary(self, arg, op):
+        if arg.dtype.scalar != bf16:
+            return unary_op(self, arg, op)
+        return narrow(unary_op(self, wide(arg), op))
+
+    def patched_ternary(self, a, b, c, op):  # clamp; a select passes bits through unchanged
+        if c.dtype.scalar != bf16 or op is np.where:
+            return ternary_op(self, a, b, c, op)
+        return narrow(ternary_op(self, wide(a), wide(b), wide(c), op))
+
+    def patched_fma(self, x, y, z):
+        if z.dtype.scalar != bf16:
+            return fma(self, x, y, z)
+        return narrow(fma(self, wide(x), wide(y), wide(z)))
+
+    def patched_cast(self, src, dst_type):
+        if src.dtype.scalar == bf16 and dst_type.scalar not in (bf16, fp32):
+            return cast_impl(self, wide(src), dst_type)
+        if dst_type.scalar == bf16 and src.dtype.scalar not in (bf16, fp32):
+            return cast_impl(self, cast_impl(self, src, tl.float32), dst_type)
+        return cast_impl(self, src, dst_type)
+
+    patched_binary._ato_bf16 = True
+    builder.binary_op, builder.unary_op, builder.ternary_op = patched_binary, patched_unary, patched_ternary
+    builder.create_fma, builder.cast_impl = patched_fma, patched_cast
+
+
 class _IEEEEnvironment:
     """A context manager that runs its block with the C floating-point environment reset to
     its defaults (round to nearest, no flush of subnormals to zero) and puts the caller's
@@ -427,6 +492,7 @@ def interpreted(kernel) -> _Interpreted:
     interpreter, on CPU torch tensors (or CUDA ones, copied through the host)."""
     _patch_bf16_dot()
     _patch_bf16_rounding()
+    _patch_bf16_arithmetic()
     _patch_int_masks()
     _patch_nan_dropping_min_max()
     _patch_scalar_index()

@@ -205,6 +205,86 @@ def bf16_cast_kernel(X, Y, Z, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def bf16_ops_kernel(X, Y, OUT, FLAGS, INTS, HALF, n, BLOCK: tl.constexpr):
+    """bf16 arithmetic on bf16 X, Y without widening: OUT [7, n] bf16 (x + y, x - y, x * y,
+    x / y, -x, tl.minimum, tl.maximum), FLAGS [3, n] int8 (x < y, x == x, x - x == 0), INTS [n] int32
+    (x truncated), HALF [n] fp16 (x): ``bf16_ops_kernel[(1,)](x, y, out, flags, ints, half, n, BLOCK=...)``."""
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(X + offs, mask=mask, other=1.0)
+    y = tl.load(Y + offs, mask=mask, other=1.0)
+    tl.store(OUT + offs, x + y, mask=mask)
+    tl.store(OUT + n + offs, x - y, mask=mask)
+    tl.store(OUT + 2 * n + offs, x * y, mask=mask)
+    tl.store(OUT + 3 * n + offs, x / y, mask=mask)
+    tl.store(OUT + 4 * n + offs, -x, mask=mask)
+    tl.store(OUT + 5 * n + offs, tl.minimum(x, y), mask=mask)
+    tl.store(OUT + 6 * n + offs, tl.maximum(x, y), mask=mask)
+    tl.store(FLAGS + offs, (x < y).to(tl.int8), mask=mask)
+    tl.store(FLAGS + n + offs, (x == x).to(tl.int8), mask=mask)
+    tl.store(FLAGS + 2 * n + offs, (x - x == 0).to(tl.int8), mask=mask)
+    tl.store(INTS + offs, x.to(tl.int32), mask=mask)
+    tl.store(HALF + offs, x.to(tl.float16), mask=mask)
+
+
+def bf16_ops_values():
+    """bf16 pairs for bf16_ops_kernel: both signs, magnitudes 2^-10..2^10, zeros, ties, NaN, ±inf."""
+    import torch
+
+    rng = np.random.default_rng(5)
+    n = 512
+    x = rng.standard_normal(n) * np.exp2(rng.integers(-10, 11, n))
+    y = rng.standard_normal(n) * np.exp2(rng.integers(-10, 11, n))
+    x[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, np.inf, 1.0, -3.0]
+    y[:8] = [1.0, np.inf, 2.0, -0.0, 0.0, -np.inf, np.nan, -3.0]
+    return (torch.from_numpy(x.astype(np.float32)).bfloat16(), torch.from_numpy(y.astype(np.float32)).bfloat16())
+
+
+def run_bf16_ops(device: str) -> dict:
+    """bf16_ops_kernel's results on bf16_ops_values, interpreted (device "cpu") or compiled,
+    next to torch's bf16 arithmetic on the same values (key "torch")."""
+    import torch
+
+    from ato_core import interpreter
+
+    x, y = (v.to(device) for v in bf16_ops_values())
+    n = len(x)
+    out = torch.empty(7, n, dtype=torch.bfloat16, device=device)
+    flags = torch.empty(3, n, dtype=torch.int8, device=device)
+    ints = torch.empty(n, dtype=torch.int32, device=device)
+    half = torch.empty(n, dtype=torch.float16, device=device)
+    launch = interpreter.interpreted(bf16_ops_kernel) if device == "cpu" else bf16_ops_kernel
+    launch[(1,)](x, y, out, flags, ints, half, n, BLOCK=512)
+    x, y = x.cpu(), y.cpu()
+    finite = torch.isfinite(x)
+    ref_ints = torch.where(finite, x, torch.zeros_like(x)).to(torch.int32)
+    return {"out": out.cpu(), "flags": flags.cpu(), "ints": ints.cpu(), "half": half.cpu(), "finite": finite,
+            "torch": (torch.stack([x + y, x - y, x * y, x / y, -x, torch.fmin(x, y), torch.fmax(x, y)]),
+                      torch.stack([x < y, x == x, x - x == 0]).to(torch.int8), ref_ints, x.half())}
+
+
+def check_bf16_ops(got: dict) -> None:
+    """run_bf16_ops's results against torch's bf16 arithmetic, bit for bit: each is one IEEE
+    operation rounded once (min / max drop a NaN operand, as tl.minimum's default does)."""
+    import torch
+
+    exact, flags, ints, half = got["torch"]
+    out = got["out"]
+    for i, name in enumerate(("x + y", "x - y", "x * y", "x / y", "-x", "min", "max")):
+        a, b = out[i], exact[i]
+        if name in ("-x", "min", "max"):  # zero's sign free: Triton 3.6's -x is 0 - x; min(+0, -0) either
+            a, b = torch.where(b == 0, 0, a), torch.where(b == 0, 0, b)
+        assert torch.equal(torch.isnan(a), torch.isnan(b)), f"{name}: NaN differs"
+        keep = ~torch.isnan(b)
+        bad = torch.nonzero(keep & (a.view(torch.int16) != b.view(torch.int16))).flatten()[:4].tolist()
+        assert not bad, f"{name}: bits differ at {bad}: {a[bad].tolist()} vs torch {b[bad].tolist()}"
+    assert torch.equal(got["flags"], flags), "comparisons differ"
+    assert torch.equal(got["ints"][got["finite"]], ints[got["finite"]]), "bf16 -> int32 differs"
+    assert torch.equal(torch.isnan(got["half"]), torch.isnan(half))
+    assert torch.equal(got["half"][~torch.isnan(half)], half[~torch.isnan(half)]), "bf16 -> fp16 differs"
+
+
+@triton.jit
 def min_max_kernel(X, Y, OUT, n, BLOCK: tl.constexpr):
     """OUT [4, n]: tl.minimum and tl.maximum of X and Y, by default and with
     propagate_nan=ALL: ``min_max_kernel[(1,)](x, y, out, n, BLOCK=...)``."""

@@ -1338,6 +1338,24 @@ def test_bf16_cpu_equals_gpu():
         assert torch.isnan(b[~finite]).all() and torch.isnan(a[~finite]).all()
 
 
+def test_bf16_arithmetic_cpu_equals_gpu():
+    """bf16 arithmetic compiled for the GPU (+, -, *, /, negation, min, max, comparisons,
+    casts on bf16 operands) is torch's IEEE bf16 arithmetic, as the interpreter's is
+    (test_numerics.test_interpreter_computes_bf16_as_the_gpu), and the two give the same values."""
+    import torch
+
+    from helpers import check_bf16_ops, run_bf16_ops
+
+    gpu, cpu = run_bf16_ops("cuda"), run_bf16_ops("cpu")
+    check_bf16_ops(gpu)
+    for key in ("out", "flags", "ints", "half"):
+        a, b = cpu[key], gpu[key]
+        if key == "ints":
+            a, b = a[cpu["finite"]], b[cpu["finite"]]
+        same = (a == b) | (torch.isnan(a) & torch.isnan(b)) if a.is_floating_point() else a == b  # (±0 alike)
+        assert same.all(), f"{key}: CPU and GPU differ at {torch.nonzero(~same)[:4].tolist()}"
+
+
 # ---- Based linear attention (issue 18) ----
 
 BASED_DIMS = [(2, 4, 2048, 16, 64), (1, 2, 1000, 5, 48), (1, 2, 300, 32, 256), (4, 8, 129, 16, 128)]

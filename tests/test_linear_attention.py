@@ -496,3 +496,17 @@ def test_bnhd_layout_names_its_shapes(framework):
     raises_naming(ValueError, "N, as in q", mod.linear_attention, q, arr(np.ones((2, 9, 3, 16), np.float32)), q,
                   layout="bnhd")
     raises_naming(ValueError, "layout", mod.linear_attention, q, q, q, layout="hnd")
+
+
+@pytest.mark.parametrize("causal,state", [(False, False), (True, True), (True, False)])
+def test_infinite_bf16_value_stays_infinite(causal, state):
+    """An infinite bf16 v gives infinities where the float64 reference does, no NaN: the state
+    kernels split v into a bf16 part and a finite rest (kernels._finite_part), whose bf16
+    arithmetic the interpreter computes as the GPU does (ato_core.interpreter)."""
+    from helpers import check_special
+
+    case = la_case(1, 2, 80, 16, 16, "bfloat16", causal=causal, state=state, final=causal)
+    inputs = h.make_inputs(case)
+    inputs["v"] = inputs["v"].copy()
+    inputs["v"][0, 1, 37, 5] = np.inf
+    check_special(case, inputs, grads=False)

@@ -9,8 +9,8 @@ import torch
 import ato_jax
 import ato_torch
 from ato_core import interpreter
-from helpers import (bf16_cast_kernel, bf16_rounding_values, helper_calls_kernel, min_max_kernel, tanh_abs_kernel,
-                     tanh_slope_kernel)
+from helpers import (bf16_cast_kernel, bf16_rounding_values, check_bf16_ops, helper_calls_kernel, min_max_kernel,
+                     run_bf16_ops, tanh_abs_kernel, tanh_slope_kernel)
 
 
 def test_interpreter_rounds_bf16_to_nearest_even():
@@ -24,6 +24,12 @@ def test_interpreter_rounds_bf16_to_nearest_even():
     for out in (y, z):
         assert torch.isnan(out[nan]).all()
         assert torch.equal(out[~nan].view(torch.int16), ref[~nan].view(torch.int16))
+
+
+def test_interpreter_computes_bf16_as_the_gpu():
+    """bf16 arithmetic in an interpreted kernel is IEEE bf16 arithmetic (Triton's interpreter
+    computes on the uint16 bit patterns it stores bf16 as: inf - inf = 0, -1 < -2)."""
+    check_bf16_ops(run_bf16_ops("cpu"))
 
 
 def test_interpreter_min_max_drop_nan_as_the_gpu():

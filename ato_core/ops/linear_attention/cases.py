@@ -73,9 +73,3 @@ def fuzz(pick):
 # 1e4. Not tiny ones: phi(q) = 1 + q there, and dq a cancellation of terms of size 1.
 MAGNITUDES = {"elu_plus_one": (1e-30, 1e30, HALF_MAX), "linear_attention": (1e2, 1e4),
               "linear_attention_step": (1e2, 1e4)}
-# Inputs whose infinity may come out NaN where the reference's output is infinite (the fuzzing
-# tier's test_fuzz_nan, the GPU tier's special values). Under Triton's interpreter only: it
-# subtracts bf16 values as bit patterns, so kernels._finite_part keeps an infinite bf16 v and the
-# state's rest dot meets it as 0 * inf. Compiled kernels give the infinity. Fix prepared, not yet
-# run on a GPU (the state kernels' PTX changes): experiments/2026-11-29_finite_part_fp32.patch.
-INF_AS_NAN = {"linear_attention": ("v",)}
