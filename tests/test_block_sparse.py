@@ -335,29 +335,30 @@ def test_curvature_select_writes_every_mask_entry(causal):
 @pytest.mark.parametrize("causal", [True, False])
 def test_curvature_select_ranks_nan_first(causal):
     """The select alone on scores with NaN of both signs (bit patterns 0x7FC00000 and
-    0xFFC00000): a NaN ranks above every score, NaN ties to the lower block (the reference's
-    rule, written out here), whatever the NaN's sign (the interpreter's inf / inf is negative, the GPU's
-    positive)."""
+    0xFFC00000): every allowed NaN kept, past ceil(keep * allowed) too, and a NaN ranks above
+    every score, NaN ties to the lower block (the reference's rule, written out here), whatever
+    the NaN's sign (the interpreter's inf / inf is negative, the GPU's positive)."""
     import torch
 
     M, keep = 40, 0.3
     rng = np.random.default_rng(5)
     f = rng.standard_normal((2 * M, M)).astype(np.float32)
     bits = f.view(np.uint32)
-    nan = rng.random(f.shape) < 0.1
+    nan = rng.random(f.shape) < 0.15
     bits[nan] = np.where(rng.random(f.shape) < 0.5, 0x7FC00000, 0xFFC00000)[nan]
     mask = _select(f, keep, causal, False)
     for row in range(2 * M):
         i = row % M
         allowed = np.arange(M) <= i if causal else np.ones(M, bool)
         order = sorted(np.flatnonzero(allowed), key=lambda j: (not nan[row, j], 0.0 if nan[row, j] else -f[row, j], j))
-        want = set(order[:math.ceil(keep * allowed.sum())]) | {i, 0}
+        want = set(order[:math.ceil(keep * allowed.sum())]) | set(np.flatnonzero(allowed & nan[row])) | {i, 0}
         assert set(torch.nonzero(mask[0, row // M, i]).flatten().tolist()) == want, row
 
 
 def test_curvature_infinite_input_kernels_equal_reference():
-    """An infinite key (the fuzzing tier's case): max A is infinite, An NaN where A is, and
-    those blocks rank first in the kernels as in the reference; both frameworks the same mask."""
+    """An infinite key (the fuzzing tier's case): its block's coarse scores are infinite, F NaN
+    there, and those blocks rank first in the kernels as in the reference; both frameworks the
+    same mask."""
     from ato_cli import harness as h
 
     case = cab_case(2, 6, 2, 182, 4, 16, keep=0.35, lam=0.0, causal=True, local_blocks=1, dtype="bfloat16",
@@ -366,6 +367,32 @@ def test_curvature_infinite_input_kernels_equal_reference():
     inputs["k"][0, 1, 15, 1] = np.inf  # block 0 of kv head 1
     t, j, r = (h.run_torch(case, inputs), h.run_jax(case, inputs), h.run_torch(case, inputs, reference=True))
     assert np.array_equal(t.outputs[0], r.outputs[0]) and np.array_equal(j.outputs[0], r.outputs[0])
+
+
+@pytest.mark.parametrize("value,keep", [(np.nan, 0.1), (np.inf, 0.1), (-np.inf, 0.1), (np.nan, 0.0)], ids=str)
+def test_non_finite_key_block_kept_everywhere(value, keep):
+    """A NaN or infinite key makes its block's coarse scores NaN or ±inf: every query block
+    allowed to see it keeps it (F NaN; keep 0 too), the rest of the mask ranked on the finite
+    scores as in the reference, so cab_attention's output is NaN on exactly dense causal
+    attention's NaN rows. (A NaN dropped by the relu used to leave the block out of most rows,
+    their outputs finite.)"""
+    import torch
+
+    import ato_torch
+    from ato_core.ops.block_sparse import reference
+
+    rng = np.random.default_rng(11)
+    q, k, v = (torch.from_numpy(rng.standard_normal((1, 2, 1024, 32)).astype(np.float32)) for _ in range(3))
+    k[0, 1, 700, 3] = value  # block 10 of head 1
+    mask = ato_torch.curvature_block_mask(q, k, block_size=64, keep=keep)
+    assert torch.equal(mask, torch.as_tensor(reference.curvature_block_mask(q.double(), k.double(), block_size=64,
+                                                                             keep=keep)))
+    assert mask[0, 1, 10:, 10].all()
+    assert mask[0, 0, 11:, 10].sum() < (16 if keep else 1)  # (head 0's key is finite: ranked as usual)
+    if np.isnan(value):
+        o = ato_torch.cab_attention(q, k, v, block_size=64, keep=keep)
+        dense = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        assert torch.equal(torch.isnan(o), torch.isnan(dense)) and torch.isnan(o[0, 1, 700:]).all()
 
 
 def test_curvature_constant_scores_keep_the_lowest_blocks():

@@ -1939,9 +1939,9 @@ def test_curvature_block_mask_gpu(dims, causal, dtype):
 @pytest.mark.parametrize("lam", [0.0, 0.5])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_curvature_infinite_key_gpu(causal, lam):
-    """An infinite key: max A infinite, An NaN where A is (the GPU's NaN positive, the CPU's
-    inf / inf negative), and the compiled select ranks those scores first as the reference
-    does: the same mask, torch == JAX (test_block_sparse's infinite-input test at a GPU size)."""
+    """An infinite key: its block's coarse scores ±inf, F NaN there, and the compiled select
+    ranks those scores first as the reference does: the same mask, torch == JAX
+    (test_block_sparse's infinite-input test at a GPU size)."""
     from ato_core.ops.block_sparse.cases import cab_case
 
     case = cab_case(1, 8, 2, 4096, 128, 64, keep=0.2, lam=lam, causal=causal, dtype="bfloat16", seed=11)

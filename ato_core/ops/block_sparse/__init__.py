@@ -123,8 +123,10 @@ def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True,
     Query block i keeps the ceil(keep * allowed_i) key blocks with the highest F among the
     allowed ones (causal: j <= i, allowed_i = i + 1; else all M), ties to the lower index, plus
     the local_blocks blocks ending at the diagonal (i, i - 1, ...; allowed ones) and block 0.
-    A NaN score (an infinite input makes max A infinite, and An NaN where A is) ranks above
-    every other, so that the block it stands for stays in the attention.
+    Where a coarse score qc kc^T / sqrt(D) is not finite (NaN, ±inf: a NaN or infinite input, or
+    a product past fp32), F is NaN and the block is kept, past the ceil(keep * allowed_i) too, so
+    that its NaN or infinity shows in the attention; min A, max A and An @ An are taken over the
+    finite scores (An 0 elsewhere).
 
     Args:
       q: [B, Hq, N, D]; k: [B, Hkv, N, D] (Hq a multiple of Hkv); one float dtype; D 1..256.

@@ -435,9 +435,14 @@ def _head_range(LO, HI, bh, T, BT: tl.constexpr):
 
 
 @triton.jit
+def _finite(a):
+    return tl.abs(a) < float("inf")
+
+
+@triton.jit
 def _normalised(a, lo, spread):
-    """(a - lo) / spread, 0 where spread is 0."""
-    return tl.where(spread > 0.0, (a - lo) / tl.where(spread > 0.0, spread, 1.0), 0.0)
+    """(a - lo) / spread, 0 where spread is not positive or a is not finite (An @ An's terms)."""
+    return tl.where((spread > 0.0) & _finite(a), (a - lo) / tl.where(spread > 0.0, spread, 1.0), 0.0)
 
 
 @triton.jit
@@ -450,10 +455,11 @@ def _coarse_rows(X, base, r, M, D, BD: tl.constexpr):
 
 @triton.jit
 def _scores(qi, KC, kbase, j, M, D, scale, BD: tl.constexpr, PRECISION: tl.constexpr):
-    """A's tile relu(qi kc_j^T * scale) (fp32) of query rows qi against key rows j. Every kernel
-    that needs A computes it here on the same tile shapes, so all see the same bits."""
+    """A's tile relu(qi kc_j^T * scale) (fp32; a score that is not finite, NaN or ±inf, kept
+    as it is) of query rows qi against key rows j. Every kernel that needs A computes it here on
+    the same tile shapes, so all see the same bits."""
     s = tl.dot(qi, tl.trans(_coarse_rows(KC, kbase, j, M, D, BD)), input_precision=PRECISION) * scale
-    return tl.where(s > 0.0, s, 0.0)
+    return tl.where((s <= 0.0) & (s > float("-inf")), 0.0, s)
 
 
 @triton.jit
@@ -471,9 +477,9 @@ def cab_scores_kernel(
     BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Grid (T = cdiv(M, BM), B*Hq): the min and max over rows [t BM, (t + 1) BM) of one head's
-    coarse graph A = relu(qc kc^T * scale) into LO, HI [B*Hq, T]; A itself is not stored (the
-    kernels after recompute their tiles). QC [B, Hq, M, D], KC [B, Hkv, M, D] (row-major, kv
-    head hq // G). ALIGN divides M and D."""
+    coarse graph A = relu(qc kc^T * scale), its finite entries, into LO, HI [B*Hq, T] (+inf,
+    -inf where none); A itself is not stored (the kernels after recompute their tiles).
+    QC [B, Hq, M, D], KC [B, Hkv, M, D] (row-major, kv head hq // G). ALIGN divides M and D."""
     M = aligned(M, ALIGN)
     D = aligned(D, ALIGN)
     t = tl.program_id(0)
@@ -486,9 +492,9 @@ def cab_scores_kernel(
     for j0 in range(0, M, BN):
         j = j0 + tl.arange(0, BN)
         a = _scores(qi, KC, kbase, j, M, D, scale, BD, PRECISION)
-        valid = (i < M)[:, None] & (j < M)[None, :]
-        lo = tl.minimum(lo, tl.min(tl.where(valid, a, float("inf"))))
-        hi = tl.maximum(hi, tl.max(tl.where(valid, a, float("-inf"))))
+        finite = (i < M)[:, None] & (j < M)[None, :] & _finite(a)
+        lo = tl.minimum(lo, tl.min(tl.where(finite, a, float("inf"))))
+        hi = tl.maximum(hi, tl.max(tl.where(finite, a, float("-inf"))))
     tl.store(LO + bh * tl.num_programs(0) + t, lo)
     tl.store(HI + bh * tl.num_programs(0) + t, hi)
 
@@ -501,10 +507,11 @@ def cab_split_kernel(
     BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BT: tl.constexpr, PRECISION: tl.constexpr,
     ALIGN: tl.constexpr,
 ):
-    """Grid (T, B*Hq): An = (A - min) / (max - min) over the head (0 where they are equal; the
-    min and max of LO, HI [B*Hq, T]), A's tiles recomputed as cab_scores_kernel's, split into
-    bf16 AH + AL [B*Hq, M, M] (AH = An rounded, AL = the rest rounded: 17 bits of An) for
-    cab_curvature_kernel's tensor-core dots. ALIGN divides M and D."""
+    """Grid (T, B*Hq): An = (A - min) / (max - min) over the head's finite A (0 where they are
+    equal, and where A is not finite; the min and max of LO, HI [B*Hq, T]), A's tiles
+    recomputed as cab_scores_kernel's, split into bf16 AH + AL [B*Hq, M, M] (AH = An rounded,
+    AL = the rest rounded: 17 bits of An) for cab_curvature_kernel's tensor-core dots. ALIGN
+    divides M and D."""
     M = aligned(M, ALIGN)
     D = aligned(D, ALIGN)
     bh = tl.program_id(1).to(tl.int64)
@@ -533,8 +540,8 @@ def cab_curvature_kernel(
 ):
     """Grid (cdiv(M, BM), cdiv(M, BN), B*Hq): a tile of F = An - lam * (An @ An) / M (F [B*Hq,
     M, M] fp32; An's tile recomputed from A's as in cab_split_kernel, on its tile shapes: the
-    same bits). An @ An as AH AH + AH AL + AL AH (bf16 tensor-core dots, fp32 sums): each
-    product of An's within 2^-16 of its own size. CAUSAL: tiles wholly above the diagonal
+    same bits), NaN where A is not finite. An @ An as AH AH + AH AL + AL AH (bf16 tensor-core
+    dots, fp32 sums): each product of An's within 2^-16 of its own size. CAUSAL: tiles wholly above the diagonal
     (never read) are skipped. ALIGN divides M and D."""
     M = aligned(M, ALIGN)
     D = aligned(D, ALIGN)
@@ -561,10 +568,10 @@ def cab_curvature_kernel(
     if k_end > 0:
         qbase, kbase = _head_bases(bh, Hq, G, M, D)
         lo, spread = _head_range(LO, HI, bh, T, BT)
-        an = _normalised(_scores(_coarse_rows(QC, qbase, i, M, D, BD), KC, kbase, j, M, D, scale, BD, PRECISION),
-                         lo, spread)
+        a = _scores(_coarse_rows(QC, qbase, i, M, D, BD), KC, kbase, j, M, D, scale, BD, PRECISION)
+        f = tl.where(_finite(a), _normalised(a, lo, spread) - lam * (r / M), float("nan"))
         valid = (i < M)[:, None] & (j < M)[None, :]
-        tl.store(F + base + i[:, None] * M + j[None, :], an - lam * (r / M), mask=valid)
+        tl.store(F + base + i[:, None] * M + j[None, :], f, mask=valid)
 
 
 @triton.jit
@@ -588,8 +595,8 @@ def _select_rows(F, MASK, heads, M, I0, IN, r0, keep_bits, local_blocks, BR: tl.
     n_keep = tl.math.ceil(keep * n_allowed.to(tl.float64)).to(tl.int32)  # [BR, 1]
     n_keep = tl.where(valid[:, None], n_keep, 0)
     f = tl.load(F + row[:, None] * M + j, mask=allowed, other=0.0) + 0.0  # -0.0 -> +0.0
-    # a NaN of either sign as 0x7FC00000, above +inf: NaN ranks highest (its block kept, so a
-    # non-finite input reaches the attention), the same on every platform
+    # a NaN of either sign as 0x7FC00000, above +inf: NaN ranks highest (kept in any case below),
+    # the same on every platform
     bits = tl.where(f != f, 0x7FC00000, f.to(tl.int32, bitcast=True))
     # F's order as int32 (its bits made monotonic); the n_keep-th largest, t, found bit by bit
     # from the top as if unsigned (u = mono + 2^31): t starts at u = 0 (mono -2^31), and
@@ -612,6 +619,7 @@ def _select_rows(F, MASK, heads, M, I0, IN, r0, keep_bits, local_blocks, BR: tl.
     need = n_keep - tl.sum(above.to(tl.int32), 1, keep_dims=True)
     at_cut = allowed & (mono == t)
     chosen = (n_keep > 0) & (above | (at_cut & (tl.cumsum(at_cut.to(tl.int32), 1) <= need)))
+    chosen = chosen | (allowed & (f != f))  # every NaN kept, past n_keep too
     local = allowed & (j <= i) & (j > i - local_blocks)
     tl.store(MASK + row[:, None] * M + j, chosen | local | (j == 0), mask=inrow)
     for j0 in range(BM, M, BM):  # (causal rows kept within BM < M) the rest of the row
@@ -627,10 +635,11 @@ def cab_select_kernel(
 ):
     """Grid (programs): BR query blocks a program (rows of F [heads * M, M], row = head * M +
     block i). Each keeps, of its allowed key blocks (CAUSAL: j <= i; else all), the ceil(keep *
-    allowed) with the highest F (NaN highest; ties: the lower j), the local_blocks blocks ending at i (i,
-    i - 1, ...) and block 0, into MASK [heads * M, M] (bool). keep_bits: keep's float64 bits
-    (so that ceil(keep * allowed) is Python's, exactly). The cut: a radix search over F's bits
-    made monotonic (at most 32 counting passes), the ties at the cut taken by a running count.
+    allowed) with the highest F (ties: the lower j) and every one whose F is NaN, the
+    local_blocks blocks ending at i (i, i - 1, ...) and block 0, into MASK [heads * M, M]
+    (bool). keep_bits: keep's float64 bits (so that ceil(keep * allowed) is Python's, exactly).
+    The cut: a radix search over F's bits made monotonic (at most 32 counting passes), the ties
+    at the cut taken by a running count.
     HALF (causal, BM = next_pow2(M)): the first HALF_PROGRAMS programs take the blocks i <
     BM / 2, which keep only blocks below BM / 2, 2 BR at a time on tiles BM / 2 wide; the
     rest the blocks from BM / 2 on. ALIGN divides M."""

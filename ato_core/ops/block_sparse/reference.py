@@ -66,24 +66,26 @@ def curvature_block_mask(q, k, *, block_size=64, keep=0.1, lam=0.5, causal=True,
     G = Hq // kc.shape[1]
     kc = xp.take(kc, xp.arange(Hq, device=dev) // G, axis=1)
     s = xp.matmul(qc, xp.matrix_transpose(kc)) / math.sqrt(D)
-    A = xp.where(s > 0, s, xp.zeros_like(s))
-    lo = xp.min(A, axis=(-2, -1), keepdims=True)
-    hi = xp.max(A, axis=(-2, -1), keepdims=True)
+    finite = xp.abs(s) < math.inf
+    A = xp.where(finite & (s <= 0), xp.zeros_like(s), s)                         # relu where finite
+    lo = xp.min(xp.where(finite, A, xp.full_like(A, math.inf)), axis=(-2, -1), keepdims=True)
+    hi = xp.max(xp.where(finite, A, xp.full_like(A, -math.inf)), axis=(-2, -1), keepdims=True)
     spread = hi - lo
-    An = xp.where(spread > 0, (A - lo) / xp.where(spread > 0, spread, xp.ones_like(spread)), xp.zeros_like(A))
-    F = An - lam * (xp.matmul(An, An) / M)
+    positive = spread > 0
+    An = xp.where(positive & finite, (A - lo) / xp.where(positive, spread, xp.ones_like(spread)), xp.zeros_like(A))
+    F = xp.where(finite, An - lam * (xp.matmul(An, An) / M), xp.full_like(A, math.nan))
     i = xp.arange(M, device=dev)[:, None]
     j = xp.arange(M, device=dev)[None, :]
     allowed = (j <= i) if causal else xp.ones((M, M), dtype=xp.bool, device=dev)
     n_allowed = xp.sum(xp.astype(allowed, xp.int64), axis=-1)                   # [M]
     n_keep = xp.asarray([math.ceil(keep * int(n)) for n in n_allowed], device=dev)[:, None]
-    # rank of each allowed block by F, descending (NaN first; F is otherwise finite: An in [0, 1]),
+    # rank of each allowed block by F, descending (NaN first: s not finite; else An in [0, 1]),
     # ties to the lower index (a stable sort)
     key = xp.where(xp.isnan(F), xp.full_like(F, -math.inf), -F)
     key = xp.where(allowed, key, xp.full_like(F, math.inf))
     order = xp.argsort(key, axis=-1, stable=True)
     rank = xp.argsort(order, axis=-1, stable=True)
-    chosen = allowed & (rank < n_keep)
+    chosen = allowed & ((rank < n_keep) | xp.isnan(F))
     local = allowed & (j <= i) & (j > i - local_blocks)
     return chosen | local | (j == 0)
 
