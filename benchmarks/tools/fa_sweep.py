@@ -33,22 +33,24 @@ def _time(launch, env, target):
     return do_bench(lambda: tlaunch.run_plan(sub, env, target), warmup=10, rep=60, return_mode="median")
 
 
-def main(dims):
-    for D in dims:
-        B, H, N = 4, 4096 // D, 4096
+def main(dims, shapes=None, which=(0, 1, 2), cands=None):
+    """Sweeps the bench shapes of head dims ``dims``, or ``shapes`` [(B, H, N, D)], for the kernels
+    ``which`` (0 forward, 1 dK/dV, 2 dQ) over ``cands`` (default FWD, DKDV, DQ)."""
+    cands = cands or (FWD, DKDV, DQ)
+    for B, H, N, D in shapes or [(4, 4096 // D, 4096, D) for D in dims]:
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
         target = tlaunch.target_for(q)
         for causal in (False, True):
             unit = 2 * B * H * N * N * D * (0.5 if causal else 1.0)
             fplan = fa.forward_plan(spec(q), spec(k), spec(v), causal=causal, softmax_scale=None, target=target)
-            o, lse = tlaunch.run_plan(fplan, {"q": q, "k": k, "v": v}, target)
+            o, lse = tlaunch.run_plan(fplan, {"q": q, "k": k, "v": v}, target)[:2]
             bplan = fa.backward_plan(spec(q), spec(k), spec(v), spec(do), causal=causal, softmax_scale=None,
                                      has_dlse=False, target=target)
             env = {"q": q, "k": k, "v": v, "do": do, "o": o, "lse": lse}
             delta, lse2 = tlaunch.run_plan(Plan(bplan.launches[:1], ("delta", "lse2")), env, target)
             env.update(delta=delta, lse2=lse2)
-            print(f"D{D} H{H} causal={causal}: {bplan.launches[0].name} {_time(bplan.launches[0], env, target) * 1e3:.1f} us",
+            print(f"B{B} N{N} D{D} H{H} causal={causal}: {bplan.launches[0].name} {_time(bplan.launches[0], env, target) * 1e3:.1f} us",
                   flush=True)
             cfg = fa.config(D, "bfloat16", target)
             default = fa.Settings(cfg.fwd, cfg.dkdv, cfg.dq)
@@ -62,12 +64,13 @@ def main(dims):
                 return fa.backward_plan(spec(q), spec(k), spec(v), spec(do), causal=causal, softmax_scale=None,
                                         has_dlse=False, target=target, settings=s).launches[which]
 
-            for which, launch, cands in ((0, fplan.launches[0], FWD), (1, bplan.launches[1], DKDV),
-                                         (2, bplan.launches[2], DQ)):
+            for kind, launch in ((0, fplan.launches[0]), (1, bplan.launches[1]), (2, bplan.launches[2])):
+                if kind not in which:
+                    continue
                 best = None
-                for tiles in cands:
+                for tiles in cands[kind]:
                     try:
-                        ms = _time(retiled(which, tiles), env, target)
+                        ms = _time(retiled(kind, tiles), env, target)
                     except Exception as exc:  # e.g. out of shared memory
                         print(f"  {launch.name:20s} {tiles}: {type(exc).__name__} {str(exc)[:80]}", flush=True)
                         continue

@@ -45,11 +45,14 @@ class Config:
 # Compiled tiles by padded head dim, for fp16/bf16: the fastest of benchmarks/tools/fa_sweep.py
 # on an H100 at the bench shapes (results index: flash_attention-sweep). Below 64 the D64
 # tiles; D256 (not swept) keeps its fp32 accumulators of [rows, 256] within 8 warps' registers.
+# D64's dQ: 64 x 64 at 4 warps, on an H200 0.92x / 0.91x the time of 128 x 32 at 8 (full / causal,
+# B16 H16 N1024), 1.00x / 0.99x at B4 H64 N4096 (NVIDIA_H200-flash_d64_bwd-sweep.txt; the H100's
+# sweep at B4 H64: 1.03x / 0.96x).
 _GPU_TILES = {
     # BD: (fwd, dkdv, dq)
-    16: (Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 32, 8, 3)),
-    32: (Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 32, 8, 3)),
-    64: (Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 32, 8, 3)),
+    16: (Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3)),
+    32: (Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3)),
+    64: (Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3)),
     128: (Tiles(128, 128, 8, 3), Tiles(64, 128, 8, 3), Tiles(128, 64, 8, 3)),
     256: (Tiles(64, 32, 8, 2), Tiles(32, 32, 8, 2), Tiles(64, 32, 8, 2)),
 }
