@@ -149,6 +149,7 @@ def _patch_bf16_arithmetic() -> None:
     Here each bf16 operation (binary, unary, clamp, fma, cast) widens its operands to fp32,
     computes there and rounds back to nearest even: correctly rounded bf16, as the GPU's, since
     fp32 carries more than twice bf16's 8 bits plus 2 (+, -, *, /, sqrt round once then).
+    Casts from other types go through fp32 (fp64 -> bf16 so rounds twice: a tie may differ).
     A comparison's result is typed int1 (the interpreter typed it as its operands, so a scalar
     one broadcast against a block became that float type)."""
     import triton.language as tl
