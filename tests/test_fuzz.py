@@ -2,9 +2,9 @@
 
 Each family's cases.fuzz draws one random case per op (shapes, dtypes, options, values);
 hypothesis drives the draws with a fixed seed and a few examples per op (2; 3 in the slow tier),
-so CI sees the same cases every run. ATO_FUZZ_EXAMPLES=N runs N examples per op (e.g. 200 for a
-long run). The
-properties, for every op and every draw:
+so CI sees the same cases every run, whatever the tests' source (derandomize would hash it: an
+edit to a test would change its draws). ATO_FUZZ_EXAMPLES=N runs N examples per op (e.g. 200 for
+a long run), ATO_FUZZ_SEED=N other draws. The properties, for every op and every draw:
 
 - outputs and gradients within the dtype's tolerance of the float64 reference
   (ato_cli.harness.TOLERANCE), torch and JAX bitwise equal (tests/helpers.check);
@@ -23,7 +23,7 @@ import dataclasses
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from ato_cli import harness as h
@@ -34,6 +34,7 @@ import numpy as np
 from helpers import RUN_SLOW, cases_of, causal_masked, check, check_special, declared, slow_variants
 
 EXAMPLES = int(os.environ.get("ATO_FUZZ_EXAMPLES", "3" if RUN_SLOW else "2"))
+SEED = int(os.environ.get("ATO_FUZZ_SEED", "0"))
 CASES = {name: cases_of(name) for name in OPS}
 FUZZ = {name: cases.fuzz for name, cases in CASES.items()}
 MAGNITUDES = {name: cases.MAGNITUDES[name] for name, cases in CASES.items()}
@@ -58,8 +59,9 @@ def test_every_op_has_a_fuzz_strategy():
 
 
 @pytest.mark.parametrize("op", slow_variants(sorted(OPS), {"cab_attention"}))  # its parts fuzzed alone
-@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
+@seed(SEED)
 @given(data=st.data())
 def test_fuzz(op, data):
     case = FUZZ[op](_Pick(data))[op]
@@ -71,8 +73,9 @@ def test_fuzz(op, data):
 
 @pytest.mark.parametrize("special", ["nan", "inf"])
 @pytest.mark.parametrize("op", sorted(OPS))
-@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
+@seed(SEED)
 @given(data=st.data())
 def test_fuzz_nan(op, special, data):
     """One NaN in one float input: NaN in exactly the outputs and gradients where the float64
@@ -93,8 +96,9 @@ def test_fuzz_nan(op, special, data):
 
 
 @pytest.mark.parametrize("op,magnitude", [(op, m) for op in sorted(OPS) for m in MAGNITUDES[op]], ids=str)
-@settings(max_examples=max(1, EXAMPLES // 3), derandomize=True, deadline=None, database=None,
+@settings(max_examples=max(1, EXAMPLES // 3), deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
+@seed(SEED)
 @given(data=st.data())
 def test_fuzz_magnitude(op, magnitude, data):
     """Inputs of each magnitude the op's family declares (cases.MAGNITUDES: from 1e-30 up to
