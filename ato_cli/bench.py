@@ -1266,7 +1266,7 @@ def _cab_rows(q, k, v, do, bs, quick):
             ("cab_attention ato_torch fwd+bwd", shape, "", fb, None, ""),
             ("curvature_block_mask ato_torch", shape, "of cab_attention fwd+bwd", ms_mask, ms_mask / fb, "")]
     per = device_kernels(lambda: ato_torch.curvature_block_mask(q, k, block_size=bs, keep=0.1),
-                         lambda out: torch.cuda.synchronize(), calls=3 if quick else 10)
+                         lambda out: torch.cuda.synchronize(), calls=3 if quick else 50)
     rows += [(f"  mask kernel {name[:40]}", shape, "of the mask's device time", us / 1e3,
               us / sum(u for _, u in per.values()), f"{calls:.0f} launches") for name, (calls, us) in
              sorted(per.items(), key=lambda kv: -kv[1][1])]
