@@ -273,7 +273,8 @@ def check_bf16_ops(got: dict) -> None:
     for i, name in enumerate(("x + y", "x - y", "x * y", "x / y", "-x", "min", "max")):
         a, b = out[i], exact[i]
         if name in ("-x", "min", "max"):  # zero's sign free: Triton 3.6's -x is 0 - x; min(+0, -0) either
-            a, b = torch.where(b == 0, 0, a), torch.where(b == 0, 0, b)
+            zero = (a == 0) & (b == 0)
+            a, b = torch.where(zero, 0, a), torch.where(zero, 0, b)
         assert torch.equal(torch.isnan(a), torch.isnan(b)), f"{name}: NaN differs"
         keep = ~torch.isnan(b)
         bad = torch.nonzero(keep & (a.view(torch.int16) != b.view(torch.int16))).flatten()[:4].tolist()
