@@ -108,6 +108,15 @@ def round_to_bf16(bits32: np.ndarray) -> np.ndarray:
     return np.where(nan, ((bits32 >> 16) & 0x8000 | 0x7FC0).astype(np.uint16), out)
 
 
+def _bf16_handle(fp32_data):
+    """A bf16 TensorHandle of fp32 values, rounded to nearest even (round_to_bf16)."""
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    bits = np.ascontiguousarray(fp32_data, dtype=np.float32).view(np.uint32)
+    return interp.TensorHandle(round_to_bf16(bits), tl.bfloat16)
+
+
 def _patch_bf16_rounding() -> None:
     import triton.language as tl
     from triton.runtime import interpreter as interp
@@ -119,18 +128,14 @@ def _patch_bf16_rounding() -> None:
     rtz = getattr(getattr(interp, "_ir", None), "ROUNDING_MODE", None)
     rtz = getattr(rtz, "RTZ", None)
 
-    def to_bf16(src):
-        bits = np.ascontiguousarray(src.data, dtype=np.float32).view(np.uint32)
-        return interp.TensorHandle(round_to_bf16(bits), tl.bfloat16)
-
     def cast(self, src, dst_type):
         if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
-            return to_bf16(src)
+            return _bf16_handle(src.data)
         return cast_impl(self, src, dst_type)
 
     def create_fp_to_fp(self, src, dst_type, rounding_mode):
         if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16 and (rtz is None or rounding_mode != rtz):
-            return to_bf16(src)
+            return _bf16_handle(src.data)
         return fp_to_fp(self, src, dst_type, rounding_mode)
 
     cast._ato_rtne = True
@@ -168,8 +173,7 @@ def _patch_bf16_arithmetic() -> None:
     def narrow(h):
         if h.data.dtype != np.float32:  # a comparison's bool (typed int1: casts read the type)
             return interp.TensorHandle(h.data, tl.int1)
-        bits = np.ascontiguousarray(h.data).view(np.uint32)
-        return interp.TensorHandle(round_to_bf16(bits), bf16)
+        return _bf16_handle(h.data)
 
     def patched_binary(self, lhs, rhs, op):
         if lhs.dtype.scalar == bf16:

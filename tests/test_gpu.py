@@ -1518,7 +1518,6 @@ DECODE_DIMS = [(16, 32, 8, 128, 16, 4096, 256), (4, 8, 1, 80, 64, 64, 40), (2, 4
 def test_decode_gpu(dims, dtype):
     """decode_attention (B, Hq, Hkv, D, block_size, num_blocks, max_blocks) against the
     reference, and bitwise torch == JAX."""
-
     case = decode_case(*dims, dtype=dtype, seed=sum(dims))
     _check(case)
     t, j, _ = _run(case)
@@ -1559,7 +1558,6 @@ def test_decode_bhnd_cache_gpu(scheduled):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_merge_attention_states_gpu(dtype):
-
     case = merge_case((8, 32), 128, dtype=dtype, seed=1)
     _check(case)
     t, j, _ = _run(case)
@@ -1853,7 +1851,6 @@ SPARSE_DIMS = [(1, 8, 2, 4096, 4096, 128, 64), (2, 4, 4, 1000, 1500, 80, 128), (
 def test_block_sparse_attention_gpu(dims, density, causal, dtype):
     """At 90% and 99% sparsity (random block masks; at 99% many query blocks keep nothing):
     o, lse and gradients against the float64 reference, torch == JAX bitwise."""
-
     case = bs_case(*dims, causal=causal, density=density, dtype=dtype, seed=sum(dims))
     _check(case)
     t, j, _ = _run(case)
@@ -1880,7 +1877,6 @@ def test_block_sparse_attention_hopper_gpu(dims, density, causal, layout, dtype)
     """The Gluon forward, dK / dV and dQ (sm_90 with Gluon, blocks from 128; the portable kernels
     elsewhere): o, lse and gradients against the float64 reference, torch == JAX bitwise, and the
     launches that ran are the plans' (_plans)."""
-
     case = bs_case(*dims, causal=causal, density=density, dtype=dtype, seed=sum(dims), layout=layout)
     forward, backward = _plans(case)
     launches = forward.launches[1:] + backward.launches[2:]
@@ -1899,7 +1895,6 @@ def test_block_sparse_attention_hopper_gpu(dims, density, causal, layout, dtype)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_block_sparse_attention_bnhd_gpu(dtype):
     """layout="bnhd" at a real size: o, lse and gradients against the reference, torch == JAX."""
-
     case = bs_case(1, 8, 2, 2000, 2048, 128, 64, causal=True, density=0.3, dtype=dtype, seed=5, layout="bnhd")
     _check(case)
     t, j, _ = _run(case)

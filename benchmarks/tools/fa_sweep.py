@@ -55,14 +55,14 @@ def main(dims, shapes=None, which=(0, 1, 2), cands=None):
             cfg = fa.config(D, "bfloat16", target)
             default = fa.Settings(cfg.fwd, cfg.dkdv, cfg.dq)
 
-            def retiled(which, tiles):
-                """The launch of kernel ``which`` (0 forward, 1 dK/dV, 2 dQ) in a plan built with ``tiles``."""
-                s = default._replace(**{("fwd", "dkdv", "dq")[which]: tiles})
-                if which == 0:
+            def retiled(kind, tiles):
+                """The launch of kernel ``kind`` (0 forward, 1 dK/dV, 2 dQ) in a plan built with ``tiles``."""
+                s = default._replace(**{("fwd", "dkdv", "dq")[kind]: tiles})
+                if kind == 0:
                     return fa.forward_plan(spec(q), spec(k), spec(v), causal=causal, softmax_scale=None, target=target,
                                            settings=s).launches[0]
                 return fa.backward_plan(spec(q), spec(k), spec(v), spec(do), causal=causal, softmax_scale=None,
-                                        has_dlse=False, target=target, settings=s).launches[which]
+                                        has_dlse=False, target=target, settings=s).launches[kind]
 
             for kind, launch in ((0, fplan.launches[0]), (1, bplan.launches[1]), (2, bplan.launches[2])):
                 if kind not in which:
