@@ -65,6 +65,9 @@ class Op:
     random: inputs that carry a random seed (an integer array the kernel reads): ato_torch
       also takes a ``torch.Generator`` there (draws a seed from it on the first input's
       device), ato_jax a typed ``jax.random`` key (passed as its key data).
+    unsaved: a function of ``static`` giving the names in ``saved`` that a call with it does
+      not keep (the adapters save None there, and its backward may not read them): an input
+      that only some calls' backward needs.
     single_backward: the backward overwrites a saved result in place, so it may run once (a
       function of (input specs, static) where that depends on them).
     check_values: ``(specs, static, host) -> None``, checks on input values where they are
@@ -93,6 +96,7 @@ class Op:
     nondifferentiable: Tuple[str, ...] = ()
     random: Tuple[str, ...] = ()
     forward_takes_grad: bool = False
+    unsaved: Optional[Callable] = None
     single_backward: Any = False
     check_values: Optional[Callable] = None
     reference: Optional[Callable] = None
@@ -121,6 +125,11 @@ class Op:
         if self.returns is None:
             return self.results
         return self.returns(static) if callable(self.returns) else self.returns
+
+    def kept(self, static) -> Tuple[bool, ...]:
+        """For each name in ``saved``: whether a call with this static value keeps it."""
+        dropped = self.unsaved(static) if self.unsaved is not None else ()
+        return tuple(n not in dropped for n in self.saved)
 
     def backward_once(self, specs, static) -> bool:
         """Whether the backward of a call with these input specs may run only once
@@ -182,7 +191,8 @@ class Op:
     def _build_backward(self, forward, specs, static, cotangents, target) -> Plan:
         named = self.backward_specs(forward, specs, static, cotangents)
         plan = self.backward(named, static, target)
-        readable = [n for n in (*self.saved, *self.cotangents(static)) if named.get(n) is not None]
+        saved = [n for n, keep in zip(self.saved, self.kept(static)) if keep]
+        readable = [n for n in (*saved, *self.cotangents(static)) if named.get(n) is not None]
         self._check_plan(plan, "backward", readable, len(self.differentiable))
         return plan
 

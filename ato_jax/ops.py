@@ -54,7 +54,7 @@ def build(op: Op):
 
     def fwd(meta, *arrays):
         outs, env, _, _ = run(meta, arrays, True)
-        return outs, tuple(env[n] for n in op.saved)
+        return outs, tuple(env[n] if keep else None for n, keep in zip(op.saved, op.kept(meta[0])))
 
     def bwd(meta, saved, cotangents):
         static, specs, vmas = meta

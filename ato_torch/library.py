@@ -217,7 +217,8 @@ def _register_backward(op: Op, saved_from):
     def setup_context(ctx, inputs, output):
         arrays, present, static, grad = inputs
         arrays = _full(arrays, present)
-        ctx.save_for_backward(*[arrays[i] if is_input else output[i] for is_input, i in saved_from])
+        ctx.save_for_backward(*[(arrays[i] if is_input else output[i]) if keep else None
+                                for (is_input, i), keep in zip(saved_from, op.kept(decode(static)))])
         ctx.static, ctx.grad = static, grad
         ctx.specs = encode(_specs(op, arrays))
         ctx.present = [a is not None for a in arrays]

@@ -38,7 +38,8 @@ def build(op: Op):
     def forward(ctx, meta, *arrays):
         plan, target, static, specs, grad = meta
         outs = run_plan(plan, dict(zip(names, arrays)), target)
-        saved = [arrays[i] if is_input else outs[i] for is_input, i in saved_from]
+        saved = [(arrays[i] if is_input else outs[i]) if keep else None
+                 for (is_input, i), keep in zip(saved_from, op.kept(static))]
         if op.backward_once(specs, static):
             ctx.saved_once = saved if grad else None
         else:

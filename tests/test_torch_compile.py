@@ -42,6 +42,20 @@ def test_compiled_is_eager(op):
     assert h.bitwise_equal(eager, compiled), f"{op}: compiled differs from eager"
 
 
+def test_compiled_traced_temperature_is_eager():
+    """softmax with a temperature tensor, whose backward alone keeps x (Op.unsaved): the
+    compiled call's output and gradients are the eager call's bits."""
+    from ato_core.ops.softmax.cases import softmax_case
+
+    case = softmax_case((3, 100), temperature="traced", seed=7)
+    inputs = h.make_inputs(case)
+    seen = []
+    compiled = h.run_torch(case, inputs, wrap=lambda fn: _compiled(fn, seen))
+    assert seen[0].frame_count == 1 and _ato_calls(seen[0]) == ["ato.softmax"], _ato_calls(seen[0])
+    assert set(compiled.grads) == {"x", "temperature"}
+    assert h.bitwise_equal(h.run_torch(case, inputs), compiled), "compiled differs from eager"
+
+
 def test_new_shapes_recompile():
     """A compiled function called at three shapes (torch.compile marks the changing size
     dynamic after the first): each result the eager call's bits."""

@@ -14,7 +14,7 @@ def softmax(x, *, temperature=1.0):
     Python float (fixed: one compiled kernel per value), or a 0-d float array / tensor on x's
     device, which may be traced under jit (read by the kernel: no retrace) and takes the
     gradient of softmax(x / t) (its value is not checked: 0 gives inf / NaN). The backward
-    uses the output alone."""
+    uses the output, and with a traced temperature x too (kept for it)."""
     if isinstance(temperature, (int, float)):
         return (x, None), temperature
     return (x, temperature), None
@@ -29,7 +29,8 @@ def _backward(s, temperature, target):
 
 
 SOFTMAX = Op(
-    softmax, inputs=("x", "temperature"), results=("y",), saved=("y", "temperature"),
+    softmax, inputs=("x", "temperature"), results=("y",), saved=("y", "temperature", "x"),
+    unsaved=lambda temperature: () if temperature is None else ("x",),  # dL/dt reads x
     differentiable=("x", "temperature"), optional=("temperature",), forward=_forward, backward=_backward,
     reference=reference.softmax, family="softmax", batch=("x",), batch_min_rank=2)
 

@@ -1,4 +1,4 @@
-"""Softmax over the last axis, y = softmax(x / temperature), and its backward from y alone.
+"""Softmax over the last axis, y = softmax(x / temperature), and its backward from y.
 
 Rows of N elements (row-major [M, N]). SINGLE (N <= BLOCK_N): the row in registers, one
 pass. Otherwise an online pass keeps, per lane, the running maximum and the running sum of
@@ -6,10 +6,11 @@ exp(x - max), rescaled as the maximum grows, then combines the lanes; a second p
 y. Backward: dx = y * (dy - sum(dy * y)) / temperature (one or two passes likewise).
 
 A traced temperature (TRACED) is read from memory, so one compiled kernel serves every
-value. Its gradient, from y alone: with g = y * (dy - sum(dy * y)) = dL/d(x / t),
-dL/dt = -(1/t) sum_j g_j x_j / t = -(1/t) sum_j g_j log y_j, since log y_j = x_j / t - lse
-and sum_j g_j = 0 (an underflowed y_j = 0 adds its limit, 0). Each row's term goes to DT_ROW;
-``softmax_sum_kernel`` adds them in a fixed order.
+value. Its gradient: with g = y * (dy - sum(dy * y)) = dL/d(x / t), dL/dt = -(1/t^2)
+sum_j g_j x_j, from x (log y_j = x_j / t - lse would do in exact math, but y keeps too
+little of x: bf16 y at |x| ~ 0.1 gave it 5% off); an underflowed y_j = 0 adds its limit,
+0 (a key masked by x_j = -inf too). Each row's term goes to DT_ROW; ``softmax_sum_kernel``
+adds them in a fixed order.
 """
 
 import triton
@@ -72,21 +73,21 @@ def softmax_fwd_kernel(
 
 
 @triton.jit
-def _g_log_y(g, y):
-    """g * log(y), 0 where y = 0 (its limit: g has the factor y)."""
-    return tl.where(y > 0.0, g * tl.log(tl.where(y > 0.0, y, 1.0)), 0.0)
+def _g_x(g, y, x):
+    """g * x, g * 0 where y = 0 (its limit: g has the factor y; x may be -inf); NaN where g is."""
+    return tl.where(y == 0.0, g * 0.0, g * x)
 
 
-@kernel(inputs=3, outputs=2)
+@kernel(inputs=4, outputs=2)
 def softmax_bwd_kernel(
-    Y, DY, TEMP,
+    Y, DY, TEMP, X,
     M, N, inv_temp,
     DX, DT_ROW,
     BLOCK_N: tl.constexpr, SINGLE: tl.constexpr, ALIGN: tl.constexpr, TRACED: tl.constexpr,
     ACC: tl.constexpr = tl.float32,
 ):
     """Grid (M,). dx = y * (dy - sum(dy * y)) * inv_temp for one row; when TRACED, DT_ROW [M]
-    (fp32) gets the row's part of dL/dt (else TEMP and DT_ROW are dummies)."""
+    (fp32) gets the row's part of dL/dt, from X (else TEMP, X and DT_ROW are dummies)."""
     N, base, offs = _row(N, BLOCK_N, ALIGN)
     inv_temp = _inv_temp(TEMP, inv_temp, TRACED)
     if SINGLE:
@@ -96,7 +97,8 @@ def softmax_bwd_kernel(
         g = y * (dy - tl.sum(y * dy, 0))
         tl.store(DX + base + offs, (g * inv_temp).to(DX.dtype.element_ty), mask=cmask)
         if TRACED:
-            tl.store(DT_ROW + tl.program_id(0), -inv_temp * tl.sum(_g_log_y(g, y), 0))
+            x = widen(tl.load(X + base + offs, mask=cmask, other=0.0))
+            tl.store(DT_ROW + tl.program_id(0), -inv_temp * inv_temp * tl.sum(_g_x(g, y, x), 0))
     else:
         acc = tl.zeros([BLOCK_N], ACC)
         for c0 in range(0, N, BLOCK_N):
@@ -114,9 +116,9 @@ def softmax_bwd_kernel(
             g = y * (dy - dot)
             tl.store(DX + base + cols, (g * inv_temp).to(DX.dtype.element_ty), mask=cmask)
             if TRACED:
-                dt += _g_log_y(g, y)
+                dt += _g_x(g, y, widen(tl.load(X + base + cols, mask=cmask, other=0.0)))
         if TRACED:
-            tl.store(DT_ROW + tl.program_id(0), -inv_temp * tl.sum(dt, 0))
+            tl.store(DT_ROW + tl.program_id(0), -inv_temp * inv_temp * tl.sum(dt, 0))
 
 
 @kernel(inputs=1, outputs=1)

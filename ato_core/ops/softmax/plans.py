@@ -60,11 +60,11 @@ def forward_plan(x: ArraySpec, traced: Optional[ArraySpec], *, temperature, targ
 
 @cached_plan
 def backward_plan(y: ArraySpec, traced: Optional[ArraySpec], *, temperature, target: Target) -> Plan:
-    """Inputs: y, dy, temperature (when ``traced``). Results: dx, dtemperature (0-d, the
-    temperature's dtype; a placeholder when not traced)."""
+    """Inputs: y, dy; temperature and x (when ``traced``). Results: dx, dtemperature (0-d,
+    the temperature's dtype; a placeholder when not traced)."""
     t = traced is not None
     M = numel(y.shape[:-1])
-    bwd = _launch(kern.softmax_bwd_kernel, ("y", "dy", "temperature" if t else "y"), y,
+    bwd = _launch(kern.softmax_bwd_kernel, ("y", "dy", *(("temperature", "x") if t else ("y", "y"))), y,
                   (Buffer("dx", tuple(y.shape), y.dtype), optional_output("dt_row", (M,), checks.acc_dtype(y.dtype), t)),
                   temperature, t, target)
     if not t:
@@ -72,4 +72,4 @@ def backward_plan(y: ArraySpec, traced: Optional[ArraySpec], *, temperature, tar
     total = Launch(kern.softmax_sum_kernel, (1,), ("dt_row",), (M if y.shape[-1] else 0,),  # (empty rows: none)
                    (Buffer("dtemperature", (), traced.dtype),),
                    {"BLOCK": min(max(next_pow2(M), 16), 1024)})
-    return Plan((bwd, total), ("dx", "dtemperature"), dense=("y", "dy"))
+    return Plan((bwd, total), ("dx", "dtemperature"), dense=("y", "dy", "x"))
