@@ -104,3 +104,12 @@ def test_vectors_are_not_folded():
     x = _rand(V, 30, seed=17)
     _same(ato_jax.softmax, (x,), (0,), loops=1)
     _same(jax.grad(lambda a: (ato_jax.softmax(a) ** 2).sum()), (x,), (0,), loops=2)
+
+
+def test_softmax_traced_temperature_gradient():
+    """dL/dtemperature sums over the rows, and its backward reads x (kept for it): with the
+    temperature unmapped the backward runs per slice (one loop), mapped the forward too (two)."""
+    x = _rand(V, 4, 30, seed=20)
+    f = jax.grad(lambda t, a: (ato_jax.softmax(a, temperature=t) ** 3).sum(), argnums=(0, 1))
+    _same(f, (jnp.float32(1.3), x), (None, 0), loops=1)
+    _same(f, (jnp.asarray([0.7, 1.3, 2.0], jnp.float32), x), (0, 0), loops=2)
