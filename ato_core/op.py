@@ -109,6 +109,7 @@ class Op:
         object.__setattr__(self, "cached_forward", functools.lru_cache(maxsize=1024)(self._build_forward))
         grads = tuple(self.differentiable.index(n) if n in self.differentiable else None for n in self.inputs)
         object.__setattr__(self, "input_grads", grads)
+        object.__setattr__(self, "all_kept", (True,) * len(self.saved))
 
     @property
     def name(self) -> str:
@@ -128,7 +129,9 @@ class Op:
 
     def kept(self, static) -> Tuple[bool, ...]:
         """For each name in ``saved``: whether a call with this static value keeps it."""
-        dropped = self.unsaved(static) if self.unsaved is not None else ()
+        if self.unsaved is None:  # (every call of most ops: no work on the host)
+            return self.all_kept
+        dropped = self.unsaved(static)
         return tuple(n not in dropped for n in self.saved)
 
     def backward_once(self, specs, static) -> bool:
