@@ -928,13 +928,11 @@ def test_transformer_ops_gpu(i, dtype):
 @pytest.mark.parametrize("dtype,magnitude", [("bfloat16", 0.1), ("float32", 1e-3)])
 def test_softmax_temperature_gradient_at_small_logits_gpu(dtype, magnitude, shape):
     """dL/dtemperature from x within the dtype's tolerance where |x| <= magnitude (from log y:
-    5% off in bf16 at 0.1), torch and JAX bitwise equal (test_transformer_ops's CPU test)."""
-    import dataclasses
-
+    3.0e-2 off in bf16 at 0.1 on an H100), torch and JAX bitwise equal (test_transformer_ops's
+    CPU test)."""
     from helpers import check_special
 
-    case = softmax_case(shape, dtype=dtype, temperature="traced", seed=19)
-    case = dataclasses.replace(case, options=(("magnitude", magnitude),))
+    case = softmax_case(shape, dtype=dtype, temperature="traced", seed=19, magnitude=magnitude)
     check_special(case, h.make_inputs(case), "cuda")
 
 

@@ -3,12 +3,15 @@
 from ato_core.testing import Case, In, fuzz_shape, gpu_spec
 
 
-def softmax_case(shape, dtype="float32", temperature=1.0, seed=0):
-    """temperature: a float, or "traced" (a 0-d fp32 input in [0.5, 2], differentiated)."""
+def softmax_case(shape, dtype="float32", temperature=1.0, seed=0, magnitude=None):
+    """temperature: a float, or "traced" (a 0-d fp32 input in [0.5, 2], differentiated);
+    magnitude: |x| at most this (Case option "magnitude"), else N(0, 1)."""
+    options = (("magnitude", magnitude),) if magnitude is not None else ()
     if temperature == "traced":
         return Case("softmax", (("x", tuple(shape)), ("temperature", ())), dtype, (In("x"),),
-                    (("temperature", In("temperature")),), seed, fp32_inputs=("temperature",))
-    return Case("softmax", (("x", tuple(shape)),), dtype, (In("x"),), (("temperature", temperature),), seed)
+                    (("temperature", In("temperature")),), seed, fp32_inputs=("temperature",), options=options)
+    return Case("softmax", (("x", tuple(shape)),), dtype, (In("x"),), (("temperature", temperature),), seed,
+                options=options)
 
 
 def check_cases(gpu: bool, dtype: str, quick: bool):

@@ -8,7 +8,7 @@ y. Backward: dx = y * (dy - sum(dy * y)) / temperature (one or two passes likewi
 A traced temperature (TRACED) is read from memory, so one compiled kernel serves every
 value. Its gradient: with g = y * (dy - sum(dy * y)) = dL/d(x / t), dL/dt = -(1/t^2)
 sum_j g_j x_j, from x (log y_j = x_j / t - lse would do in exact math, but y keeps too
-little of x: bf16 y at |x| ~ 0.1 gave it 5% off); an underflowed y_j = 0 adds its limit,
+little of x: bf16 y at |x| <= 0.1 gave it 3% off); an underflowed y_j = 0 adds its limit,
 0 (a key masked by x_j = -inf too). Each row's term goes to DT_ROW; ``softmax_sum_kernel``
 adds them in a fixed order.
 """
