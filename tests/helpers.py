@@ -116,7 +116,7 @@ def causal_masked(case) -> bool:
 
 def declared(op: str, table: str) -> tuple:
     """What ``op``'s family declares for it in cases.<table>, () where nothing: the inputs whose
-    gradients cancel at huge magnitudes (CANCELLING), the inputs whose infinity may come out NaN
+    gradients a huge magnitude leaves undetermined to the dtype's tolerance (CANCELLING), the inputs whose infinity may come out NaN
     where the reference's output is infinite (INF_AS_NAN: values a kernel weights by
     probabilities that can round to zero, check_special's ``inf_as_nan``)."""
     return getattr(cases_of(op), table, {}).get(op, ())
@@ -135,8 +135,9 @@ def check_special(case, inputs, device="cpu", masked=False, cancelling=(), grads
     NaN-free pattern of the math there. With an infinity among the inputs, masked outputs'
     NaN are not compared at all: the dense reference's 0 * inf is NaN at masked entries, which a
     kernel may never meet. The entries finite in both agree within tolerance.
-    ``cancelling``: inputs whose gradients are a cancellation here (dq of attention whose
-    softmax is one-hot): only their NaN and infinities are compared.
+    ``cancelling``: inputs whose gradients the dtype does not determine here (dq of attention
+    whose softmax is one-hot, a cancellation; its dv at scores of 1e5, cases.CANCELLING): only
+    their NaN and infinities are compared.
     Without ``grads``, gradients are compared between the frameworks only. ``inf_as_nan``: an
     output may be NaN where the reference's is infinite (an infinity in one of
     declared(op, "INF_AS_NAN")).

@@ -1310,8 +1310,8 @@ def test_magnitudes_gpu(name, magnitude):
     """Inputs of each magnitude the op's family declares (cases.MAGNITUDES; attention's 1e3 makes
     scores of up to D 1e6): finite where the reference is, within tolerance relative to their
     size (test_fuzz_magnitude's check on the compiled kernels); at huge magnitudes the gradients
-    the family calls cancelling (a one-hot softmax's dq and dk) compared for NaN and infinities
-    only."""
+    the family calls cancelling (a one-hot softmax's dq, dk and dv) compared for NaN and
+    infinities only."""
     import dataclasses
 
     from helpers import check_special
