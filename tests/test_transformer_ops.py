@@ -331,6 +331,15 @@ def test_cross_entropy_ignores_targets():
     np.testing.assert_array_equal(np.asarray(gj), x.grad.numpy())
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cross_entropy_every_target_ignored(reduction):
+    """Every target ignore_index: the mean is 0 / 0, NaN (as torch's), the sum 0; the gradient
+    0 either way. check compares the NaN exactly (the fuzzing tier drew it at T 1, seed 14)."""
+    t, _, _ = check(ce_case(3, 10, reduction=reduction, ignore_every=1))
+    assert np.isnan(t.outputs[0]).all() == (reduction == "mean")
+    assert np.all(t.grads["logits"] == 0)
+
+
 def test_cross_entropy_gradient_for_unit_dloss():
     """loss.backward() gives dloss = 1 exactly: the backward leaves the forward's gradient as
     it is (no pass over it). That gradient (and the loss) against torch's, for mean and sum
