@@ -196,6 +196,71 @@ def compare_special(what, a, ref, tol, floor, nan_anywhere=False, nan_any=False,
     err = h.rel_err(a[fin], ref[fin], floor)
     assert err < tol, f"{what}: {err:.3g} >= {tol} over the finite entries"
 
+UNSEEN_KEY_CASES = ("window", "mask", "segments", "segments causal")
+
+
+def _unseen_key_case(name):
+    """(q, k, v, kwargs, key): fp32 inputs (the portable kernels) in which no query sees key
+    ``key``, whose value holds a NaN."""
+    rng = np.random.default_rng(0)
+    nq, nk = (9, 28) if name == "window" else (40, 40)
+    q = rng.standard_normal((1, 1, nq, 16)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 1, nk, 16)).astype(np.float32) for _ in range(2))
+    if name == "window":  # query i sees keys [i + 5, i + 19]: none sees keys 0-4
+        key, kwargs = 2, {"causal": True, "window_size": (14, 13)}
+    elif name == "mask":  # key 3 masked for every query
+        mask = np.ones((nq, nk), bool)
+        mask[:, 3] = False
+        key, kwargs = 3, {"mask": mask}
+    else:  # key 3 alone in segment 2, which no query is in
+        q_seg = np.repeat([[0, 1]], [10, 30], axis=1).astype(np.int32)
+        kv_seg = q_seg.copy()
+        kv_seg[0, 3] = 2
+        key, kwargs = 3, {"segment_ids": (q_seg, kv_seg), "causal": name == "segments causal"}
+    v[0, 0, key, 5] = np.nan
+    return q, k, v, kwargs, key
+
+
+def unseen_nan_results(name, device):
+    """(key, torch's, JAX's) results of UNSEEN_KEY_CASES ``name`` on ``device``: {"o", "dq",
+    "dk", "dv"} as NumPy arrays, the gradients those of sum(o)."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    import ato_jax
+    import ato_torch
+
+    q, k, v, kwargs, key = _unseen_key_case(name)
+
+    def arrays(convert):  # kwargs with their arrays converted
+        def one(a):
+            return tuple(map(one, a)) if isinstance(a, tuple) else convert(a) if isinstance(a, np.ndarray) else a
+        return {n: one(a) for n, a in kwargs.items()}
+
+    ts = [torch.from_numpy(x).to(device).requires_grad_() for x in (q, k, v)]
+    o_t = ato_torch.flash_attention(*ts, **arrays(lambda a: torch.from_numpy(a).to(device)))
+    o_t.sum().backward()
+    t = {"o": o_t.detach().cpu().numpy(), **{f"d{n}": x.grad.cpu().numpy() for n, x in zip("qkv", ts)}}
+    jkw = arrays(jnp.asarray)
+    o_j, vjp = jax.vjp(lambda *a: ato_jax.flash_attention(*a, **jkw), *map(jnp.asarray, (q, k, v)))
+    j = {"o": np.asarray(o_j), **{f"d{n}": np.asarray(g) for n, g in zip("qkv", vjp(jnp.ones_like(o_j)))}}
+    return key, t, j
+
+
+def check_unseen_nan_value(name, device):
+    """A NaN among the values of a key no query sees (UNSEEN_KEY_CASES ``name``) reaches no
+    output and no gradient, as in the math, which never reads it (the kernels read such values
+    as 0 in the tiles they visit); dk and dv of that key are 0; torch and JAX bitwise equal."""
+    key, t, j = unseen_nan_results(name, device)
+    for what, a in t.items():
+        assert np.isfinite(a).all(), f"{name}: torch {what} has {np.isnan(a).sum()} NaN"
+    for what in ("dk", "dv"):
+        assert not t[what][0, 0, key].any(), f"{name}: {what} of the unseen key is not 0"
+    for what, a in j.items():
+        np.testing.assert_array_equal(a, t[what], err_msg=f"{name}: jax {what}")
+
+
 
 @triton.jit
 def bf16_cast_kernel(X, Y, Z, n, BLOCK: tl.constexpr):

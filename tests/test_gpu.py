@@ -1187,6 +1187,14 @@ def test_nan_propagates_gpu(i):
     check_special(case, inputs, "cuda", masked=causal_masked(case))
 
 
+@pytest.mark.parametrize("name", ["window", "mask", "segments", "segments causal"])
+def test_flash_attention_nan_value_no_query_sees_gpu(name):
+    """helpers.check_unseen_nan_value on the compiled portable kernels (fp32)."""
+    from helpers import check_unseen_nan_value
+
+    check_unseen_nan_value(name, "cuda")
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("magnitude", [5e9, 1e30, "half-max"], ids=str)
 def test_cross_entropy_huge_logits_gpu(dtype, magnitude):

@@ -9,8 +9,9 @@ import torch
 import ato_jax
 import ato_torch
 from ato_core import interpreter
-from helpers import (bf16_cast_kernel, bf16_rounding_values, check_bf16_ops, helper_calls_kernel, min_max_kernel,
-                     run_bf16_ops, tanh_abs_kernel, tanh_slope_kernel)
+from helpers import (UNSEEN_KEY_CASES, bf16_cast_kernel, bf16_rounding_values, check_bf16_ops,
+                     check_unseen_nan_value, helper_calls_kernel, min_max_kernel, run_bf16_ops, tanh_abs_kernel,
+                     tanh_slope_kernel)
 
 
 def test_interpreter_rounds_bf16_to_nearest_even():
@@ -199,17 +200,8 @@ def test_cross_entropy_at_the_largest_logits(dtype):
     assert np.array_equal(np.asarray(jl).astype(np.float32), loss.detach().float().numpy())
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "known (session 61): a NaN value no query sees reaches the outputs from a key tile visited anyway (the "
-    "window's first); the V loads there are not masked below the block's first visible key. Remove the mark "
-    "with the fix."))
-def test_flash_attention_nan_value_no_query_sees():
-    """Nq 9, Nk 28, causal, window (14, 13): query i sees keys [i + 5, i + 19], so no query sees
-    keys 0-4, and a NaN among their values must reach no output (the float64 reference never
-    reads them). Found by the fuzzing tier (ATO_FUZZ_SEED=14, packed sequences)."""
-    rng = np.random.default_rng(0)
-    q = rng.standard_normal((1, 1, 9, 16)).astype(np.float32)
-    k, v = (rng.standard_normal((1, 1, 28, 16)).astype(np.float32) for _ in range(2))
-    v[0, 0, 2, 3] = np.nan
-    o = ato_torch.flash_attention(*map(torch.from_numpy, (q, k, v)), causal=True, window_size=(14, 13))
-    assert not torch.isnan(o).any()
+@pytest.mark.parametrize("name", UNSEEN_KEY_CASES)
+def test_flash_attention_nan_value_no_query_sees(name):
+    """helpers.check_unseen_nan_value on the interpreted kernels. Found by the fuzzing tier
+    (ATO_FUZZ_SEED=14, the window case)."""
+    check_unseen_nan_value(name, "cpu")

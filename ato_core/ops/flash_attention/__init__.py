@@ -73,6 +73,12 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     Returns:
       o [B, Hq, Nq, D] (or [B, Nq, Hq, D]) in q's dtype, or (o, lse). Differentiable with
       respect to q, k and v (through lse too).
+
+    A NaN or infinity in the values of a key that no query of a kernel's query block sees
+    reaches no output or gradient of that block (the portable kernels; the Hopper forward's
+    TMA reads do not yet zero them). One that some query of the block sees may reach the
+    block's other rows (0 * NaN in the tile's product), as in FlashAttention and a dense
+    softmax(s) @ v.
     """
     checks.check_bool("return_lse", return_lse)
     checks.check_choice("layout", layout, plans.LAYOUTS)

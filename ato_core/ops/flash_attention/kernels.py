@@ -74,16 +74,29 @@ def _dot(a, b, acc, PRECISION: tl.constexpr):
 def _load_rows(ptrs, rows, n_rows, dmask, ROW_MASK: tl.constexpr, EVEN_D: tl.constexpr):
     """A [rows, BD] tile; rows >= n_rows (when ROW_MASK) and columns past D read as 0."""
     if ROW_MASK:
-        if EVEN_D:
-            x = tl.load(ptrs, mask=(rows < n_rows)[:, None], other=0.0)
-        else:
-            x = tl.load(ptrs, mask=(rows < n_rows)[:, None] & dmask[None, :], other=0.0)
+        x = _load_where(ptrs, rows < n_rows, dmask, EVEN_D)
     else:
         if EVEN_D:
             x = tl.load(ptrs)
         else:
             x = tl.load(ptrs, mask=dmask[None, :], other=0.0)
     return x
+
+
+@triton.jit
+def _load_where(ptrs, row_mask, dmask, EVEN_D: tl.constexpr):
+    """A [rows, BD] tile; rows where row_mask is false and columns past D read as 0."""
+    if EVEN_D:
+        return tl.load(ptrs, mask=row_mask[:, None], other=0.0)
+    else:
+        return tl.load(ptrs, mask=row_mask[:, None] & dmask[None, :], other=0.0)
+
+
+@triton.jit
+def _seen(visible, rows, q_len):
+    """[BLOCK_N]: the keys of a tile that some query row (below q_len) sees. The others' values
+    read as 0, so that a NaN among them meets no zero weight (0 * NaN) on its way into o."""
+    return tl.max(((rows < q_len)[:, None] & visible).to(tl.int32), 0) > 0
 
 
 @triton.jit
@@ -260,15 +273,16 @@ def _dropout_keep(seed, bh, row0, col0, thr, R: tl.constexpr, C: tl.constexpr):
 @triton.jit
 def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len, shift, lo_shift, hi_shift, dmask,
                 qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BIAS, AMASK, sbi, sbj, smi,
-                smj, Nq, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-                PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
-                ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
+                smj, Nq, q_len, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr,
+                SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
                 HAS_MASK: tl.constexpr = False, seed=0, bh=0, row0=0, DROP_THR: tl.constexpr = 0,
                 DROPOUT: tl.constexpr = False):
     """Key blocks [start, end): the online-softmax update. With MASK, keys past kv_len, those
     outside each query's band, (SEGMENTS) segment and (HAS_MASK) mask score -inf; a row with
     no visible key so far keeps m = -inf, and its p and rescale factor come out 0 rather than
-    NaN. HAS_BIAS (only with MASK): the bias added (_pair_terms)."""
+    NaN; the values of keys no query row (below q_len) sees read as 0 (_seen). HAS_BIAS (only
+    with MASK): the bias added (_pair_terms)."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs += tl.cast(start, tl.int64) * aligned(skn, ALIGN)
     v_ptrs += tl.cast(start, tl.int64) * aligned(svn, ALIGN)
@@ -287,15 +301,16 @@ def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len
             s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            v = _load_where(v_ptrs, _seen(visible, offs_m, q_len), dmask, EVEN_D)
         else:
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = m_new
+            v = _load_rows(v_ptrs, keys, kv_len, dmask, False, EVEN_D)
         p = tl.math.exp2(s - m_use[:, None])
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
         if DROPOUT:  # l sums every p; dropped ones leave o (scaled by 1/(1 - p_drop) at the end)
             p = tl.where(_dropout_keep(seed, bh, row0, start_n, DROP_THR, q.shape[0], BLOCK_N), p, 0.0)
-        v = _load_rows(v_ptrs, keys, kv_len, dmask, MASK, EVEN_D)
         acc = _dot(p.to(v.dtype), v, acc * alpha[:, None], PRECISION)
         m_i = m_new
         k_ptrs += BLOCK_N * aligned(skn, ALIGN)
@@ -574,16 +589,19 @@ def fa_fwd_kernel(
     if WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
         acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift,
                                     lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
-                                    sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                                    ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROPOUT)
+                                    sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, q_len, BLOCK_N, True,
+                                    CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
+                                    HAS_MASK, seed, bh, first, DROP_THR, DROPOUT)
     acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, full_start, full_end, Nk, kv_len, shift,
-                                lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
-                                sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                                ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROPOUT)
-    acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, kv_len, shift,
-                                lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
-                                sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                                ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROPOUT)
+                                lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn,
+                                skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, q_len, BLOCK_N, False, CAUSAL, EVEN_D,
+                                PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first,
+                                DROP_THR, DROPOUT)
+    acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, kv_len, shift, lo_shift,
+                                hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn,
+                                bias_h, mask_h, sbi, sbj, smi, smj, Nq, q_len, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION,
+                                ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR,
+                                DROPOUT)
     empty = l_i == 0.0
     if Q_LENS:
         empty = empty | (offs_m >= q_len)
@@ -679,6 +697,9 @@ def _dkdv_tile(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start_m, Nq, 
     else:
         delta = tl.load(DELTA + rows)
     dsT = pT * (dpT - delta[None, :])
+    if MASK:
+        if CAUSAL or WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:  # (p = 0 times a NaN value's dp is NaN)
+            dsT = tl.where(visible, dsT, 0.0)
     if SOFTCAP:
         dsT = dsT * (1.0 - tT * tT)
     dk = _dot(dsT.to(q.dtype), q, dk, PRECISION)
@@ -734,10 +755,10 @@ def _dkdv_head_blocks(dk, dv, k, v, q_heads, do_heads, LSE2, DELTA, offs_n, star
         do_ptrs = do_heads + g64 * aligned(sdh, ALIGN) + tl.cast(start_m, tl.int64) * aligned(sdn, ALIGN)
         slope2 = _slope(SLOPES, b, hq0 + g, s_ab, s_ah, nseq, ALIBI, VARLEN)
         dk, dv = _dkdv_tile(dk, dv, k, v, q_ptrs, do_ptrs, LSE2 + g64 * head_rows, DELTA + g64 * head_rows, offs_n,
-                            start_m, Nq, q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, kseg,
-                            QSEG, b, sqsb, sqsn, BIAS + g64 * sbh, AMASK + g64 * smh, sbi, sbj, smi, smj, Nk, BLOCK_M,
-                            MASK, CAUSAL, EVEN_D, PRECISION, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed,
-                            bh0 + g, key0, DROP_THR, DROP_SCALE, DROPOUT)
+                            start_m, Nq, q_len, shift, lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2,
+                            kseg, QSEG, b, sqsb, sqsn, BIAS + g64 * sbh, AMASK + g64 * smh, sbi, sbj, smi, smj, Nk,
+                            BLOCK_M, MASK, CAUSAL, EVEN_D, PRECISION, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
+                            HAS_MASK, seed, bh0 + g, key0, DROP_THR, DROP_SCALE, DROPOUT)
     return dk, dv
 
 
@@ -916,6 +937,8 @@ def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, k
             keep = _dropout_keep(seed, bh, row0, start_n, DROP_THR, q.shape[0], BLOCK_N)
             dp = tl.where(keep, dp * DROP_SCALE, 0.0)
         ds = p * (dp - delta[:, None])
+        if MASK:  # (p = 0 times a NaN value's dp is NaN)
+            ds = tl.where(visible, ds, 0.0)
         if SOFTCAP:
             ds = ds * (1.0 - t * t)
         dq = _dot(ds.to(k.dtype), k, dq, PRECISION)
@@ -997,18 +1020,18 @@ def fa_bwd_dq_kernel(
     bias_h = BIAS + b * sbb + hq * sbh
     mask_h = AMASK + b * smb + hq * smh
     if WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
-        dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift,
-                        lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn,
-                        svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
-                    HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE, DROPOUT)
+        dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift, lo_shift,
+                        hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h,
+                        mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW,
+                        SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE, DROPOUT)
     dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_start, full_end, Nk, kv_len, shift, lo_shift,
-                    hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N,
-                    False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
-                    HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE, DROPOUT)
+                    hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h,
+                    mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                    ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE, DROPOUT)
     dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, kv_len, shift, lo_shift,
-                    hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N,
-                    True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
-                    HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE, DROPOUT)
+                    hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h,
+                    mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
+                    ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE, DROPOUT)
     if Q_LENS:
         dq = tl.where((offs_m < q_len)[:, None], dq, 0.0)
     _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd, ALIGN, q_row0)
