@@ -75,8 +75,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
       respect to q, k and v (through lse too).
 
     A NaN or infinity in the values of a key that no query of a kernel's query block sees
-    reaches no output or gradient of that block (the portable kernels; the Hopper forward's
-    TMA reads do not yet zero them). One that some query of the block sees may reach the
+    reaches no output or gradient of that block (the portable kernels; not yet the Hopper
+    kernels, bf16 / fp16 on sm_90). One that some query of the block sees may reach the
     block's other rows (0 * NaN in the tile's product), as in FlashAttention and a dense
     softmax(s) @ v.
     """
