@@ -23,6 +23,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_runtest_logreport(report):
+    """With ATO_FAILURE_LOG set (benchmarks/tools/gpu_tier_sharded.sh): each failure's test and
+    its last "E" line appended to that file as it happens, so that a shard stopped by a timeout
+    (before pytest's own summary) still says why."""
+    import os
+
+    path = os.environ.get("ATO_FAILURE_LOG")
+    if not path or not report.failed:
+        return
+    lines = [line for line in report.longreprtext.splitlines() if line.startswith("E ")] or \
+        report.longreprtext.splitlines()[-1:]
+    with open(path, "a") as f:
+        f.write(f"{report.nodeid} ({report.when}): {lines[0][:400] if lines else '?'}\n")
+
+
 @pytest.fixture
 def walk(monkeypatch):
     """walk(True | False | "forward"): Based's causal passes take the state walks (or segments

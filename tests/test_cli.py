@@ -63,3 +63,21 @@ def test_bench_without_a_gpu_says_so(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["bench", "--op", "rope"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_failure_log_keeps_each_failure_reason(tmp_path):
+    """conftest's ATO_FAILURE_LOG (the GPU tier's shards): a failing test's id and first "E"
+    line are in the file when pytest ends, a passing test's not."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(os.path.join(os.path.dirname(__file__), "conftest.py"), tmp_path / "conftest.py")
+    (tmp_path / "test_x.py").write_text("def test_bad():\n    assert 1 == 2, 'boom'\n\n\ndef test_good():\n    pass\n")
+    log = tmp_path / "failures.txt"
+    env = {**os.environ, "ATO_FAILURE_LOG": str(log)}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                    str(tmp_path / "test_x.py")], cwd=tmp_path, env=env, capture_output=True, timeout=300)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and "test_bad (call)" in lines[0] and "AssertionError: boom" in lines[0], lines

@@ -13,8 +13,9 @@
 # SHARD_TIMEOUT (seconds, default 540) stops each shard (the heavy one runs after the others: a run may
 # take twice it), so the summary is still written
 # inside one device command (a stopped shard's line says so, with the tests it reported). Logs: $OUT/gpu-tests-shard<i>.txt; the summary (every test's
-# result, each failure's one-line reason from pytest's short summary, and each shard's last
-# line) in $OUT/gpu-tests-summary.txt.
+# result, each failure's one-line reason from pytest's short summary and, written as it happens,
+# its first "E" line (kept for a shard the timeout stops), and each shard's last line) in
+# $OUT/gpu-tests-summary.txt.
 # Beside other correctness work (memcheck.sh) in one command, wait on this script's own pid:
 #   bash benchmarks/tools/gpu_tier_sharded.sh K N & tier=$!; bash benchmarks/tools/memcheck.sh ...; wait $tier
 # A `pgrep -f pytest` loop matches the device command's own shell (its line names pytest) and
@@ -28,6 +29,8 @@ collect() { python3 -m pytest -q --collect-only tests/test_gpu.py "$@" 2>/dev/nu
 mapfile -t all < <(collect ${k:+-k "$k"})
 mapfile -t heavy < <([ -n "$heavy_k" ] && collect -k "${k:+($k) and }($heavy_k)")
 mapfile -t ids < <(printf '%s\n' "${all[@]}" | grep -vxFf <(printf '%s\n' "${heavy[@]}"))
+export ATO_FAILURE_LOG="$OUT/gpu-tests-failures.txt"  # each failure's reason as it happens (tests/conftest.py)
+: > "$ATO_FAILURE_LOG"
 echo "${#all[@]} tests in $shards shards (-k '${k}'; ${#heavy[@]} heavy ones in shard 0 alone)" > "$OUT/gpu-tests-summary.txt"
 pids=()
 counts=()
@@ -64,5 +67,7 @@ for ((s = 0; s < shards; s++)); do
     tail -1 "$OUT/gpu-tests-shard$s.txt" | sed "s/^/shard $s: /" >> "$OUT/gpu-tests-summary.txt"
   fi
 done
+[ -s "$ATO_FAILURE_LOG" ] && { echo "failures (first E line):"; cat "$ATO_FAILURE_LOG"; } >> "$OUT/gpu-tests-summary.txt"
+rm -f "$ATO_FAILURE_LOG"
 cat "$OUT/gpu-tests-summary.txt"
 exit $rc
