@@ -196,17 +196,22 @@ def compare_special(what, a, ref, tol, floor, nan_anywhere=False, nan_any=False,
     err = h.rel_err(a[fin], ref[fin], floor)
     assert err < tol, f"{what}: {err:.3g} >= {tol} over the finite entries"
 
-UNSEEN_KEY_CASES = ("window", "mask", "segments", "segments causal")
+UNSEEN_KEY_CASES = ("window", "mask", "segments", "segments causal", "block_sparse causal")
 
 
 def _unseen_key_case(name):
-    """(q, k, v, kwargs, key): fp32 inputs (the portable kernels) in which no query sees key
+    """(op, q, k, v, kwargs, key): fp32 inputs (the portable kernels) in which no query sees key
     ``key``, whose value holds a NaN."""
     rng = np.random.default_rng(0)
-    nq, nk = (9, 28) if name == "window" else (40, 40)
+    nq, nk = {"window": (9, 28), "block_sparse causal": (48, 50)}.get(name, (40, 40))
     q = rng.standard_normal((1, 1, nq, 16)).astype(np.float32)
     k, v = (rng.standard_normal((1, 1, nk, 16)).astype(np.float32) for _ in range(2))
-    if name == "window":  # query i sees keys [i + 5, i + 19]: none sees keys 0-4
+    op = "flash_attention"
+    if name == "block_sparse causal":  # key 26 (block 1): past query block 0's diagonal, blocks 1, 2 drop it
+        block_mask = np.ones((1, 1, 3, 4), bool)
+        block_mask[0, 0, 1:, 1] = False
+        op, key, kwargs = "block_sparse_attention", 26, {"block_mask": block_mask, "block_size": 16, "causal": True}
+    elif name == "window":  # query i sees keys [i + 5, i + 19]: none sees keys 0-4
         key, kwargs = 2, {"causal": True, "window_size": (14, 13)}
     elif name == "mask":  # key 3 masked for every query
         mask = np.ones((nq, nk), bool)
@@ -218,7 +223,7 @@ def _unseen_key_case(name):
         kv_seg[0, 3] = 2
         key, kwargs = 3, {"segment_ids": (q_seg, kv_seg), "causal": name == "segments causal"}
     v[0, 0, key, 5] = np.nan
-    return q, k, v, kwargs, key
+    return op, q, k, v, kwargs, key
 
 
 def unseen_nan_results(name, device):
@@ -231,7 +236,7 @@ def unseen_nan_results(name, device):
     import ato_jax
     import ato_torch
 
-    q, k, v, kwargs, key = _unseen_key_case(name)
+    op, q, k, v, kwargs, key = _unseen_key_case(name)
 
     def arrays(convert):  # kwargs with their arrays converted
         def one(a):
@@ -239,11 +244,11 @@ def unseen_nan_results(name, device):
         return {n: one(a) for n, a in kwargs.items()}
 
     ts = [torch.from_numpy(x).to(device).requires_grad_() for x in (q, k, v)]
-    o_t = ato_torch.flash_attention(*ts, **arrays(lambda a: torch.from_numpy(a).to(device)))
+    o_t = getattr(ato_torch, op)(*ts, **arrays(lambda a: torch.from_numpy(a).to(device)))
     o_t.sum().backward()
     t = {"o": o_t.detach().cpu().numpy(), **{f"d{n}": x.grad.cpu().numpy() for n, x in zip("qkv", ts)}}
     jkw = arrays(jnp.asarray)
-    o_j, vjp = jax.vjp(lambda *a: ato_jax.flash_attention(*a, **jkw), *map(jnp.asarray, (q, k, v)))
+    o_j, vjp = jax.vjp(lambda *a: getattr(ato_jax, op)(*a, **jkw), *map(jnp.asarray, (q, k, v)))
     j = {"o": np.asarray(o_j), **{f"d{n}": np.asarray(g) for n, g in zip("qkv", vjp(jnp.ones_like(o_j)))}}
     return key, t, j
 

@@ -1187,8 +1187,8 @@ def test_nan_propagates_gpu(i):
     check_special(case, inputs, "cuda", masked=causal_masked(case))
 
 
-@pytest.mark.parametrize("name", ["window", "mask", "segments", "segments causal"])
-def test_flash_attention_nan_value_no_query_sees_gpu(name):
+@pytest.mark.parametrize("name", ["window", "mask", "segments", "segments causal", "block_sparse causal"])
+def test_attention_nan_value_no_query_sees_gpu(name):
     """helpers.check_unseen_nan_value on the compiled portable kernels (fp32)."""
     from helpers import check_unseen_nan_value
 

@@ -1,6 +1,6 @@
 """Where the NaN of tests/helpers._unseen_key_case's value reaches, per case, on the compiled
 portable kernels (cuda): the rows of o, dq, dk, dv holding NaN, torch then JAX. Run when
-test_gpu.py::test_flash_attention_nan_value_no_query_sees_gpu fails (all four cases failed on an
+test_gpu.py::test_attention_nan_value_no_query_sees_gpu fails (all four flash cases failed on an
 H200, 2026-12-07, reason not recorded: results NVIDIA_H200-session62-gpu-tier.txt)."""
 import sys
 

@@ -168,7 +168,7 @@ def max_l2_coarsen_bwd_kernel(
 # blocks do (keys past Nk, the causal diagonal).
 
 from ato_core.ops.flash_attention.kernels import (  # noqa: E402
-    _dq_tile, _head_base, _load_block, _load_rows, _query_tile, _store_dq, _tile_ptrs, LN2)
+    _dq_tile, _head_base, _load_block, _load_rows, _load_where, _query_tile, _seen, _store_dq, _tile_ptrs, LN2)
 
 
 @kernel(inputs=1, outputs=2)
@@ -260,23 +260,28 @@ def _masked_tail(LIST, entry_base, count, first, Nk, shift, BS: tl.constexpr, CA
 
 
 @triton.jit
-def _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, entry_base, e0, e1, offs_n, offs_m, Nk, shift, dmask, skn, svn,
-               qk_scale, BS: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+def _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, entry_base, e0, e1, offs_n, offs_m, Nq, Nk, shift, dmask, skn,
+               svn, qk_scale, BS: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
                EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr):
     """The online-softmax update over tiles [e0, e1) of a row's list; MASK: keys past Nk and
-    (CAUSAL) after a query's diagonal score -inf (without, every key is visible)."""
+    (CAUSAL) after a query's diagonal score -inf (without, every key is visible), and the values
+    of keys no query row (below Nq) sees read as 0 (flash_attention's _seen)."""
     for e in range(e0, e1):
         start_n, keys, in_k = _listed_rows(LIST, entry_base, e, offs_n, Nk, BS, BLOCK_N)
         k = _load_rows(k_ptrs + start_n.to(tl.int64) * aligned(skn, ALIGN), keys, Nk, dmask, MASK, EVEN_D)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        v_tile = v_ptrs + start_n.to(tl.int64) * aligned(svn, ALIGN)
         if MASK:
-            s = tl.where(_visible(keys, in_k, offs_m, shift, CAUSAL), s, float("-inf"))
+            visible = _visible(keys, in_k, offs_m, shift, CAUSAL)
+            s = tl.where(visible, s, float("-inf"))
+            v = _load_where(v_tile, _seen(visible, offs_m, Nq), dmask, EVEN_D)
+        else:
+            v = _load_rows(v_tile, keys, Nk, dmask, False, EVEN_D)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.math.exp2(s - m_use[:, None])
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_rows(v_ptrs + start_n.to(tl.int64) * aligned(svn, ALIGN), keys, Nk, dmask, MASK, EVEN_D)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
         m_i = m_new
     return acc, m_i, l_i
@@ -308,11 +313,11 @@ def bs_fwd_kernel(
     row = bh.to(tl.int64) * Mq + first // BS
     count = tl.load(COUNT + row)
     whole = (count - _masked_tail(LIST, row * Mk, count, first, Nk, shift, BS, CAUSAL)) * (BS // BLOCK_N)
-    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, row * Mk, 0, whole, offs_n, offs_m, Nk, shift,
-                               dmask, skn, svn, qk_scale, BS, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN)
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, row * Mk, 0, whole, offs_n, offs_m, Nq, Nk,
+                               shift, dmask, skn, svn, qk_scale, BS, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN)
     acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, row * Mk, whole, count * (BS // BLOCK_N),
-                               offs_n, offs_m, Nk, shift, dmask, skn, svn, qk_scale, BS, BLOCK_N, True, CAUSAL, EVEN_D,
-                               PRECISION, ALIGN)
+                               offs_n, offs_m, Nq, Nk, shift, dmask, skn, svn, qk_scale, BS, BLOCK_N, True, CAUSAL,
+                               EVEN_D, PRECISION, ALIGN)
     empty = l_i == 0.0
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2)
@@ -362,13 +367,15 @@ def bs_bwd_dkdv_kernel(
             lse2 = tl.load(LSE2 + rows_base + rows, mask=in_q, other=float("inf"))
             sT = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
             pT = tl.math.exp2(sT - lse2[None, :])
+            visible = in_q[None, :] & (offs_n < Nk)[:, None]
             if CAUSAL:
-                pT = tl.where(offs_n[:, None] <= rows[None, :] + shift, pT, 0.0)
+                visible = visible & (offs_n[:, None] <= rows[None, :] + shift)
+                pT = tl.where(visible, pT, 0.0)
             do = _rows_at(do_ptrs, start_m, in_q, dmask, sdn, ALIGN)
             dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PRECISION)
             dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
             delta = tl.load(DELTA + rows_base + rows, mask=in_q, other=0.0)
-            dsT = pT * (dpT - delta[None, :])
+            dsT = tl.where(visible, pT * (dpT - delta[None, :]), 0.0)  # (p = 0 times a NaN value's dp is NaN)
             dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=PRECISION)
     smask = (offs_n < Nk)[:, None] & dmask[None, :]
     dk_ptrs = _tile_ptrs(_head_base(DK, b, hk, sgkb, sgkh, ALIGN), first, offs_c, offs_d, sgkn, sgkd, ALIGN)
@@ -389,9 +396,12 @@ def _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, LIST, entry_base, e0, e1, 
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         p = tl.math.exp2(s - lse2[:, None])
         if MASK:
-            p = tl.where(_visible(keys, in_k, offs_m, shift, CAUSAL), p, 0.0)
+            visible = _visible(keys, in_k, offs_m, shift, CAUSAL)
+            p = tl.where(visible, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
+        if MASK:  # (p = 0 times a NaN value's dp is NaN)
+            ds = tl.where(visible, ds, 0.0)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
     return dq
 
