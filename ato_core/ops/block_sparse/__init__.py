@@ -72,7 +72,8 @@ def block_sparse_attention(q, k, v, block_mask, *, block_size=64, causal=False, 
 
     Returns: o [B, Hq, Nq, D] (or [B, Nq, Hq, D]) in q's dtype, or (o, lse). A query that sees no key (every block
       of its row masked) gets zeros and lse -inf. With an all-true mask it equals
-      flash_attention. Differentiable in q, k and v (through lse too).
+      flash_attention. Differentiable in q, k and v (through lse too). A NaN among the values
+      of keys a tile's queries do not see: as flash_attention.
     """
     checks.check_bool("return_lse", return_lse)
     checks.check_choice("layout", layout, LAYOUTS)
