@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_runtest_logreport(report):
     """With ATO_FAILURE_LOG set (benchmarks/tools/gpu_tier_sharded.sh): each failure's test and
-    its last "E" line appended to that file as it happens, so that a shard stopped by a timeout
+    its first "E" line appended to that file as it happens, so that a shard stopped by a timeout
     (before pytest's own summary) still says why."""
     import os
 

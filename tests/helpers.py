@@ -200,57 +200,39 @@ UNSEEN_KEY_CASES = ("window", "mask", "segments", "segments causal", "block_spar
 
 
 def _unseen_key_case(name):
-    """(op, q, k, v, kwargs, key): fp32 inputs (the portable kernels) in which no query sees key
+    """(case, inputs, key): fp32 inputs (the portable kernels) in which no query sees key
     ``key``, whose value holds a NaN."""
-    rng = np.random.default_rng(0)
-    nq, nk = {"window": (9, 28), "block_sparse causal": (48, 50)}.get(name, (40, 40))
-    q = rng.standard_normal((1, 1, nq, 16)).astype(np.float32)
-    k, v = (rng.standard_normal((1, 1, nk, 16)).astype(np.float32) for _ in range(2))
-    op = "flash_attention"
-    if name == "block_sparse causal":  # key 26 (block 1): past query block 0's diagonal, blocks 1, 2 drop it
+    from ato_core.ops.block_sparse.cases import bs_case
+    from ato_core.ops.flash_attention.cases import fa_case
+
+    if name == "window":  # query i sees keys [i + 5, i + 19]: none sees keys 0-4
+        case, key, given = fa_case(1, 1, 1, 9, 28, 16, causal=True, window=(14, 13)), 2, {}
+    elif name == "mask":  # key 3 masked for every query
+        mask = np.ones((40, 40), bool)
+        mask[:, 3] = False
+        case, key, given = fa_case(1, 1, 1, 40, 40, 16, mask="pairs"), 3, {"mask": mask}
+    elif name == "block_sparse causal":  # key 26 (block 1): past query block 0's diagonal, blocks 1, 2 drop it
         block_mask = np.ones((1, 1, 3, 4), bool)
         block_mask[0, 0, 1:, 1] = False
-        op, key, kwargs = "block_sparse_attention", 26, {"block_mask": block_mask, "block_size": 16, "causal": True}
-    elif name == "window":  # query i sees keys [i + 5, i + 19]: none sees keys 0-4
-        key, kwargs = 2, {"causal": True, "window_size": (14, 13)}
-    elif name == "mask":  # key 3 masked for every query
-        mask = np.ones((nq, nk), bool)
-        mask[:, 3] = False
-        key, kwargs = 3, {"mask": mask}
+        case, key, given = bs_case(1, 1, 1, 48, 50, 16, 16, causal=True), 26, {"block_mask": block_mask}
     else:  # key 3 alone in segment 2, which no query is in
-        q_seg = np.repeat([[0, 1]], [10, 30], axis=1).astype(np.int32)
+        q_seg = np.repeat([[0, 1]], [10, 30], axis=1)
         kv_seg = q_seg.copy()
         kv_seg[0, 3] = 2
-        key, kwargs = 3, {"segment_ids": (q_seg, kv_seg), "causal": name == "segments causal"}
-    v[0, 0, key, 5] = np.nan
-    return op, q, k, v, kwargs, key
+        case = fa_case(1, 1, 1, 40, 40, 16, causal=name == "segments causal", segments=3)
+        key, given = 3, {"q_segment_ids": q_seg, "kv_segment_ids": kv_seg}
+    inputs = h.make_inputs(case)
+    for n, a in given.items():
+        inputs[n] = a.astype(inputs[n].dtype)
+    inputs["v"][0, 0, key, 5] = np.nan
+    return case, inputs, key
 
 
 def unseen_nan_results(name, device):
-    """(key, torch's, JAX's) results of UNSEEN_KEY_CASES ``name`` on ``device``: {"o", "dq",
-    "dk", "dv"} as NumPy arrays, the gradients those of sum(o)."""
-    import jax
-    import jax.numpy as jnp
-    import torch
-
-    import ato_jax
-    import ato_torch
-
-    op, q, k, v, kwargs, key = _unseen_key_case(name)
-
-    def arrays(convert):  # kwargs with their arrays converted
-        def one(a):
-            return tuple(map(one, a)) if isinstance(a, tuple) else convert(a) if isinstance(a, np.ndarray) else a
-        return {n: one(a) for n, a in kwargs.items()}
-
-    ts = [torch.from_numpy(x).to(device).requires_grad_() for x in (q, k, v)]
-    o_t = getattr(ato_torch, op)(*ts, **arrays(lambda a: torch.from_numpy(a).to(device)))
-    o_t.sum().backward()
-    t = {"o": o_t.detach().cpu().numpy(), **{f"d{n}": x.grad.cpu().numpy() for n, x in zip("qkv", ts)}}
-    jkw = arrays(jnp.asarray)
-    o_j, vjp = jax.vjp(lambda *a: getattr(ato_jax, op)(*a, **jkw), *map(jnp.asarray, (q, k, v)))
-    j = {"o": np.asarray(o_j), **{f"d{n}": np.asarray(g) for n, g in zip("qkv", vjp(jnp.ones_like(o_j)))}}
-    return key, t, j
+    """(key, torch's, JAX's) results (ato_cli.harness.Result) of UNSEEN_KEY_CASES ``name``, torch's
+    on ``device``."""
+    case, inputs, key = _unseen_key_case(name)
+    return key, h.run_torch(case, inputs, device), h.run_jax(case, inputs)
 
 
 def check_unseen_nan_value(name, device):
@@ -258,12 +240,11 @@ def check_unseen_nan_value(name, device):
     output and no gradient, as in the math, which never reads it (the kernels read such values
     as 0 in the tiles they visit); dk and dv of that key are 0; torch and JAX bitwise equal."""
     key, t, j = unseen_nan_results(name, device)
-    for what, a in t.items():
+    for what, a in [(f"output {i}", o) for i, o in enumerate(t.outputs)] + [(f"d{n}", g) for n, g in t.grads.items()]:
         assert np.isfinite(a).all(), f"{name}: torch {what} has {np.isnan(a).sum()} NaN"
-    for what in ("dk", "dv"):
-        assert not t[what][0, 0, key].any(), f"{name}: {what} of the unseen key is not 0"
-    for what, a in j.items():
-        np.testing.assert_array_equal(a, t[what], err_msg=f"{name}: jax {what}")
+    for n in ("k", "v"):
+        assert not t.grads[n][0, 0, key].any(), f"{name}: d{n} of the unseen key is not 0"
+    assert h.bitwise_equal(t, j), f"{name}: torch and JAX differ"
 
 
 

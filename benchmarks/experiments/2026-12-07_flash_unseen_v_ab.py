@@ -15,6 +15,8 @@ from triton.testing import do_bench
 sys.path.insert(0, "benchmarks/tools")
 from ab import alternate, load  # noqa: E402
 
+from ato_cli.bench import _torch_fwd_bwd  # noqa: E402
+
 old, new = load(sys.argv[1]), load(sys.argv[2])
 B, H, N, D = 4, 32, 4096, 128
 g = torch.Generator(device="cuda").manual_seed(0)
@@ -32,13 +34,7 @@ def fwd(mod, x, kw):
 
 
 def fwd_bwd(mod, x, kw):
-    leaves = [t.detach().requires_grad_() for t in x[:3]]
-
-    def run():
-        for t in leaves:
-            t.grad = None
-        mod.flash_attention(*leaves, **kw).backward(x[3])
-    return run
+    return _torch_fwd_bwd(lambda a, b, c: mod.flash_attention(a, b, c, **kw), x[:3], x[3])
 
 
 fns = {}

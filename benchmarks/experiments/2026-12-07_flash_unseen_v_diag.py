@@ -12,5 +12,6 @@ from helpers import UNSEEN_KEY_CASES, unseen_nan_results  # noqa: E402
 for name in UNSEEN_KEY_CASES:
     key, *results = unseen_nan_results(name, "cuda")
     for framework, res in zip(("torch", "jax"), results):
-        rows = {what: np.isnan(a[0, 0]).any(-1).nonzero()[0].tolist() for what, a in res.items()}
+        arrays = {"o": res.outputs[0], "lse": res.outputs[1][..., None], **{f"d{n}": g for n, g in res.grads.items()}}
+        rows = {what: np.isnan(a[0, 0]).any(-1).nonzero()[0].tolist() for what, a in arrays.items()}
         print(name, f"(key {key})", framework, "NaN rows:", rows)
