@@ -168,7 +168,8 @@ def max_l2_coarsen_bwd_kernel(
 # blocks do (keys past Nk, the causal diagonal).
 
 from ato_core.ops.flash_attention.kernels import (  # noqa: E402
-    _dq_tile, _head_base, _load_block, _load_rows, _load_where, _query_tile, _seen, _store_dq, _tile_ptrs, LN2)
+    _dq_tile, _head_base, _load_block, _load_rows, _load_where, _query_tile, _seen_keys, _store_dq, _tile_ptrs,
+    LN2)
 
 
 @kernel(inputs=1, outputs=2)
@@ -260,23 +261,24 @@ def _masked_tail(LIST, entry_base, count, first, Nk, shift, BS: tl.constexpr, CA
 
 
 @triton.jit
-def _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, entry_base, e0, e1, offs_n, offs_m, Nq, Nk, shift, dmask, skn,
-               svn, qk_scale, BS: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+def _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, entry_base, e0, e1, offs_n, offs_m, seen_hi, Nk, shift, dmask,
+               skn, svn, qk_scale, BS: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
                EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr):
     """The online-softmax update over tiles [e0, e1) of a row's list; MASK: keys past Nk and
     (CAUSAL) after a query's diagonal score -inf (without, every key is visible), and the values
-    of keys no query row (below Nq) sees read as 0 (flash_attention's _seen)."""
+    of keys below seen_hi alone read (no query row of the tile sees the others: flash_attention's
+    _seen_keys)."""
     for e in range(e0, e1):
         start_n, keys, in_k = _listed_rows(LIST, entry_base, e, offs_n, Nk, BS, BLOCK_N)
         k = _load_rows(k_ptrs + start_n.to(tl.int64) * aligned(skn, ALIGN), keys, Nk, dmask, MASK, EVEN_D)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         v_tile = v_ptrs + start_n.to(tl.int64) * aligned(svn, ALIGN)
         if MASK:
-            visible = _visible(keys, in_k, offs_m, shift, CAUSAL)
-            s = tl.where(visible, s, float("-inf"))
-            v = _load_where(v_tile, _seen(visible, offs_m, Nq), dmask, EVEN_D)
+            v = _load_where(v_tile, keys < seen_hi, dmask, EVEN_D)
         else:
             v = _load_rows(v_tile, keys, Nk, dmask, False, EVEN_D)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        if MASK:
+            s = tl.where(_visible(keys, in_k, offs_m, shift, CAUSAL), s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.math.exp2(s - m_use[:, None])
@@ -313,10 +315,12 @@ def bs_fwd_kernel(
     row = bh.to(tl.int64) * Mq + first // BS
     count = tl.load(COUNT + row)
     whole = (count - _masked_tail(LIST, row * Mk, count, first, Nk, shift, BS, CAUSAL)) * (BS // BLOCK_N)
-    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, row * Mk, 0, whole, offs_n, offs_m, Nq, Nk,
-                               shift, dmask, skn, svn, qk_scale, BS, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN)
+    _, seen_hi = _seen_keys(first, BLOCK_M, Nq, Nk, shift, shift, CAUSAL, False)
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, row * Mk, 0, whole, offs_n, offs_m, seen_hi,
+                               Nk, shift, dmask, skn, svn, qk_scale, BS, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION,
+                               ALIGN)
     acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_ptrs, v_ptrs, LIST, row * Mk, whole, count * (BS // BLOCK_N),
-                               offs_n, offs_m, Nq, Nk, shift, dmask, skn, svn, qk_scale, BS, BLOCK_N, True, CAUSAL,
+                               offs_n, offs_m, seen_hi, Nk, shift, dmask, skn, svn, qk_scale, BS, BLOCK_N, True, CAUSAL,
                                EVEN_D, PRECISION, ALIGN)
     empty = l_i == 0.0
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
@@ -355,6 +359,15 @@ def bs_bwd_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, BD], tl.float32)
     dv = tl.zeros([BLOCK_N, BD], tl.float32)
     shift = Nk - Nq
+    if CAUSAL:  # keys past the diagonal of every query that keeps their block (of any of the G heads, which dk
+        # sums): no query sees them, so their values read as 0 (p = 0 times a NaN value's dp is NaN)
+        seen_hi = 0
+        for g in range(0, G):
+            col = (b * Hkv * G + hk * G + g) * Mk + first // BS
+            count = tl.load(COUNT + col)
+            last = tl.load(LIST + col * Mq + tl.maximum(count - 1, 0))  # the column lists are in order
+            seen_hi = tl.maximum(seen_hi, tl.where(count > 0, tl.minimum((last + 1) * BS, Nq) + shift, 0))
+        v = tl.where((offs_n < seen_hi)[:, None], v, 0.0)
     for g in range(0, G):
         hq = hk * G + g
         q_ptrs = _tile_ptrs(_head_base(Q, b, hq, sqb, sqh, ALIGN), 0, offs_r, offs_d, sqn, sqd, ALIGN)
@@ -367,15 +380,13 @@ def bs_bwd_dkdv_kernel(
             lse2 = tl.load(LSE2 + rows_base + rows, mask=in_q, other=float("inf"))
             sT = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale
             pT = tl.math.exp2(sT - lse2[None, :])
-            visible = in_q[None, :] & (offs_n < Nk)[:, None]
             if CAUSAL:
-                visible = visible & (offs_n[:, None] <= rows[None, :] + shift)
-                pT = tl.where(visible, pT, 0.0)
+                pT = tl.where(offs_n[:, None] <= rows[None, :] + shift, pT, 0.0)
             do = _rows_at(do_ptrs, start_m, in_q, dmask, sdn, ALIGN)
             dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PRECISION)
             dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
             delta = tl.load(DELTA + rows_base + rows, mask=in_q, other=0.0)
-            dsT = tl.where(visible, pT * (dpT - delta[None, :]), 0.0)  # (p = 0 times a NaN value's dp is NaN)
+            dsT = pT * (dpT - delta[None, :])
             dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=PRECISION)
     smask = (offs_n < Nk)[:, None] & dmask[None, :]
     dk_ptrs = _tile_ptrs(_head_base(DK, b, hk, sgkb, sgkh, ALIGN), first, offs_c, offs_d, sgkn, sgkd, ALIGN)
@@ -385,23 +396,24 @@ def bs_bwd_dkdv_kernel(
 
 
 @triton.jit
-def _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, LIST, entry_base, e0, e1, offs_n, offs_m, Nk, shift, dmask, skn,
-              svn, qk_scale, BS: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
-              EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr):
+def _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, LIST, entry_base, e0, e1, offs_n, offs_m, seen_hi, Nk, shift,
+              dmask, skn, svn, qk_scale, BS: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+              CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr):
     """dq over tiles [e0, e1) of a row's list, masked as in _fwd_tiles."""
     for e in range(e0, e1):
         start_n, keys, in_k = _listed_rows(LIST, entry_base, e, offs_n, Nk, BS, BLOCK_N)
         k = _load_rows(k_ptrs + start_n.to(tl.int64) * aligned(skn, ALIGN), keys, Nk, dmask, MASK, EVEN_D)
-        v = _load_rows(v_ptrs + start_n.to(tl.int64) * aligned(svn, ALIGN), keys, Nk, dmask, MASK, EVEN_D)
+        v_tile = v_ptrs + start_n.to(tl.int64) * aligned(svn, ALIGN)
+        if MASK:
+            v = _load_where(v_tile, keys < seen_hi, dmask, EVEN_D)
+        else:
+            v = _load_rows(v_tile, keys, Nk, dmask, False, EVEN_D)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         p = tl.math.exp2(s - lse2[:, None])
         if MASK:
-            visible = _visible(keys, in_k, offs_m, shift, CAUSAL)
-            p = tl.where(visible, p, 0.0)
+            p = tl.where(_visible(keys, in_k, offs_m, shift, CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
-        if MASK:  # (p = 0 times a NaN value's dp is NaN)
-            ds = tl.where(visible, ds, 0.0)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
     return dq
 
@@ -425,10 +437,12 @@ def bs_bwd_dq_kernel(
     row = bh.to(tl.int64) * Mq + first // BS
     count = tl.load(COUNT + row)
     whole = (count - _masked_tail(LIST, row * Mk, count, first, Nk, shift, BS, CAUSAL)) * (BS // BLOCK_N)
-    dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, LIST, row * Mk, 0, whole, offs_n, offs_m, Nk, shift, dmask,
-                   skn, svn, qk_scale, BS, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN)
+    _, seen_hi = _seen_keys(first, BLOCK_M, Nq, Nk, shift, shift, CAUSAL, False)
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, LIST, row * Mk, 0, whole, offs_n, offs_m, seen_hi, Nk, shift,
+                   dmask, skn, svn, qk_scale, BS, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN)
     dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, LIST, row * Mk, whole, count * (BS // BLOCK_N), offs_n,
-                   offs_m, Nk, shift, dmask, skn, svn, qk_scale, BS, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN)
+                   offs_m, seen_hi, Nk, shift, dmask, skn, svn, qk_scale, BS, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION,
+                   ALIGN)
     _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd, ALIGN)
 
 

@@ -100,6 +100,32 @@ def _seen(visible, rows, q_len):
 
 
 @triton.jit
+def _seen_keys(first, n_rows, q_len, kv_len, lo_shift, hi_shift, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """[lo, hi): the keys that the band and kv_len let some query row of [first, first + n_rows)
+    below q_len see (each row's band is an interval one key past the previous row's, so their
+    union is one). Scalars: a V load masked by them still pipelines, where _seen (a reduction
+    over the tile, which a mask or segment ids need) does not."""
+    lo = 0
+    hi = kv_len
+    if CAUSAL or WINDOW:
+        hi = tl.minimum(tl.minimum(first + n_rows, q_len) + hi_shift, kv_len)
+    if WINDOW:
+        lo = first + lo_shift
+    return lo, hi
+
+
+@triton.jit
+def _seen_values(v_ptrs, keys, seen_lo, seen_hi, visible, rows, q_len, dmask, EVEN_D: tl.constexpr,
+                 PER_PAIR: tl.constexpr):
+    """A masked tile's values: those of keys outside [seen_lo, seen_hi) (_seen_keys) and, with
+    PER_PAIR (a mask or segment ids), of keys no row sees (_seen) read as 0."""
+    seen = (keys >= seen_lo) & (keys < seen_hi)
+    if PER_PAIR:
+        seen = seen & _seen(visible, rows, q_len)
+    return _load_where(v_ptrs, seen, dmask, EVEN_D)
+
+
+@triton.jit
 def _head_base(X, b, h, sb, sh, ALIGN: tl.constexpr):
     return X + b * aligned(sb, ALIGN) + h * aligned(sh, ALIGN)
 
@@ -273,16 +299,17 @@ def _dropout_keep(seed, bh, row0, col0, thr, R: tl.constexpr, C: tl.constexpr):
 @triton.jit
 def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len, shift, lo_shift, hi_shift, dmask,
                 qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BIAS, AMASK, sbi, sbj, smi,
-                smj, Nq, q_len, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr,
-                SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
+                smj, Nq, q_len, seen_lo, seen_hi, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+                CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+                WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, SEGMENTS: tl.constexpr,
+                HAS_BIAS: tl.constexpr = False,
                 HAS_MASK: tl.constexpr = False, seed=0, bh=0, row0=0, DROP_THR: tl.constexpr = 0,
                 DROPOUT: tl.constexpr = False):
     """Key blocks [start, end): the online-softmax update. With MASK, keys past kv_len, those
     outside each query's band, (SEGMENTS) segment and (HAS_MASK) mask score -inf; a row with
     no visible key so far keeps m = -inf, and its p and rescale factor come out 0 rather than
-    NaN; the values of keys no query row (below q_len) sees read as 0 (_seen). HAS_BIAS (only
-    with MASK): the bias added (_pair_terms)."""
+    NaN; the values of keys no query row sees read as 0 (_seen_values). HAS_BIAS (only with
+    MASK): the bias added (_pair_terms)."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs += tl.cast(start, tl.int64) * aligned(skn, ALIGN)
     v_ptrs += tl.cast(start, tl.int64) * aligned(svn, ALIGN)
@@ -301,7 +328,8 @@ def _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len
             s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            v = _load_where(v_ptrs, _seen(visible, offs_m, q_len), dmask, EVEN_D)
+            v = _seen_values(v_ptrs, keys, seen_lo, seen_hi, visible, offs_m, q_len, dmask, EVEN_D,
+                             SEGMENTS or HAS_MASK)
         else:
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = m_new
@@ -586,22 +614,23 @@ def fa_fwd_kernel(
     seed = dropout_seed(SEED, seed, SEED_WORDS)
     bias_h = BIAS + b * sbb + hq * sbh
     mask_h = AMASK + b * smb + hq * smh
+    seen_lo, seen_hi = _seen_keys(first, BLOCK_M, q_len, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW)
     if WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
         acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift,
                                     lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb,
-                                    sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, q_len, BLOCK_N, True,
-                                    CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
-                                    HAS_MASK, seed, bh, first, DROP_THR, DROPOUT)
+                                    sksn, skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, q_len, seen_lo, seen_hi,
+                                    BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS,
+                                    HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROPOUT)
     acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, full_start, full_end, Nk, kv_len, shift,
                                 lo_shift, hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn,
-                                skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, q_len, BLOCK_N, False, CAUSAL, EVEN_D,
-                                PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first,
-                                DROP_THR, DROPOUT)
+                                skn, svn, bias_h, mask_h, sbi, sbj, smi, smj, Nq, q_len, seen_lo, seen_hi, BLOCK_N,
+                                False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS,
+                                HAS_MASK, seed, bh, first, DROP_THR, DROPOUT)
     acc, m_i, l_i = _fwd_blocks(acc, m_i, l_i, q, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, kv_len, shift, lo_shift,
                                 hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn,
-                                bias_h, mask_h, sbi, sbj, smi, smj, Nq, q_len, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION,
-                                ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR,
-                                DROPOUT)
+                                bias_h, mask_h, sbi, sbj, smi, smj, Nq, q_len, seen_lo, seen_hi, BLOCK_N, True, CAUSAL,
+                                EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed,
+                                bh, first, DROP_THR, DROPOUT)
     empty = l_i == 0.0
     if Q_LENS:
         empty = empty | (offs_m >= q_len)
@@ -698,7 +727,9 @@ def _dkdv_tile(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start_m, Nq, 
         delta = tl.load(DELTA + rows)
     dsT = pT * (dpT - delta[None, :])
     if MASK:
-        if CAUSAL or WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:  # (p = 0 times a NaN value's dp is NaN)
+        # p = 0 times a NaN value's dp is NaN: the kernel reads the values of keys that no query sees
+        # by the band as 0, and with a mask or segment ids ds is 0 outside the visible pairs
+        if SEGMENTS or HAS_MASK:
             dsT = tl.where(visible, dsT, 0.0)
     if SOFTCAP:
         dsT = dsT * (1.0 - tT * tT)
@@ -832,6 +863,8 @@ def fa_bwd_dkdv_kernel(
                     ALIGN)
     v = _load_block(V, b, hk, svb, svh, svn, svd, k_row0 + first, offs_c, k_row0 + kv_len, offs_d, dmask, EVEN_D,
                     ALIGN)
+    if WINDOW:  # keys before the first query's band: no query sees them (_dkdv_tile)
+        v = tl.where((offs_n >= lo_shift)[:, None], v, 0.0)
     kseg = _segment_ids(KSEG, b, sksb, sksn, offs_n, Nk, -1, SEGMENTS)
     dk = tl.zeros([BLOCK_N, BD], tl.float32)
     dv = tl.zeros([BLOCK_N, BD], tl.float32)
@@ -906,20 +939,24 @@ def fa_bwd_dkdv_kernel(
 @triton.jit
 def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len, shift, lo_shift, hi_shift,
                dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BIAS, AMASK, sbi, sbj,
-               smi, smj, Nq, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-               PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
-               ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
+               smi, smj, Nq, seen_lo, seen_hi, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+               EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr,
+               SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
                HAS_MASK: tl.constexpr = False, seed=0, bh=0, row0=0, DROP_THR: tl.constexpr = 0,
-               DROP_SCALE: tl.constexpr = 1.0,
-               DROPOUT: tl.constexpr = False):
-    """Key blocks [start, end) into dq of one query block (unscaled); MASK as _fwd_blocks."""
+               DROP_SCALE: tl.constexpr = 1.0, DROPOUT: tl.constexpr = False):
+    """Key blocks [start, end) into dq of one query block (unscaled); MASK as _fwd_blocks (the
+    values of keys outside [seen_lo, seen_hi) read as 0; with a mask or segment ids ds is 0
+    outside the visible pairs), so that p = 0 never meets a NaN value's dp."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs += tl.cast(start, tl.int64) * aligned(skn, ALIGN)
     v_ptrs += tl.cast(start, tl.int64) * aligned(svn, ALIGN)
     for start_n in range(start, end, BLOCK_N):
         keys = start_n + offs_n
         k = _load_rows(k_ptrs, keys, kv_len, dmask, MASK, EVEN_D)
-        v = _load_rows(v_ptrs, keys, kv_len, dmask, MASK, EVEN_D)
+        if MASK:
+            v = _load_where(v_ptrs, (keys >= seen_lo) & (keys < seen_hi), dmask, EVEN_D)
+        else:
+            v = _load_rows(v_ptrs, keys, kv_len, dmask, False, EVEN_D)
         s = _dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), PRECISION)
         s, t = _scores(s, offs_m[:, None] + shift, keys[None, :], qk_scale, cap_in, cap_out, slope2, SOFTCAP, ALIBI)
         if MASK:
@@ -937,8 +974,9 @@ def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, k
             keep = _dropout_keep(seed, bh, row0, start_n, DROP_THR, q.shape[0], BLOCK_N)
             dp = tl.where(keep, dp * DROP_SCALE, 0.0)
         ds = p * (dp - delta[:, None])
-        if MASK:  # (p = 0 times a NaN value's dp is NaN)
-            ds = tl.where(visible, ds, 0.0)
+        if MASK:
+            if SEGMENTS or HAS_MASK:
+                ds = tl.where(visible, ds, 0.0)
         if SOFTCAP:
             ds = ds * (1.0 - t * t)
         dq = _dot(ds.to(k.dtype), k, dq, PRECISION)
@@ -1019,19 +1057,23 @@ def fa_bwd_dq_kernel(
     seed = dropout_seed(SEED, seed, SEED_WORDS)
     bias_h = BIAS + b * sbb + hq * sbh
     mask_h = AMASK + b * smb + hq * smh
+    seen_lo, seen_hi = _seen_keys(first, BLOCK_M, q_len, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW)
     if WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
         dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift, lo_shift,
                         hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h,
-                        mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW,
-                        SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE, DROPOUT)
+                        mask_h, sbi, sbj, smi, smj, Nq, seen_lo, seen_hi, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION,
+                        ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR,
+                        DROP_SCALE, DROPOUT)
     dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_start, full_end, Nk, kv_len, shift, lo_shift,
                     hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h,
-                    mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                    ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE, DROPOUT)
+                    mask_h, sbi, sbj, smi, smj, Nq, seen_lo, seen_hi, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN,
+                    WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE,
+                    DROPOUT)
     dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, kv_len, shift, lo_shift,
                     hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h,
-                    mask_h, sbi, sbj, smi, smj, Nq, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP,
-                    ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE, DROPOUT)
+                    mask_h, sbi, sbj, smi, smj, Nq, seen_lo, seen_hi, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN,
+                    WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE,
+                    DROPOUT)
     if Q_LENS:
         dq = tl.where((offs_m < q_len)[:, None], dq, 0.0)
     _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd, ALIGN, q_row0)
