@@ -196,7 +196,7 @@ def compare_special(what, a, ref, tol, floor, nan_anywhere=False, nan_any=False,
     err = h.rel_err(a[fin], ref[fin], floor)
     assert err < tol, f"{what}: {err:.3g} >= {tol} over the finite entries"
 
-UNSEEN_KEY_CASES = ("window", "mask", "segments", "segments causal", "block_sparse causal")
+UNSEEN_KEY_CASES = ("window", "mask", "mask q_lengths", "segments", "segments causal", "block_sparse causal")
 
 
 def _unseen_key_case(name):
@@ -211,6 +211,11 @@ def _unseen_key_case(name):
         mask = np.ones((40, 40), bool)
         mask[:, 3] = False
         case, key, given = fa_case(1, 1, 1, 40, 40, 16, mask="pairs"), 3, {"mask": mask}
+    elif name == "mask q_lengths":  # key 3 seen only by rows 30-39, past q_lengths (30)
+        mask = np.ones((40, 40), bool)
+        mask[:30, 3] = False
+        case = fa_case(1, 1, 1, 40, 40, 16, mask="pairs", lengths="q")
+        key, given = 3, {"mask": mask, "q_lengths": np.array([30])}
     elif name == "block_sparse causal":  # key 26 (block 1): past query block 0's diagonal, blocks 1, 2 drop it
         block_mask = np.ones((1, 1, 3, 4), bool)
         block_mask[0, 0, 1:, 1] = False
@@ -230,22 +235,27 @@ def _unseen_key_case(name):
 
 def unseen_nan_results(name, device):
     """(key, torch's, JAX's) results (ato_cli.harness.Result) of UNSEEN_KEY_CASES ``name``, torch's
-    on ``device``."""
+    on ``device``, and the number of query rows below q_lengths (all without)."""
     case, inputs, key = _unseen_key_case(name)
-    return key, h.run_torch(case, inputs, device), h.run_jax(case, inputs)
+    q_len = int(inputs["q_lengths"][0]) if "q_lengths" in inputs else inputs["q"].shape[2]
+    return key, h.run_torch(case, inputs, device), h.run_jax(case, inputs), q_len
 
 
 def check_unseen_nan_value(name, device):
     """A NaN among the values of a key no query sees (UNSEEN_KEY_CASES ``name``) reaches no
     output and no gradient, as in the math, which never reads it (the kernels read such values
-    as 0 in the tiles they visit); dk and dv of that key are 0; torch and JAX bitwise equal."""
-    key, t, j = unseen_nan_results(name, device)
-    for what, a in [(f"output {i}", o) for i, o in enumerate(t.outputs)] + [(f"d{n}", g) for n, g in t.grads.items()]:
+    as 0 in the tiles they visit); dk and dv of that key are 0; torch and JAX bitwise equal.
+    Every output and gradient is finite but lse (output 1) past q_lengths, which is -inf."""
+    key, t, j, q_len = unseen_nan_results(name, device)
+    lse = t.outputs[1]
+    assert np.isneginf(lse[..., q_len:]).all(), f"{name}: lse past q_lengths is not -inf"
+    lse = lse[..., :q_len]
+    arrays = [("output 0", t.outputs[0]), ("output 1", lse)] + [(f"d{n}", g) for n, g in t.grads.items()]
+    for what, a in arrays:
         assert np.isfinite(a).all(), f"{name}: torch {what} has {np.isnan(a).sum()} NaN"
     for n in ("k", "v"):
         assert not t.grads[n][0, 0, key].any(), f"{name}: d{n} of the unseen key is not 0"
     assert h.bitwise_equal(t, j), f"{name}: torch and JAX differ"
-
 
 
 @triton.jit

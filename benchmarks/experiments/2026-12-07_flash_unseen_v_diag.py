@@ -10,7 +10,7 @@ sys.path.insert(0, "tests")  # run from the repository root on the GPU machine
 from helpers import UNSEEN_KEY_CASES, unseen_nan_results  # noqa: E402
 
 for name in UNSEEN_KEY_CASES:
-    key, *results = unseen_nan_results(name, "cuda")
+    key, *results, _ = unseen_nan_results(name, "cuda")
     for framework, res in zip(("torch", "jax"), results):
         arrays = {"o": res.outputs[0], "lse": res.outputs[1][..., None], **{f"d{n}": g for n, g in res.grads.items()}}
         rows = {what: np.isnan(a[0, 0]).any(-1).nonzero()[0].tolist() for what, a in arrays.items()}

@@ -728,9 +728,10 @@ def _dkdv_tile(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start_m, Nq, 
     dsT = pT * (dpT - delta[None, :])
     if MASK:
         # p = 0 times a NaN value's dp is NaN: the kernel reads the values of keys that no query sees
-        # by the band as 0, and with a mask or segment ids ds is 0 outside the visible pairs
+        # by the band as 0, and with a mask or segment ids ds is 0 outside the visible pairs of the
+        # rows below q_len (a padded row's do is 0, but its dp is not where the value is NaN)
         if SEGMENTS or HAS_MASK:
-            dsT = tl.where(visible, dsT, 0.0)
+            dsT = tl.where(visible & (rows < q_len)[None, :], dsT, 0.0)
     if SOFTCAP:
         dsT = dsT * (1.0 - tT * tT)
     dk = _dot(dsT.to(q.dtype), q, dk, PRECISION)
