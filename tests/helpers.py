@@ -200,8 +200,8 @@ UNSEEN_KEY_CASES = ("window", "mask", "mask q_lengths", "segments", "segments ca
 
 
 def _unseen_key_case(name):
-    """(case, inputs, key): fp32 inputs (the portable kernels) in which no query sees key
-    ``key``, whose value holds a NaN."""
+    """(case, inputs, key): fp32 inputs (the portable kernels) in which no query sees key ``key``,
+    whose key and value hold a NaN (with q_lengths, so does a padded query)."""
     from ato_core.ops.block_sparse.cases import bs_case
     from ato_core.ops.flash_attention.cases import fa_case
 
@@ -229,7 +229,10 @@ def _unseen_key_case(name):
     inputs = h.make_inputs(case)
     for n, a in given.items():
         inputs[n] = a.astype(inputs[n].dtype)
+    inputs["k"][0, 0, key, 7] = np.nan
     inputs["v"][0, 0, key, 5] = np.nan
+    if "q_lengths" in given:
+        inputs["q"][0, 0, -1, 2] = np.nan
     return case, inputs, key
 
 
@@ -242,9 +245,10 @@ def unseen_nan_results(name, device):
 
 
 def check_unseen_nan_value(name, device):
-    """A NaN among the values of a key no query sees (UNSEEN_KEY_CASES ``name``) reaches no
-    output and no gradient, as in the math, which never reads it (the kernels read such values
-    as 0 in the tiles they visit); dk and dv of that key are 0; torch and JAX bitwise equal.
+    """A NaN in the key and the value of a key no query sees (UNSEEN_KEY_CASES ``name``) and in
+    a padded query reaches no output and no gradient, as in the math, which never reads them (the
+    kernels read such keys and values as 0 in the tiles they visit, where a zero weight would
+    meet them: 0 * NaN); dk and dv of that key are 0; torch and JAX bitwise equal.
     Every output and gradient is finite but lse (output 1) past q_lengths, which is -inf."""
     key, t, j, q_len = unseen_nan_results(name, device)
     lse = t.outputs[1]

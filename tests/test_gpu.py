@@ -29,7 +29,7 @@ from ato_core.ops.swiglu.cases import swiglu_case
 from ato_core.testing import In
 
 import test_block_layers
-from helpers import cases_of, declared, first_cases
+from helpers import UNSEEN_KEY_CASES, cases_of, declared, first_cases
 import test_empty
 import test_flash_attention_dropout
 import test_float64
@@ -1187,7 +1187,7 @@ def test_nan_propagates_gpu(i):
     check_special(case, inputs, "cuda", masked=causal_masked(case))
 
 
-@pytest.mark.parametrize("name", ["window", "mask", "segments", "segments causal", "block_sparse causal"])
+@pytest.mark.parametrize("name", UNSEEN_KEY_CASES)
 def test_attention_nan_value_no_query_sees_gpu(name):
     """helpers.check_unseen_nan_value on the compiled portable kernels (fp32)."""
     from helpers import check_unseen_nan_value

@@ -402,11 +402,13 @@ def _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, LIST, entry_base, e0, e1, 
     """dq over tiles [e0, e1) of a row's list, masked as in _fwd_tiles."""
     for e in range(e0, e1):
         start_n, keys, in_k = _listed_rows(LIST, entry_base, e, offs_n, Nk, BS, BLOCK_N)
-        k = _load_rows(k_ptrs + start_n.to(tl.int64) * aligned(skn, ALIGN), keys, Nk, dmask, MASK, EVEN_D)
+        k_tile = k_ptrs + start_n.to(tl.int64) * aligned(skn, ALIGN)
         v_tile = v_ptrs + start_n.to(tl.int64) * aligned(svn, ALIGN)
-        if MASK:
+        if MASK:  # keys past seen_hi read as 0: ds = 0 times a NaN key is NaN
+            k = _load_where(k_tile, keys < seen_hi, dmask, EVEN_D)
             v = _load_where(v_tile, keys < seen_hi, dmask, EVEN_D)
         else:
+            k = _load_rows(k_tile, keys, Nk, dmask, False, EVEN_D)
             v = _load_rows(v_tile, keys, Nk, dmask, False, EVEN_D)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         p = tl.math.exp2(s - lse2[:, None])

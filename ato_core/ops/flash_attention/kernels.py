@@ -707,6 +707,8 @@ def _dkdv_tile(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start_m, Nq, 
                                kseg[:, None], False, CAUSAL, WINDOW, SEGMENTS)
             sT, visible = _pair_terms(sT, visible, BIAS, AMASK, rows[None, :], offs_n[:, None], sbi, sbj, smi, smj,
                                       Nq, Nk, HAS_BIAS, HAS_MASK)
+            if SEGMENTS or HAS_MASK:  # a padded row's p: 0 (its score meets lse2 +inf, NaN with a NaN key)
+                visible = visible & (rows < q_len)[None, :]
             pT = tl.where(visible, tl.math.exp2(sT - lse2[None, :]), 0.0)
         else:
             pT = tl.math.exp2(sT - lse2[None, :])
@@ -731,7 +733,7 @@ def _dkdv_tile(dk, dv, k, v, q_ptrs, do_ptrs, LSE2, DELTA, offs_n, start_m, Nq, 
         # by the band as 0, and with a mask or segment ids ds is 0 outside the visible pairs of the
         # rows below q_len (a padded row's do is 0, but its dp is not where the value is NaN)
         if SEGMENTS or HAS_MASK:
-            dsT = tl.where(visible & (rows < q_len)[None, :], dsT, 0.0)
+            dsT = tl.where(visible, dsT, 0.0)
     if SOFTCAP:
         dsT = dsT * (1.0 - tT * tT)
     dk = _dot(dsT.to(q.dtype), q, dk, PRECISION)
@@ -940,23 +942,26 @@ def fa_bwd_dkdv_kernel(
 @triton.jit
 def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, kv_len, shift, lo_shift, hi_shift,
                dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, BIAS, AMASK, sbi, sbj,
-               smi, smj, Nq, seen_lo, seen_hi, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
-               EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, WINDOW: tl.constexpr,
-               SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, SEGMENTS: tl.constexpr, HAS_BIAS: tl.constexpr = False,
-               HAS_MASK: tl.constexpr = False, seed=0, bh=0, row0=0, DROP_THR: tl.constexpr = 0,
-               DROP_SCALE: tl.constexpr = 1.0, DROPOUT: tl.constexpr = False):
+               smi, smj, Nq, q_len, seen_lo, seen_hi, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+               CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr,
+               WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, SEGMENTS: tl.constexpr,
+               HAS_BIAS: tl.constexpr = False, HAS_MASK: tl.constexpr = False, seed=0, bh=0, row0=0,
+               DROP_THR: tl.constexpr = 0, DROP_SCALE: tl.constexpr = 1.0, DROPOUT: tl.constexpr = False):
     """Key blocks [start, end) into dq of one query block (unscaled); MASK as _fwd_blocks (the
-    values of keys outside [seen_lo, seen_hi) read as 0; with a mask or segment ids ds is 0
-    outside the visible pairs), so that p = 0 never meets a NaN value's dp."""
+    keys and values of keys outside [seen_lo, seen_hi) read as 0; with a mask or segment ids ds
+    is 0 outside the visible pairs and the keys no row below q_len sees are 0), so that p = 0
+    never meets a NaN value's dp and ds = 0 never a NaN key."""
     offs_n = tl.arange(0, BLOCK_N)
     k_ptrs += tl.cast(start, tl.int64) * aligned(skn, ALIGN)
     v_ptrs += tl.cast(start, tl.int64) * aligned(svn, ALIGN)
     for start_n in range(start, end, BLOCK_N):
         keys = start_n + offs_n
-        k = _load_rows(k_ptrs, keys, kv_len, dmask, MASK, EVEN_D)
         if MASK:
-            v = _load_where(v_ptrs, (keys >= seen_lo) & (keys < seen_hi), dmask, EVEN_D)
+            inside = (keys >= seen_lo) & (keys < seen_hi)
+            k = _load_where(k_ptrs, inside, dmask, EVEN_D)
+            v = _load_where(v_ptrs, inside, dmask, EVEN_D)
         else:
+            k = _load_rows(k_ptrs, keys, kv_len, dmask, False, EVEN_D)
             v = _load_rows(v_ptrs, keys, kv_len, dmask, False, EVEN_D)
         s = _dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), PRECISION)
         s, t = _scores(s, offs_m[:, None] + shift, keys[None, :], qk_scale, cap_in, cap_out, slope2, SOFTCAP, ALIBI)
@@ -978,6 +983,7 @@ def _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, end, Nk, k
         if MASK:
             if SEGMENTS or HAS_MASK:
                 ds = tl.where(visible, ds, 0.0)
+                k = tl.where(_seen(visible, offs_m, q_len)[:, None], k, tl.zeros_like(k))
         if SOFTCAP:
             ds = ds * (1.0 - t * t)
         dq = _dot(ds.to(k.dtype), k, dq, PRECISION)
@@ -1059,22 +1065,15 @@ def fa_bwd_dq_kernel(
     bias_h = BIAS + b * sbb + hq * sbh
     mask_h = AMASK + b * smb + hq * smh
     seen_lo, seen_hi = _seen_keys(first, BLOCK_M, q_len, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW)
-    if WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
-        dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, start, full_start, Nk, kv_len, shift, lo_shift,
-                        hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h,
-                        mask_h, sbi, sbj, smi, smj, Nq, seen_lo, seen_hi, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION,
-                        ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR,
-                        DROP_SCALE, DROPOUT)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_start, full_end, Nk, kv_len, shift, lo_shift,
-                    hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h,
-                    mask_h, sbi, sbj, smi, smj, Nq, seen_lo, seen_hi, BLOCK_N, False, CAUSAL, EVEN_D, PRECISION, ALIGN,
-                    WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE,
-                    DROPOUT)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, full_end, end, Nk, kv_len, shift, lo_shift,
-                    hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn, bias_h,
-                    mask_h, sbi, sbj, smi, smj, Nq, seen_lo, seen_hi, BLOCK_N, True, CAUSAL, EVEN_D, PRECISION, ALIGN,
-                    WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh, first, DROP_THR, DROP_SCALE,
-                    DROPOUT)
+    for r in tl.static_range(3):  # the masked, unmasked and masked ranges (the first only for these options)
+        if r > 0 or WINDOW or SEGMENTS or HAS_BIAS or HAS_MASK:
+            lo = start if r == 0 else (full_start if r == 1 else full_end)
+            hi = full_start if r == 0 else (full_end if r == 1 else end)
+            dq = _dq_blocks(dq, q, do, lse2, delta, k_ptrs, v_ptrs, offs_m, lo, hi, Nk, kv_len, shift, lo_shift,
+                            hi_shift, dmask, qk_scale, cap_in, cap_out, slope2, qseg, KSEG, b, sksb, sksn, skn, svn,
+                            bias_h, mask_h, sbi, sbj, smi, smj, Nq, q_len, seen_lo, seen_hi, BLOCK_N, r != 1, CAUSAL,
+                            EVEN_D, PRECISION, ALIGN, WINDOW, SOFTCAP, ALIBI, SEGMENTS, HAS_BIAS, HAS_MASK, seed, bh,
+                            first, DROP_THR, DROP_SCALE, DROPOUT)
     if Q_LENS:
         dq = tl.where((offs_m < q_len)[:, None], dq, 0.0)
     _store_dq(DQ, dq, b, hq, first, offs_r, offs_d, mmask, dmask, softmax_scale, sgb, sgh, sgn, sgd, ALIGN, q_row0)
