@@ -197,15 +197,41 @@ def compare_special(what, a, ref, tol, floor, nan_anywhere=False, nan_any=False,
     assert err < tol, f"{what}: {err:.3g} >= {tol} over the finite entries"
 
 UNSEEN_KEY_CASES = ("window", "mask", "mask q_lengths", "segments", "segments causal", "block_sparse causal")
+# those the Gluon kernels take (bf16, D 128 on sm_90), at sizes where the unseen key shares a tile
+# with seen ones: the first tile below the window, a tile of segments, the diagonal tile of a block
+# no later query block keeps; the value: whether the backward runs Gluon kernels too
+GLUON_UNSEEN_KEY_CASES = {"window": True, "segments": False, "block_sparse causal": True}
 
 
-def _unseen_key_case(name):
-    """(case, inputs, key): fp32 inputs (the portable kernels) in which no query sees key ``key``,
-    whose key and value hold a NaN (with q_lengths, so does a padded query)."""
+def _gluon_unseen_key_case(name):
+    """(case, key, given inputs) of GLUON_UNSEEN_KEY_CASES ``name``."""
     from ato_core.ops.block_sparse.cases import bs_case
     from ato_core.ops.flash_attention.cases import fa_case
 
-    if name == "window":  # query i sees keys [i + 5, i + 19]: none sees keys 0-4
+    if name == "window":  # query i sees keys [i + 200, i + 300]: none sees keys 0-199
+        return fa_case(1, 2, 1, 200, 500, 128, "bfloat16", causal=True, window=(100, None)), 150, {}
+    if name == "segments":  # key 50 alone in segment 2, which no query is in
+        q_seg = np.repeat([[0, 1]], [100, 156], axis=1)
+        kv_seg = q_seg.copy()
+        kv_seg[0, 50] = 2
+        case = fa_case(1, 2, 1, 256, 256, 128, "bfloat16", segments=3)
+        return case, 50, {"q_segment_ids": q_seg, "kv_segment_ids": kv_seg}
+    block_mask = np.ones((1, 1, 3, 4), bool)  # query block 0 sees keys up to 143; blocks 1, 2 drop key block 1
+    block_mask[0, 0, 1:, 1] = False
+    case = bs_case(1, 1, 1, 384, 400, 128, 128, causal=True, dtype="bfloat16")
+    return case, 200, {"block_mask": block_mask}
+
+
+def _unseen_key_case(name, gluon=False):
+    """(case, inputs, key): fp32 inputs (the portable kernels; with ``gluon``, bf16 ones of
+    GLUON_UNSEEN_KEY_CASES) in which no query sees key ``key``, whose key and value hold a NaN
+    (with q_lengths, so does a padded query)."""
+    from ato_core.ops.block_sparse.cases import bs_case
+    from ato_core.ops.flash_attention.cases import fa_case
+
+    if gluon:
+        case, key, given = _gluon_unseen_key_case(name)
+    elif name == "window":  # query i sees keys [i + 5, i + 19]: none sees keys 0-4
         case, key, given = fa_case(1, 1, 1, 9, 28, 16, causal=True, window=(14, 13)), 2, {}
     elif name == "mask":  # key 3 masked for every query
         mask = np.ones((40, 40), bool)
@@ -236,21 +262,22 @@ def _unseen_key_case(name):
     return case, inputs, key
 
 
-def unseen_nan_results(name, device):
-    """(key, torch's, JAX's) results (ato_cli.harness.Result) of UNSEEN_KEY_CASES ``name``, torch's
-    on ``device``, and the number of query rows below q_lengths (all without)."""
-    case, inputs, key = _unseen_key_case(name)
+def unseen_nan_results(name, device, gluon=False):
+    """(key, torch's, JAX's) results (ato_cli.harness.Result) of UNSEEN_KEY_CASES ``name`` (gluon:
+    _unseen_key_case's), torch's on ``device``, and the number of query rows below q_lengths (all
+    without)."""
+    case, inputs, key = _unseen_key_case(name, gluon)
     q_len = int(inputs["q_lengths"][0]) if "q_lengths" in inputs else inputs["q"].shape[2]
     return key, h.run_torch(case, inputs, device), h.run_jax(case, inputs), q_len
 
 
-def check_unseen_nan_value(name, device):
+def check_unseen_nan_value(name, device, gluon=False):
     """A NaN in the key and the value of a key no query sees (UNSEEN_KEY_CASES ``name``) and in
     a padded query reaches no output and no gradient, as in the math, which never reads them (the
     kernels read such keys and values as 0 in the tiles they visit, where a zero weight would
     meet them: 0 * NaN); dk and dv of that key are 0; torch and JAX bitwise equal.
     Every output and gradient is finite but lse (output 1) past q_lengths, which is -inf."""
-    key, t, j, q_len = unseen_nan_results(name, device)
+    key, t, j, q_len = unseen_nan_results(name, device, gluon)
     lse = t.outputs[1]
     assert np.isneginf(lse[..., q_len:]).all(), f"{name}: lse past q_lengths is not -inf"
     lse = lse[..., :q_len]

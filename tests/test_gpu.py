@@ -29,7 +29,7 @@ from ato_core.ops.swiglu.cases import swiglu_case
 from ato_core.testing import In
 
 import test_block_layers
-from helpers import UNSEEN_KEY_CASES, cases_of, declared, first_cases
+from helpers import GLUON_UNSEEN_KEY_CASES, UNSEEN_KEY_CASES, cases_of, declared, first_cases
 import test_empty
 import test_flash_attention_dropout
 import test_float64
@@ -1193,6 +1193,21 @@ def test_attention_nan_value_no_query_sees_gpu(name):
     from helpers import check_unseen_nan_value
 
     check_unseen_nan_value(name, "cuda")
+
+
+@pytest.mark.parametrize("name", GLUON_UNSEEN_KEY_CASES)
+def test_attention_nan_value_no_query_sees_gluon_gpu(name):
+    """helpers.check_unseen_nan_value on the Gluon kernels (bf16 D 128), which the forward's plan
+    (and the backward's where GLUON_UNSEEN_KEY_CASES says so) is checked to run."""
+    from helpers import _unseen_key_case, check_unseen_nan_value
+
+    if not _hopper():
+        pytest.skip("the Gluon kernels run on sm_90 only")
+    plans = _plans(_unseen_key_case(name, True)[0])
+    for plan in plans[:1 + GLUON_UNSEEN_KEY_CASES[name]]:
+        names = [launch.name for launch in plan.launches]
+        assert any("hopper" in n for n in names), names
+    check_unseen_nan_value(name, "cuda", True)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -146,11 +146,20 @@ def bs_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, 
     lists = (LIST, COUNT, (b.to(gl.int64) * Hq + hk * G) * Mk + k0 // BS, Mk, Mq)
     k_off = _head(b, hk, 0, skb, skh, skn, False)
     v_off = _head(b, hk, 0, svb, svh, svn, False)
-    k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, Nk, KEYS, D)
+    shift = Nk - Nq
+    v_hi = Nk
+    if CAUSAL:  # keys past the diagonal of every query that keeps their block (of any of the G heads, whose dk
+        # the program sums): no query sees them, so their values read as 0 (as kernels.bs_bwd_dkdv_kernel)
+        v_hi = k0 * 0
+        for g in range(G):
+            col = lists[2] + g * Mk
+            count = gl.load(COUNT + col)
+            last = gl.load(LIST + col * Mq + gl.maximum(count - 1, 0))  # the column lists are in order
+            v_hi = gl.maximum(v_hi, gl.where(count > 0, gl.minimum((last + 1) * BS, Nq) + shift, 0))
+    k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, Nk, KEYS, D, 0, gl.minimum(v_hi, Nk))
     q_bufs, do_bufs, ready, empty = _tile_ring(dtype, ROWS, D, STAGES, 1)
     dk_off = _head(b, hk, 0, sdkb, sdkh, sdkn, False)
     dv_off = _head(b, hk, 0, sdvb, sdvh, sdvn, False)
-    shift = Nk - Nq
     zero = k0 * 0
     tiles = (zero, zero, zero, zero)  # (each head's: _listed_query_tiles)
     heads = (hk * G).to(gl.int64)

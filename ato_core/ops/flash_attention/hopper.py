@@ -154,13 +154,18 @@ def _step(q_smem, k_bufs, v_bufs, ready, empty, j, start_n, p, m_i, l_i, acc, s_
     """The program's j-th key tile (its first key start_n): QK_j in flight with PV_{j-1} (p of
     tile j - 1), softmax of tile j under PV_{j-1}; frees tile j - 1's slot (split barriers, _split:
     tile j's K once QK_j is done, tile j - 1's V once PV_{j-1} is). SEGMENTS (with MASK):
-    the tile's key segment ids loaded before the wait (_tile_segments). masks (dropout): the
-    ring of the warpgroup's keep-masks (_dropped)."""
+    the tile's key segment ids loaded before the wait (_tile_segments), and the values of keys in
+    no segment of the program's rows zeroed (_zero_unseen_segments). masks (dropout): the ring of
+    the warpgroup's keep-masks (_dropped)."""
     kseg = _tile_segments(alibi, start_n, offs_sn, Nk, MASK and SEGMENTS)
     slot = j % STAGES
     prev = (j - 1) % STAGES
     mbarrier.wait(_kv_barriers(ready, 0).index(slot), (j // STAGES) & 1)
     fence_async_shared()
+    if MASK and SEGMENTS:
+        if _split(ready):
+            mbarrier.wait(ready[1].index(slot), (j // STAGES) & 1)
+        _zero_unseen_segments(v_bufs.index(slot), start_n, Nk, alibi)
     p_op = _dropped(gl.convert_layout(p.to(v_bufs.dtype), p_layout), masks, j - 1)
     s_tok = warpgroup_mma(q_smem, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     if _split(ready):
@@ -182,13 +187,15 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
             hi_shift, alibi, tiles, LIST, p_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
             WINDOW: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, SEGMENTS: gl.constexpr,
             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BS: gl.constexpr, c0, q_free, Q_FREE: gl.constexpr,
-            KV_GUARD: gl.constexpr = False, masks=None):
+            band, KV_GUARD: gl.constexpr = False, masks=None):
     """(m, l, acc) over key tiles [lo, hi) (at least one): masked but for [full_lo, full_hi)
     (tiles = (lo, full_lo, full_hi, hi), _key_tiles, _segment_tiles); BS: tiles of LIST's blocks
     (_tile_start). The tiles are the ring's c0-th on; Q_FREE: an arrival on q_free once the last
-    QK is done (the query tile may be refilled). KV_GUARD: the ring's rows past the Nk keys hold
-    anything (another batch's keys, NaN): the last V tile's are zeroed before its PV (only the
-    last tile has such rows; K's are masked in the scores). masks: as _step's."""
+    QK is done (the query tile may be refilled). band: the program's _band; the values of keys
+    outside it, which no row of the program sees, are zeroed in the first tile (WINDOW) and the
+    last (CAUSAL, WINDOW, KV_GUARD) before their PV: only those tiles hold such keys (their K are
+    masked in the scores). KV_GUARD: the ring's rows past the Nk keys hold anything (another
+    batch's keys, NaN). masks: as _step's."""
     lo, full_lo, full_hi, hi = tiles
     kseg = _tile_segments(alibi, _tile_start(lo, 0, LIST, BLOCK_N, BS), offs_sn, Nk, SEGMENTS)
     mbarrier.wait(_kv_barriers(ready, 0).index(c0 % STAGES), (c0 // STAGES) & 1)
@@ -199,6 +206,14 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
         mbarrier.arrive(empty[0].index(c0 % STAGES), count=1)
     p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, offs_m, _tile_start(lo, 0, LIST, BLOCK_N, BS), offs_sn, Nk,
                                   lo_shift, hi_shift, alibi, kseg, CAUSAL, WINDOW, True, ALIBI, SOFTCAP, SEGMENTS)
+    if WINDOW or SEGMENTS:  # the first tile's values of keys before the band, or in no row's segment
+        if _split(ready):
+            mbarrier.wait(ready[1].index(c0 % STAGES), (c0 // STAGES) & 1)
+        start0 = _tile_start(lo, 0, LIST, BLOCK_N, BS)
+        if WINDOW:
+            _zero_rows_outside(v_bufs.index(c0 % STAGES), band[0] - start0, band[1] - start0)
+        if SEGMENTS:
+            _zero_unseen_segments(v_bufs.index(c0 % STAGES), start0, Nk, alibi)
     if WINDOW or SEGMENTS:  # the tiles that cross the window's lower edge, or not one segment's
         for j in range(1, full_lo - lo):
             p, m_i, l_i, acc = _step(q_smem, k_bufs, v_bufs, ready, empty, c0 + j, _tile_start(lo, j, LIST, BLOCK_N, BS),
@@ -218,8 +233,9 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
     last = (c0 + hi - lo - 1) % STAGES
     if _split(ready):
         mbarrier.wait(ready[1].index(last), ((c0 + hi - lo - 1) // STAGES) & 1)
-    if KV_GUARD:
-        _zero_rows_from(v_bufs.index(last), Nk - _tile_start(lo, hi - lo - 1, LIST, BLOCK_N, BS))
+    if KV_GUARD or CAUSAL or WINDOW:  # the last tile's values of keys past the band (or past Nk: KV_GUARD)
+        start1 = _tile_start(lo, hi - lo - 1, LIST, BLOCK_N, BS)
+        _zero_rows_outside(v_bufs.index(last), band[0] - start1, band[1] - start1)
     o_tok = warpgroup_mma(_dropped(gl.convert_layout(p.to(v_bufs.dtype), p_layout), masks, c0 + hi - lo - 1),
                           v_bufs.index(last),
                           acc, is_async=True)
@@ -229,20 +245,72 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
 
 
 @gluon.jit
-def _zero_rows_from(buf, n):
-    """Zeros into a shared [TILE, D] tile's rows from row n on (the rows before it as they were),
-    by the calling warpgroup, 16 rows at a time; then a fence for the async proxy (wgmma). The
-    other consumer warpgroup may write the same tile at once: both write the same values."""
+def _zero_rows_outside(buf, lo, hi):
+    """Zeros into a shared [TILE, D] tile's rows before lo and from hi on (the others as they
+    were), by the calling warpgroup, 16 rows at a time (only the parts that hold such rows); then
+    a fence for the async proxy (wgmma). The other consumer warpgroup may write the same tile at
+    once: both write the same values."""
     TILE: gl.constexpr = buf.shape[0]
     D: gl.constexpr = buf.shape[1]
     R: gl.constexpr = 16
     ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
     for c in gl.static_range(TILE // R):
-        if (c + 1) * R > n:
+        if (c * R < lo) | ((c + 1) * R > hi):
             part = buf.slice(c * R, R)
             x = part.load(ld)
             rows = c * R + gl.arange(0, R, layout=gl.SliceLayout(1, ld))
-            part.store(gl.where((rows < n)[:, None], x, gl.zeros_like(x)))
+            part.store(gl.where(((rows >= lo) & (rows < hi))[:, None], x, gl.zeros_like(x)))
+    fence_async_shared()
+
+
+@gluon.jit
+def _band(first, kv_len, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl.constexpr):
+    """[lo, hi): the keys that the band and kv_len let some query row of the program's 2 ROWS
+    from first see (kernels._seen_keys). A tile's K / V rows outside it are zeroed where a zero
+    weight would meet them (p = 0 times a NaN value, dS = 0 times a NaN key)."""
+    lo = first * 0
+    hi = kv_len
+    if CAUSAL or WINDOW:
+        hi = gl.minimum(first + 2 * ROWS + hi_shift, kv_len)
+    if WINDOW:
+        lo = first + lo_shift
+    return lo, hi
+
+
+@gluon.constexpr_function
+def _segment_layout():
+    """Of the [16 keys, 2 ROWS rows] segment-id comparison (_program_segments, _zero_unseen_segments)."""
+    return gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
+
+
+@gluon.jit
+def _program_segments(QSEG, sqsn, start_m, n):
+    """The segment ids of the program's 2 ROWS query rows (start_m: a consumer's first) below n
+    (-2 from there on: no key's), for _zero_unseen_segments."""
+    rows = start_m // (2 * ROWS) * (2 * ROWS) + gl.arange(0, 2 * ROWS, layout=gl.SliceLayout(0, _segment_layout()))
+    return gl.load(QSEG + rows.to(gl.int64) * sqsn, mask=rows < n, other=-2)
+
+
+@gluon.jit
+def _zero_unseen_segments(buf, start_n, Nk, alibi):
+    """Zeros into a shared [TILE, D] V tile (keys from start_n) the rows of keys below Nk whose
+    segment (alibi[5], alibi[6]: the key ids and their stride) no query row of the program is in
+    (alibi[7], _program_segments): their values meet p = 0 alone, and 0 * NaN is NaN. 16 rows at a
+    time, written only where such a key is; then a fence for the async proxy. The other consumer
+    warpgroup may write the same tile at once: both write the same values."""
+    TILE: gl.constexpr = buf.shape[0]
+    D: gl.constexpr = buf.shape[1]
+    R: gl.constexpr = 16
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
+    for c in gl.static_range(TILE // R):
+        keys = start_n + c * R + gl.arange(0, R, layout=gl.SliceLayout(1, _segment_layout()))
+        kseg = gl.load(alibi[5] + keys.to(gl.int64) * alibi[6], mask=keys < Nk, other=-1)
+        seen = (gl.max((kseg[:, None] == alibi[7][None, :]).to(gl.int32), 1) > 0) | (keys >= Nk)
+        if gl.min(seen.to(gl.int32), 0) == 0:
+            part = buf.slice(c * R, R)
+            x = part.load(ld)
+            keep = gl.convert_layout(seen, gl.SliceLayout(1, ld))
+            part.store(gl.where(keep[:, None], x, gl.zeros_like(x)))
     fence_async_shared()
 
 
@@ -271,16 +339,20 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
     acc = gl.zeros([ROWS, D], gl.float32, o_layout)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)  # the QK wgmma's ignored accumulator
     # ALiBi's query positions (bottom-right aligned), slope, and bias of a tile's columns (CAUSAL); the softcap's
-    # and the rows' segment ids (-2 past Nq: no key's), the keys' and their stride
+    # and the rows' segment ids (-2 past Nq: no key's), the keys' and their stride, the program's rows' ids
     qseg = 0
+    prog_seg = 0
     if SEGMENTS:
         qseg = gl.load(seg[0] + offs_m.to(gl.int64) * seg[1], mask=offs_m < Nq, other=-2)
-    alibi = ((offs_m + shift).to(gl.float32), slope2, offs_sn.to(gl.float32) * slope2, cap, qseg, seg[2], seg[3])
+        prog_seg = _program_segments(seg[0], seg[1], start_m, gl.minimum(Nq, q_len))
+    alibi = ((offs_m + shift).to(gl.float32), slope2, offs_sn.to(gl.float32) * slope2, cap, qseg, seg[2], seg[3],
+             prog_seg)
     if tiles[3] > tiles[0]:
+        band = _band(start_m // (2 * ROWS) * (2 * ROWS), Nk, lo_shift, hi_shift, CAUSAL, WINDOW)
         m_i, l_i, acc = _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m,
                                 offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, LIST, p_layout, o_layout, CAUSAL,
-                                WINDOW, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES, BS, c0, q_free, Q_FREE, KV_GUARD,
-                                None if drop is None else drop[0])
+                                WINDOW, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES, BS, c0, q_free, Q_FREE, band,
+                                KV_GUARD, None if drop is None else drop[0])
     elif Q_FREE:
         mbarrier.arrive(q_free, count=1)
     if ALIBI or SOFTCAP:  # m is in base 2 already
@@ -497,15 +569,15 @@ def _descriptor(A, a_off, san, n, BLOCK_N: gl.constexpr, D: gl.constexpr):
 
 
 @gluon.jit
-def _load_rows(dst, A, a_off, san, start, N, D: gl.constexpr):
-    """Rows [start, start + dst's rows) of an [N, D] array (rows san apart; past N zeros) into
-    shared memory, by the calling warps."""
+def _load_rows(dst, A, a_off, san, start, N, D: gl.constexpr, lo=0):
+    """Rows [start, start + dst's rows) of an [N, D] array (rows san apart; before lo and past N
+    zeros) into shared memory, by the calling warps."""
     R: gl.constexpr = dst.shape[0]
     ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
     rows = start + gl.arange(0, R, layout=gl.SliceLayout(1, ld))
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, ld))
-    dst.store(gl.load(A + a_off + rows.to(gl.int64)[:, None] * san + offs_d[None, :], mask=(rows < N)[:, None],
-                      other=0.0))
+    dst.store(gl.load(A + a_off + rows.to(gl.int64)[:, None] * san + offs_d[None, :],
+                      mask=((rows < N) & (rows >= lo))[:, None], other=0.0))
 
 
 @gluon.jit
@@ -516,19 +588,22 @@ def _strides8(sb, sh, sn):
 
 
 @gluon.jit
-def _held(A, B, a_off, b_off, san, sbn, start, N, R: gl.constexpr, D: gl.constexpr):
-    """Rows [start, start + 2R) of two [N, D] arrays (rows san, sbn apart; zeros past N) in shared
-    memory for a program's two consumer warpgroups, R rows each: (a0, a1, b0, b1), loaded by the
-    calling warps and fenced for the wgmma (async proxy)."""
+def _held(A, B, a_off, b_off, san, sbn, start, N, R: gl.constexpr, D: gl.constexpr, b_lo=0, b_hi=None):
+    """Rows [start, start + 2R) of two [N, D] arrays (rows san, sbn apart; zeros past N, and B's
+    before b_lo and from b_hi on: the values of keys no query sees) in shared memory for a
+    program's two consumer warpgroups, R rows each: (a0, a1, b0, b1), loaded by the calling warps
+    and fenced for the wgmma (async proxy)."""
+    if b_hi is None:
+        b_hi = N
     layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([R, D], A.dtype.element_ty)
     a0 = gl.allocate_shared_memory(A.dtype.element_ty, [R, D], layout)
     a1 = gl.allocate_shared_memory(A.dtype.element_ty, [R, D], layout)
     b0 = gl.allocate_shared_memory(A.dtype.element_ty, [R, D], layout)
     b1 = gl.allocate_shared_memory(A.dtype.element_ty, [R, D], layout)
     _load_rows(a0, A, a_off, san, start, N, D)
-    _load_rows(b0, B, b_off, sbn, start, N, D)
+    _load_rows(b0, B, b_off, sbn, start, b_hi, D, b_lo)
     _load_rows(a1, A, a_off, san, start + R, N, D)
-    _load_rows(b1, B, b_off, sbn, start + R, N, D)
+    _load_rows(b1, B, b_off, sbn, start + R, b_hi, D, b_lo)
     fence_async_shared()
     gl.thread_barrier()
     return a0, a1, b0, b1
@@ -800,7 +875,7 @@ def fa_fwd_hopper_persistent_kernel(Q, K, V, QLEN, KVLEN, SLOPES, QSEG, KSEG, SE
                                     DROP_SCALE: gl.constexpr = 1.0, SPLIT_KV: gl.constexpr = False):
     """fa_fwd_hopper_kernel's forward, dense [B, H, N, D] (K/V rows past a head's Nk keys land as
     zeros, through one descriptor over all heads; KV_LENS: the consumers zero the rows of the last
-    tile past the batch's keys, _zero_rows_from), as a persistent kernel: grid
+    tile past the batch's keys, _zero_rows_outside), as a persistent kernel: grid
     (programs, 1), each taking one work item a round (_work: items in fa_fwd_hopper_kernel's grid
     order; _snake: which a program takes). The producer loads the next item's query tiles once the
     consumers' last QK is done, with its first K/V tiles, under their last PV and epilogue: what
@@ -1337,7 +1412,10 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSE
 
     k_off = _head(b, hk, k_row0, skb, skh, skn, VARLEN)
     v_off = _head(b, hk, k_row0, svb, svh, svn, VARLEN)
-    k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, kv_len, KEYS, D)
+    v_lo = 0
+    if WINDOW:  # keys before the first query's band: no query sees them (_dkdv_tile's dS = 0 times their value)
+        v_lo = lo_shift
+    k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, kv_len, KEYS, D, v_lo)
     q_bufs, do_bufs, ready, empty = _tile_ring(dtype, ROWS, D, STAGES, 1)
 
     dk_off = _head(b, hk, k_row0, sdkb, sdkh, sdkn, VARLEN)
@@ -1385,10 +1463,11 @@ def fa_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, QLEN, KVLEN, SLOPES, QSE
 
 @gluon.jit
 def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, k0, dq, zero_s, lse2, delta, qk_scale, rows, offs_n,
-             kv_len, lo_shift, hi_shift, alibi, dq_op: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+             kv_len, lo_shift, hi_shift, alibi, band, dq_op: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
              MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr, drop=None):
     """The key tile from key k0 (the ring's c-th): S = Q K^T and dP = dO V^T in flight together, dS = P (dP -
-    delta), dQ += dS K. MASK: scores of keys a row does not see (_visible) are 0. ALIBI: alibi =
+    delta), dQ += dS K. MASK: scores of keys a row does not see (_visible) are 0, and the keys and
+    values outside band (the program's _band) are zeroed (dS = 0 never meets a NaN). ALIBI: alibi =
     (rows + shift as fp32, slope2, slope2 x the tile's columns, cap), the forward's biased scores
     (_alibi; CAUSAL: split into a column and a row term, as _softmax). SOFTCAP: as _dkdv_tile's.
     drop (dropout): (the warpgroup's mask ring, _keep_mask's, ...): dP through the mask (delta
@@ -1397,6 +1476,9 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, k0, dq, zero_s, l
     mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
     fence_async_shared()
     k_s = k_bufs.index(slot)
+    if MASK:
+        _zero_rows_outside(k_s, band[0] - k0, band[1] - k0)
+        _zero_rows_outside(v_bufs.index(slot), band[0] - k0, band[1] - k0)
     s_tok = warpgroup_mma(q_smem, k_s.permute((1, 0)), zero_s, use_acc=False, is_async=True)
     dp_tok = warpgroup_mma(do_smem, v_bufs.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     if drop is not None:
@@ -1456,20 +1538,17 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
     zero_s = gl.zeros([ROWS, KEYS], gl.float32, s_layout)
     dq = gl.zeros([ROWS, D], gl.float32, a_layout)
     alibi = ((rows + shift).to(gl.float32), slope2, offs_n.to(gl.float32) * slope2, cap)
+    band = _band(m0 // (2 * ROWS) * (2 * ROWS), kv_len, lo_shift, hi_shift, CAUSAL, WINDOW)
     lo, full_lo, full_hi, hi = tiles
-    if WINDOW:  # the tiles that cross the window's lower edge
-        for j in range(lo, full_lo):
-            dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c0 + j - lo, _tile_start(0, j, LIST, KEYS, BS),
-                          dq, zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op,
-                          CAUSAL, WINDOW, True, ALIBI, SOFTCAP, STAGES, drop)
-    for j in range(full_lo, full_hi):
-        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c0 + j - lo, _tile_start(0, j, LIST, KEYS, BS), dq,
-                      zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL,
-                      WINDOW, False, ALIBI, SOFTCAP, STAGES, drop)
-    for j in range(full_hi, hi):
-        dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c0 + j - lo, _tile_start(0, j, LIST, KEYS, BS), dq,
-                      zero_s, lse2, delta, qk_scale, rows, offs_n, kv_len, lo_shift, hi_shift, alibi, dq_op, CAUSAL,
-                      WINDOW, True, ALIBI, SOFTCAP, STAGES, drop)
+    for r in gl.static_range(3):  # the masked, unmasked and masked ranges (the first only with a window)
+        if r > 0 or WINDOW:
+            j0 = lo if r == 0 else (full_lo if r == 1 else full_hi)
+            j1 = full_lo if r == 0 else (full_hi if r == 1 else hi)
+            for j in range(j0, j1):
+                dq = _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c0 + j - lo,
+                              _tile_start(0, j, LIST, KEYS, BS), dq, zero_s, lse2, delta, qk_scale, rows, offs_n,
+                              kv_len, lo_shift, hi_shift, alibi, band, dq_op, CAUSAL, WINDOW, r != 1, ALIBI, SOFTCAP,
+                              STAGES, drop)
     if Q_FREE:
         mbarrier.arrive(q_free, count=1)
     if drop is not None:
