@@ -4,16 +4,13 @@
 kernels at bf16 D128) pay most for reading the values of keys no query of a tile sees as 0;
 fp32 causal window (portable at every D) pays in the band's edge tiles; block-sparse at
 block_size 64 (portable) in the diagonal tiles. do_bench medians, us."""
-import statistics
 import sys
 
 import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, "benchmarks/tools")
-from ab import alternate, load  # noqa: E402
-
-from ato_cli.bench import _torch_fwd_bwd  # noqa: E402
+from ab import alternate, load, op_fns, print_ratios  # noqa: E402
 
 old, new = load(sys.argv[1]), load(sys.argv[2])
 B, H, N, D = 4, 32, 4096, 128
@@ -33,27 +30,7 @@ variants = {
 }
 
 
-def call(mod, op, x, kw):
-    return lambda a, b, c: getattr(mod, op)(a, b, c, *x[4:], **kw)
-
-
-def fwd(mod, op, x, kw):
-    f = call(mod, op, x, kw)
-    return lambda: f(*x[:3])
-
-
-def fwd_bwd(mod, op, x, kw):
-    return _torch_fwd_bwd(call(mod, op, x, kw), x[:3], x[3])
-
-
-fns = {}
-for name, (op, x, kw) in variants.items():
-    for mode, make in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
-        for tag, mod in (("old", old), ("new", new)):
-            fns[(name, mode, tag)] = make(mod, op, x, kw)
+fns = op_fns({"old": old, "new": new}, variants)
 res = alternate(fns, 3, lambda f: do_bench(f, warmup=50, rep=200, return_mode="median"))
 print(f"GPU {torch.cuda.get_device_name()}; D{D}, N{N}; do_bench medians (us), 3 alternating rounds")
-for name in variants:
-    for mode in ("fwd", "fwd+bwd"):
-        o, n = (statistics.median(res[(name, mode, t)]) * 1e3 for t in ("old", "new"))
-        print(f"{name:40s} {mode:8s} old {o:9.1f}  new {n:9.1f}  new/old {n / o:.3f}")
+print_ratios(res, variants, 40)

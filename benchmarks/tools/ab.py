@@ -73,3 +73,32 @@ def launched(f, prefix: str = "") -> list:
         f()
         torch.cuda.synchronize()
     return sorted({e.name for e in prof.events() if e.name.startswith(prefix)})
+
+
+def op_fns(trees: dict, variants: dict) -> dict:
+    """{(variant, mode, tag): fn} for ``variants`` {name: (op, tensors, kwargs)} (tensors q, k, v,
+    the cotangent, then any further positional inputs) run by each of ``trees`` {tag: ato_torch as
+    load gives it}, mode "fwd" or "fwd+bwd" (ato_cli.bench._torch_fwd_bwd)."""
+    from ato_cli.bench import _torch_fwd_bwd
+
+    def call(mod, op, x, kw):
+        return lambda a, b, c: getattr(mod, op)(a, b, c, *x[4:], **kw)
+
+    fns = {}
+    for name, (op, x, kw) in variants.items():
+        for tag, mod in trees.items():
+            f = call(mod, op, x, kw)
+            fns[(name, "fwd", tag)] = (lambda f, x: lambda: f(*x[:3]))(f, x)
+            fns[(name, "fwd+bwd", tag)] = _torch_fwd_bwd(f, x[:3], x[3])
+    return fns
+
+
+def print_ratios(res: dict, variants, width: int = 48) -> None:
+    """Each variant's and mode's median over the rounds of alternate's ``res`` (seconds) from trees
+    "old" and "new", in us, and new / old."""
+    import statistics
+
+    for name in variants:
+        for mode in ("fwd", "fwd+bwd"):
+            o, n = (statistics.median(res[(name, mode, t)]) * 1e3 for t in ("old", "new"))
+            print(f"{name:{width}s} {mode:8s} old {o:9.1f}  new {n:9.1f}  new/old {n / o:.3f}")
