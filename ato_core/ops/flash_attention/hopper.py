@@ -27,7 +27,8 @@ the same form, after the portable delta kernel, with the forward's options (caus
 window, q / kv lengths, ALiBi, packed sequences; dropout dense, its masks drawn by their producers,
 plans.HOPPER_DROPOUT_BACKWARD); plans.HOPPER_BACKWARD = False runs the portable ones instead.
 block_sparse/hopper.py runs these consumers and producers over lists of kept blocks (BS:
-_tile_start, _head_list).
+_tile_start, _head_list). Keys no query sees: as kernels.py's docstring says (_band,
+_zero_rows_outside, _zero_unseen_segments, _held's b_lo / b_hi).
 """
 
 import triton.language as tl

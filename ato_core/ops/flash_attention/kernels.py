@@ -37,6 +37,12 @@ DROP_SCALE (l still sums every p). The backward draws the mask again: dv from th
 p, dp = keep * DROP_SCALE * (do v^T), and ds = p (dp - delta) as without (delta = rowsum(o do)
 is sum_j p_ij dp_ij with the dropout).
 
+Non-finite inputs: the key and value of a key that no query row sees (outside every row's band,
+in no row's segment, masked for every row below q_len) and a padded query never reach an output,
+as in the math: where a tile holds them beside visible pairs, the kernels read them as 0 (p = 0
+or ds = 0 times a NaN is NaN). A key that some row of a block sees spreads a NaN of its key or
+value to the block's other rows (0 * NaN in the tile's dot), as in other flash kernels.
+
 Conventions as in the other families: input pointers, scalars, output pointers,
 constexprs; explicit (b, h, n, d) strides; D and the b, h, n strides are multiples of
 ALIGN; offsets of heads in int64, row tiles reached by advancing pointers. Accumulation in
