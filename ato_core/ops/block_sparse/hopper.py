@@ -29,7 +29,7 @@ from ..flash_attention.hopper import (KEYS, ROWS, _consumer, _descriptor, _dkdv_
                                       _dq_consumer, _forward_smem, _head, _head_descriptor, _heads_descriptor, _held,
                                       _key_program, _query_program, _strides8, _tile_layout, _tile_ring,
                                       _tma_producer)
-from .kernels import _beats, _masked_tail, _tile_winner
+from .kernels import _beats, _kept_keys_end, _masked_tail, _tile_winner
 
 
 @kernel(inputs=5, outputs=3, gluon=True)
@@ -148,15 +148,9 @@ def bs_bwd_dkdv_hopper_kernel(Q, K, V, DO, LSE2, DELTA, LIST, COUNT, Hq, G, Nq, 
     v_off = _head(b, hk, 0, svb, svh, svn, False)
     shift = Nk - Nq
     v_hi = Nk
-    if CAUSAL:  # keys past the diagonal of every query that keeps their block (of any of the G heads, whose dk
-        # the program sums): no query sees them, so their values read as 0 (as kernels.bs_bwd_dkdv_kernel)
-        v_hi = k0 * 0
-        for g in range(G):
-            col = lists[2] + g * Mk
-            count = gl.load(COUNT + col)
-            last = gl.load(LIST + col * Mq + gl.maximum(count - 1, 0))  # the column lists are in order
-            v_hi = gl.maximum(v_hi, gl.where(count > 0, gl.minimum((last + 1) * BS, Nq) + shift, 0))
-    k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, Nk, KEYS, D, 0, gl.minimum(v_hi, Nk))
+    if CAUSAL:  # no query sees the values from there on (dS = 0 times a NaN value's dP is NaN)
+        v_hi = gl.minimum(_kept_keys_end(LIST, COUNT, lists[2], Mk, Mq, G, BS, Nq, shift), Nk)
+    k0_s, k1_s, v0_s, v1_s = _held(K, V, k_off, v_off, skn, svn, k0, Nk, KEYS, D, 0, v_hi)
     q_bufs, do_bufs, ready, empty = _tile_ring(dtype, ROWS, D, STAGES, 1)
     dk_off = _head(b, hk, 0, sdkb, sdkh, sdkn, False)
     dv_off = _head(b, hk, 0, sdvb, sdvh, sdvn, False)

@@ -330,6 +330,21 @@ def bs_fwd_kernel(
     tl.store(LSE + bh.to(tl.int64) * Nq + offs_m, lse, mask=offs_m < Nq)
 
 
+@triton.jit
+def _kept_keys_end(LIST, COUNT, col0, Mk, Mq, G, BS: tl.constexpr, Nq, shift):
+    """Causal: the key after the last one that some query of the blocks keeping a key block sees,
+    over the G query heads whose dk a program sums (col0: head 0's column, the others Mk apart;
+    the column lists are in order, so each head's last block's diagonal). No query sees the keys
+    from there on, so the dK / dV kernels read their values as 0."""
+    seen_hi = (col0 * 0).to(tl.int32)
+    for g in range(0, G):
+        col = col0 + g * Mk
+        count = tl.load(COUNT + col)
+        last = tl.load(LIST + col * Mq + tl.maximum(count - 1, 0))
+        seen_hi = tl.maximum(seen_hi, tl.where(count > 0, tl.minimum((last + 1) * BS, Nq) + shift, 0))
+    return seen_hi
+
+
 @kernel(inputs=8, outputs=2)
 def bs_bwd_dkdv_kernel(
     Q, K, V, DO, LSE2, DELTA, LIST, COUNT,
@@ -359,14 +374,8 @@ def bs_bwd_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, BD], tl.float32)
     dv = tl.zeros([BLOCK_N, BD], tl.float32)
     shift = Nk - Nq
-    if CAUSAL:  # keys past the diagonal of every query that keeps their block (of any of the G heads, which dk
-        # sums): no query sees them, so their values read as 0 (p = 0 times a NaN value's dp is NaN)
-        seen_hi = 0
-        for g in range(0, G):
-            col = (b * Hkv * G + hk * G + g) * Mk + first // BS
-            count = tl.load(COUNT + col)
-            last = tl.load(LIST + col * Mq + tl.maximum(count - 1, 0))  # the column lists are in order
-            seen_hi = tl.maximum(seen_hi, tl.where(count > 0, tl.minimum((last + 1) * BS, Nq) + shift, 0))
+    if CAUSAL:  # p = 0 times a NaN value's dp is NaN
+        seen_hi = _kept_keys_end(LIST, COUNT, (b * Hkv * G + hk * G) * Mk + first // BS, Mk, Mq, G, BS, Nq, shift)
         v = tl.where((offs_n < seen_hi)[:, None], v, 0.0)
     for g in range(0, G):
         hq = hk * G + g

@@ -27,7 +27,7 @@ the same form, after the portable delta kernel, with the forward's options (caus
 window, q / kv lengths, ALiBi, packed sequences; dropout dense, its masks drawn by their producers,
 plans.HOPPER_DROPOUT_BACKWARD); plans.HOPPER_BACKWARD = False runs the portable ones instead.
 block_sparse/hopper.py runs these consumers and producers over lists of kept blocks (BS:
-_tile_start, _head_list). Keys no query sees: as kernels.py's docstring says (_band,
+_tile_start, _head_list). Keys no query sees: as kernels.py's docstring says (_seen_keys,
 _zero_rows_outside, _zero_unseen_segments, _held's b_lo / b_hi).
 """
 
@@ -39,7 +39,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from ato_core.launch import kernel
 from ato_core.triton_helpers import aligned, dropout_seed, tanh_rcp
-from .packed import _clamp, _sequence, _unwritten
+from .packed import _clamp, _seen_keys, _sequence, _unwritten
 
 LN2 = gl.constexpr(0.6931471805599453)
 LOG2E = gl.constexpr(1.4426950408889634)
@@ -192,7 +192,7 @@ def _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scal
     """(m, l, acc) over key tiles [lo, hi) (at least one): masked but for [full_lo, full_hi)
     (tiles = (lo, full_lo, full_hi, hi), _key_tiles, _segment_tiles); BS: tiles of LIST's blocks
     (_tile_start). The tiles are the ring's c0-th on; Q_FREE: an arrival on q_free once the last
-    QK is done (the query tile may be refilled). band: the program's _band; the values of keys
+    QK is done (the query tile may be refilled). band: the program's _seen_keys; the values of keys
     outside it, which no row of the program sees, are zeroed in the first tile (WINDOW) and the
     last (CAUSAL, WINDOW, KV_GUARD) before their PV: only those tiles hold such keys (their K are
     masked in the scores). KV_GUARD: the ring's rows past the Nk keys hold anything (another
@@ -257,25 +257,18 @@ def _zero_rows_outside(buf, lo, hi):
     ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [4, 1], [1, 0])
     for c in gl.static_range(TILE // R):
         if (c * R < lo) | ((c + 1) * R > hi):
-            part = buf.slice(c * R, R)
-            x = part.load(ld)
             rows = c * R + gl.arange(0, R, layout=gl.SliceLayout(1, ld))
-            part.store(gl.where(((rows >= lo) & (rows < hi))[:, None], x, gl.zeros_like(x)))
+            _keep_rows(buf, c * R, (rows >= lo) & (rows < hi), ld)
     fence_async_shared()
 
 
 @gluon.jit
-def _band(first, kv_len, lo_shift, hi_shift, CAUSAL: gl.constexpr, WINDOW: gl.constexpr):
-    """[lo, hi): the keys that the band and kv_len let some query row of the program's 2 ROWS
-    from first see (kernels._seen_keys). A tile's K / V rows outside it are zeroed where a zero
-    weight would meet them (p = 0 times a NaN value, dS = 0 times a NaN key)."""
-    lo = first * 0
-    hi = kv_len
-    if CAUSAL or WINDOW:
-        hi = gl.minimum(first + 2 * ROWS + hi_shift, kv_len)
-    if WINDOW:
-        lo = first + lo_shift
-    return lo, hi
+def _keep_rows(buf, first, keep, ld: gl.constexpr):
+    """Zeros into the rows [first, first + keep's length) of a shared tile where keep (in
+    SliceLayout(1, ld)) is false; the others as they were."""
+    part = buf.slice(first, keep.shape[0])
+    x = part.load(ld)
+    part.store(gl.where(keep[:, None], x, gl.zeros_like(x)))
 
 
 @gluon.constexpr_function
@@ -308,10 +301,7 @@ def _zero_unseen_segments(buf, start_n, Nk, alibi):
         kseg = gl.load(alibi[5] + keys.to(gl.int64) * alibi[6], mask=keys < Nk, other=-1)
         seen = (gl.max((kseg[:, None] == alibi[7][None, :]).to(gl.int32), 1) > 0) | (keys >= Nk)
         if gl.min(seen.to(gl.int32), 0) == 0:
-            part = buf.slice(c * R, R)
-            x = part.load(ld)
-            keep = gl.convert_layout(seen, gl.SliceLayout(1, ld))
-            part.store(gl.where(keep[:, None], x, gl.zeros_like(x)))
+            _keep_rows(buf, c * R, gl.convert_layout(seen, gl.SliceLayout(1, ld)), ld)
     fence_async_shared()
 
 
@@ -349,7 +339,7 @@ def _consumer(q_smem, k_bufs, v_bufs, ready, empty, O, LSE, LSE2, o_off, lse_off
     alibi = ((offs_m + shift).to(gl.float32), slope2, offs_sn.to(gl.float32) * slope2, cap, qseg, seg[2], seg[3],
              prog_seg)
     if tiles[3] > tiles[0]:
-        band = _band(start_m // (2 * ROWS) * (2 * ROWS), Nk, lo_shift, hi_shift, CAUSAL, WINDOW)
+        band = _seen_keys(start_m // (2 * ROWS) * (2 * ROWS), 2 * ROWS, q_len, Nk, lo_shift, hi_shift, CAUSAL, WINDOW)
         m_i, l_i, acc = _attend(q_smem, k_bufs, v_bufs, ready, empty, m_i, l_i, acc, s_zero, qk_scale, offs_m,
                                 offs_sn, Nk, lo_shift, hi_shift, alibi, tiles, LIST, p_layout, o_layout, CAUSAL,
                                 WINDOW, ALIBI, SOFTCAP, SEGMENTS, BLOCK_N, STAGES, BS, c0, q_free, Q_FREE, band,
@@ -1468,7 +1458,7 @@ def _dq_tile(q_smem, do_smem, k_bufs, v_bufs, ready, empty, c, k0, dq, zero_s, l
              MASK: gl.constexpr, ALIBI: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr, drop=None):
     """The key tile from key k0 (the ring's c-th): S = Q K^T and dP = dO V^T in flight together, dS = P (dP -
     delta), dQ += dS K. MASK: scores of keys a row does not see (_visible) are 0, and the keys and
-    values outside band (the program's _band) are zeroed (dS = 0 never meets a NaN). ALIBI: alibi =
+    values outside band (the program's _seen_keys) are zeroed (dS = 0 never meets a NaN). ALIBI: alibi =
     (rows + shift as fp32, slope2, slope2 x the tile's columns, cap), the forward's biased scores
     (_alibi; CAUSAL: split into a column and a row term, as _softmax). SOFTCAP: as _dkdv_tile's.
     drop (dropout): (the warpgroup's mask ring, _keep_mask's, ...): dP through the mask (delta
@@ -1539,7 +1529,7 @@ def _dq_consumer(q_smem, do_smem, k_bufs, v_bufs, ready, empty, LSE2, DELTA, DQ,
     zero_s = gl.zeros([ROWS, KEYS], gl.float32, s_layout)
     dq = gl.zeros([ROWS, D], gl.float32, a_layout)
     alibi = ((rows + shift).to(gl.float32), slope2, offs_n.to(gl.float32) * slope2, cap)
-    band = _band(m0 // (2 * ROWS) * (2 * ROWS), kv_len, lo_shift, hi_shift, CAUSAL, WINDOW)
+    band = _seen_keys(m0 // (2 * ROWS) * (2 * ROWS), 2 * ROWS, Nq, kv_len, lo_shift, hi_shift, CAUSAL, WINDOW)
     lo, full_lo, full_hi, hi = tiles
     for r in gl.static_range(3):  # the masked, unmasked and masked ranges (the first only with a window)
         if r > 0 or WINDOW:

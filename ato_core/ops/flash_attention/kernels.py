@@ -55,7 +55,7 @@ import triton.language as tl
 from ato_core.launch import kernel
 from ato_core.target import has_gluon
 from ato_core.triton_helpers import aligned, dropout_seed, tanh_rcp
-from .packed import _clamp, _sequence, _unwritten
+from .packed import _clamp, _seen_keys, _sequence, _unwritten
 
 # the Hopper kernels, in Gluon: only with the Triton they were written for (target.has_gluon), and then
 # an error in them raises here rather than turning them off unseen
@@ -103,21 +103,6 @@ def _seen(visible, rows, q_len):
     """[BLOCK_N]: the keys of a tile that some query row (below q_len) sees. The others' values
     read as 0, so that a NaN among them meets no zero weight (0 * NaN) on its way into o."""
     return tl.max(((rows < q_len)[:, None] & visible).to(tl.int32), 0) > 0
-
-
-@triton.jit
-def _seen_keys(first, n_rows, q_len, kv_len, lo_shift, hi_shift, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
-    """[lo, hi): the keys that the band and kv_len let some query row of [first, first + n_rows)
-    below q_len see (each row's band is an interval one key past the previous row's, so their
-    union is one). Scalars: a V load masked by them still pipelines, where _seen (a reduction
-    over the tile, which a mask or segment ids need) does not."""
-    lo = 0
-    hi = kv_len
-    if CAUSAL or WINDOW:
-        hi = tl.minimum(tl.minimum(first + n_rows, q_len) + hi_shift, kv_len)
-    if WINDOW:
-        lo = first + lo_shift
-    return lo, hi
 
 
 @triton.jit

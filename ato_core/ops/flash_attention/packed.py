@@ -1,6 +1,6 @@
-"""Packed sequences' row bookkeeping (flash_attention_varlen), shared by the portable kernels
-(kernels.py) and the Gluon ones (hopper.py): a sequence's rows from cu_seqlens, and the rows no
-program's tiles cover. Scalar tl code, which Gluon kernels call as well."""
+"""Row bookkeeping shared by the portable kernels (kernels.py) and the Gluon ones (hopper.py):
+a packed sequence's rows from cu_seqlens (flash_attention_varlen), the rows no program's tiles
+cover, and the keys a block of query rows sees. Scalar tl code, which Gluon kernels call as well."""
 
 import triton
 import triton.language as tl
@@ -40,3 +40,19 @@ def _unwritten(CU, b, nseq, row0, n, T, BLOCK: tl.constexpr):
     first = tl.where(extra, pid * BLOCK, 0)
     step = tl.where(extra, nprog * BLOCK, BLOCK)
     return lo1, hi1, lo2, hi2, first, step
+
+
+@triton.jit
+def _seen_keys(first, n_rows, q_len, kv_len, lo_shift, hi_shift, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """[lo, hi): the keys that the band and kv_len let some query row of [first, first + n_rows)
+    below q_len see (each row's band is an interval one key past the previous row's, so their
+    union is one). Scalars: a K / V load masked by them still pipelines, where kernels._seen (a
+    reduction over the tile, which a mask or segment ids need) does not. The Gluon kernels zero
+    the rows of their shared K / V tiles outside it (hopper._zero_rows_outside)."""
+    lo = 0
+    hi = kv_len
+    if CAUSAL or WINDOW:
+        hi = tl.minimum(tl.minimum(first + n_rows, q_len) + hi_shift, kv_len)
+    if WINDOW:
+        lo = first + lo_shift
+    return lo, hi
